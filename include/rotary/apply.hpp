@@ -1,0 +1,58 @@
+// rotary — rotate q and k.
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/schedule.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary {
+
+/// forward rotates pair (a, b) by +angle; inverse by -angle. The inverse is the transpose, i.e. the
+/// backward pass: it undoes forward exactly when attention_factor = 1 (otherwise it scales by
+/// attention_factor^2 overall, as the gradient must).
+enum class Direction { forward, inverse };
+
+/// Which implementation runs. `automatic` picks the fastest available; `reference` is the scalar
+/// oracle written from the formulas (single-threaded, double arithmetic).
+enum class Backend { automatic, reference };
+
+/// One call rotates q and (optionally) k, sharing each token's angles between all heads.
+///
+/// For pair (a, b) of a head at position p, with φ = p * inv_freq[i] and g = attention_factor:
+///   a' = g (a cos φ - b sin φ),   b' = g (a sin φ + b cos φ)       (inverse: sin φ -> -sin φ)
+/// Channels rotary_dim..head_dim pass through: left alone in place, copied bit for bit out of place
+/// (unless copy_tail is false).
+///
+/// Accuracy (f32): |result - exact| <= 2^-23 * g * (|a| + |b|) per pair, exact meaning the real
+/// rotation by the exact angle. f64: computed in double. f16/bf16: the f32 result of the widened
+/// input, rounded once (nearest-even) at the store.
+struct ApplyArgs {
+  TensorView q{};      ///< input [batch, seq, heads_q, head_dim]; also the output when q_out unset
+  TensorView k{};      ///< optional input [batch, seq, heads_k, head_dim]
+  TensorView q_out{};  ///< optional output, same shape and dtype as q; unset = in place
+  TensorView k_out{};  ///< optional output, same shape and dtype as k; unset = in place
+  Positions positions{};
+  Direction direction = Direction::forward;
+  const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
+                                 ///< null: computed exactly on the fly, once per token
+  bool copy_tail = true;         ///< out of place: copy channels rotary_dim..head_dim
+  int threads = 0;               ///< 0: all OpenMP threads; results do not depend on it
+  Backend backend = Backend::automatic;
+};
+
+/// Checks everything apply checks, writes nothing. Throws rotary::Error naming the argument, e.g.
+/// "q.head_dim=64 differs from the schedule's head_dim=128". Rules: schedule valid; q set; k, outputs
+/// and dtypes consistent (all four share q's dtype); batch and seq agree; head_dim matches; no
+/// negative extents; outputs do not overlap themselves, each other, or an input they do not alias
+/// exactly (in place means the same data pointer and strides); per-token positions count ==
+/// batch*seq and every position in [0, 2^31) (and in the table when one is given); the table was
+/// built from an equal schedule; threads >= 0.
+void validate(const Schedule& schedule, const ApplyArgs& args);
+
+/// Rotates. Validates first (see validate); on error nothing was written. Does not allocate on the
+/// table path; the on-the-fly path allocates one scratch row per thread.
+void apply(const Schedule& schedule, const ApplyArgs& args);
+
+}  // namespace rotary

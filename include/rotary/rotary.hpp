@@ -1,0 +1,12 @@
+// rotary — Rotary Position Embeddings: exact schedules and tables, fast kernels.
+// Data path: Spec -> make_schedule -> (Table) -> apply.
+#pragma once
+
+#include "rotary/angle.hpp"
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "rotary/layout.hpp"
+#include "rotary/schedule.hpp"
+#include "rotary/spec.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"

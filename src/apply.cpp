@@ -1,0 +1,197 @@
+#include "rotary/apply.hpp"
+
+#include <fmt/format.h>
+
+#include "kernel.hpp"
+#include "memory.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary {
+namespace {
+
+using detail::may_overlap;
+using detail::same_view;
+
+bool known(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
+std::string shape_text(const TensorView& v) {
+  return fmt::format("[{}, {}, {}, {}]", v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
+}
+
+void check_view(const TensorView& v, const char* name, const Schedule& schedule) {
+  if (!known(v.dtype)) {
+    throw Error(fmt::format("{}.dtype={} is not f32, f64, f16 or bf16", name, static_cast<int>(v.dtype)));
+  }
+  static constexpr const char* dim_names[4] = {"batch", "seq", "heads", "head_dim"};
+  for (int d = 0; d < 4; ++d) {
+    if (v.shape[d] < 0) {
+      throw Error(fmt::format("{}.{}={} must be >= 0", name, dim_names[d], v.shape[d]));
+    }
+  }
+  if (v.head_dim() != schedule.head_dim) {
+    throw Error(fmt::format("{}.head_dim={} differs from the schedule's head_dim={}", name,
+                            v.head_dim(), schedule.head_dim));
+  }
+  if (detail::reach_overflows(v)) {
+    throw Error(fmt::format("{} strides [{}, {}, {}, {}] with shape {} reach beyond 2^60 elements",
+                            name, v.strides[0], v.strides[1], v.strides[2], v.strides[3],
+                            shape_text(v)));
+  }
+}
+
+void check_output(const TensorView& out, const char* name, const TensorView& in,
+                  const char* in_name) {
+  if (out.dtype != in.dtype) {
+    throw Error(fmt::format("{}.dtype={} differs from {}.dtype={}", name, to_string(out.dtype),
+                            in_name, to_string(in.dtype)));
+  }
+  if (out.shape != in.shape) {
+    throw Error(fmt::format("{} shape {} differs from {} shape {}", name, shape_text(out), in_name,
+                            shape_text(in)));
+  }
+  if (detail::self_overlaps(out)) {
+    throw Error(fmt::format("{} strides [{}, {}, {}, {}] make elements overlap", name,
+                            out.strides[0], out.strides[1], out.strides[2], out.strides[3]));
+  }
+}
+
+void check_position_value(int64_t position, int64_t index, const Table* table) {
+  if (position < 0 || position >= max_position_limit) {
+    throw Error(fmt::format("positions[{}]={} must be in [0, 2^31)", index, position));
+  }
+  if (table != nullptr && !table->row_of(position)) {
+    throw Error(fmt::format("positions[{}]={} is not in the table", index, position));
+  }
+}
+
+void check_positions(const Positions& positions, int64_t batch, int64_t seq, const Table* table) {
+  using Kind = Positions::Kind;
+  const int64_t tokens = batch * seq;
+  switch (positions.kind) {
+    case Kind::sequential: {
+      if (positions.offset < 0 || positions.offset >= max_position_limit ||
+          (seq > 0 && positions.offset > max_position_limit - seq)) {
+        throw Error(fmt::format("offset={} with seq={} must keep positions in [0, 2^31)",
+                                positions.offset, seq));
+      }
+      if (table == nullptr || tokens == 0) return;
+      for (int64_t s = 0; s < seq; ++s) check_position_value(positions.offset + s, s, table);
+      return;
+    }
+    case Kind::per_token_i32:
+    case Kind::per_token_i64: {
+      if (positions.count != tokens) {
+        throw Error(fmt::format("positions has {} entries but batch*seq={}", positions.count, tokens));
+      }
+      if (tokens > 0 && positions.data == nullptr) throw Error("positions data is null");
+      for (int64_t i = 0; i < tokens; ++i) check_position_value(positions.at(i, 0), i, table);
+      return;
+    }
+  }
+  throw Error(fmt::format("positions.kind={} is not sequential or per_token",
+                          static_cast<int>(positions.kind)));
+}
+
+}  // namespace
+
+void validate(const Schedule& schedule, const ApplyArgs& args) {
+  validate(schedule);
+  if (!args.q.is_set()) throw Error("q is not set (q.data is null)");
+  check_view(args.q, "q", schedule);
+  const bool has_k = args.k.is_set();
+  if (has_k) {
+    check_view(args.k, "k", schedule);
+    if (args.k.dtype != args.q.dtype) {
+      throw Error(fmt::format("k.dtype={} differs from q.dtype={}", to_string(args.k.dtype),
+                              to_string(args.q.dtype)));
+    }
+    if (args.k.batch() != args.q.batch() || args.k.seq() != args.q.seq()) {
+      throw Error(fmt::format("k shape {} disagrees with q shape {} in batch or seq",
+                              shape_text(args.k), shape_text(args.q)));
+    }
+  } else if (args.k_out.is_set()) {
+    throw Error("k_out is set but k is not");
+  }
+  if (args.threads < 0) throw Error(fmt::format("threads={} must be >= 0", args.threads));
+  if (args.direction != Direction::forward && args.direction != Direction::inverse) {
+    throw Error(fmt::format("direction={} is not forward or inverse", static_cast<int>(args.direction)));
+  }
+  if (args.backend != Backend::automatic && args.backend != Backend::reference) {
+    throw Error(fmt::format("backend={} is not automatic or reference", static_cast<int>(args.backend)));
+  }
+
+  // Effective outputs: the input itself when in place.
+  const TensorView q_out = args.q_out.is_set() ? args.q_out : args.q;
+  if (args.q_out.is_set()) check_output(args.q_out, "q_out", args.q, "q");
+  else check_output(args.q, "q (in place)", args.q, "q");
+  TensorView k_out{};
+  if (has_k) {
+    k_out = args.k_out.is_set() ? args.k_out : args.k;
+    if (args.k_out.is_set()) check_output(args.k_out, "k_out", args.k, "k");
+    else check_output(args.k, "k (in place)", args.k, "k");
+  }
+  // Aliasing: an output may coincide exactly with its own input (in place); otherwise it must not
+  // share an element with any input or with the other output.
+  struct Named {
+    const TensorView* view;
+    const char* name;
+  };
+  const Named outputs[2] = {{&q_out, args.q_out.is_set() ? "q_out" : "q (in place)"},
+                            {&k_out, args.k_out.is_set() ? "k_out" : "k (in place)"}};
+  const Named inputs[2] = {{&args.q, "q"}, {&args.k, "k"}};
+  const int count = has_k ? 2 : 1;
+  for (int o = 0; o < count; ++o) {
+    for (int i = 0; i < count; ++i) {
+      const TensorView& out = *outputs[o].view;
+      const TensorView& in = *inputs[i].view;
+      if (o == i && same_view(out, in)) continue;
+      if (may_overlap(out, in)) {
+        throw Error(fmt::format("{} overlaps input {} (outputs must be the input itself or disjoint)",
+                                outputs[o].name, inputs[i].name));
+      }
+    }
+  }
+  if (has_k && may_overlap(q_out, k_out)) {
+    throw Error(fmt::format("{} overlaps {}", outputs[0].name, outputs[1].name));
+  }
+  if (args.table != nullptr && !(args.table->schedule() == schedule)) {
+    throw Error("table was built from a different schedule than the one passed to apply");
+  }
+  check_positions(args.positions, args.q.batch(), args.q.seq(), args.table);
+}
+
+void apply(const Schedule& schedule, const ApplyArgs& args) {
+  validate(schedule, args);
+  detail::Plan plan;
+  plan.dtype = args.q.dtype;
+  plan.batch = args.q.batch();
+  plan.seq = args.q.seq();
+  plan.head_dim = schedule.head_dim;
+  plan.rotary_dim = schedule.rotary_dim;
+  plan.pairing = schedule.pairing;
+  plan.inverse = args.direction == Direction::inverse;
+  plan.copy_tail = args.copy_tail;
+  plan.positions = args.positions;
+  plan.table = args.table;
+  plan.schedule = &schedule;
+  plan.threads = args.threads;
+  auto add = [&](const TensorView& in, const TensorView& out) {
+    const TensorView& target = out.is_set() ? out : in;
+    detail::Operand op;
+    op.in = in.data;
+    op.out = target.data;
+    op.heads = in.heads();
+    op.in_strides = in.strides;
+    op.out_strides = target.strides;
+    op.in_place = !out.is_set() || same_view(out, in);
+    plan.operands[static_cast<size_t>(plan.operand_count++)] = op;
+  };
+  add(args.q, args.q_out);
+  if (args.k.is_set()) add(args.k, args.k_out);
+  if (plan.batch == 0 || plan.seq == 0) return;
+  detail::reference_apply(plan);
+}
+
+}  // namespace rotary

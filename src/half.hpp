@@ -1,0 +1,47 @@
+// Internal: IEEE binary16 and bfloat16 <-> float32, round to nearest even, bit exact.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace rotary::detail {
+
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // nearest even; overflow carries into the exponent (-> inf)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    // zero or subnormal: mantissa * 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+inline uint16_t f32_to_f16(float f) {
+  uint32_t u = std::bit_cast<uint32_t>(f);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu));  // NaN
+  if (u >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (u >= 0x38800000u) {  // normal binary16 range, >= 2^-14
+    const uint32_t rounded = u + 0xfffu + ((u >> 13) & 1u);
+    return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+  }
+  // Below 2^-14: binary16 subnormal m * 2^-24; scaling by 2^24 is exact, rintf rounds to even.
+  const float scaled = std::bit_cast<float>(u) * 0x1p24f;
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(scaled)));
+}
+
+}  // namespace rotary::detail

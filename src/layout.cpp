@@ -1,0 +1,94 @@
+#include "rotary/layout.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "memory.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary {
+
+std::vector<int64_t> pairing_permutation(int64_t head_dim, int64_t rotary_dim, Pairing from,
+                                         Pairing to) {
+  if (head_dim <= 0) throw Error(fmt::format("head_dim={} must be > 0", head_dim));
+  const int64_t r = rotary_dim == 0 ? head_dim : rotary_dim;
+  if (r <= 0 || r % 2 != 0 || r > head_dim) {
+    throw Error(fmt::format("rotary_dim={} must be even, > 0 and <= head_dim={}", r, head_dim));
+  }
+  std::vector<int64_t> source(static_cast<size_t>(head_dim));
+  for (int64_t j = 0; j < head_dim; ++j) source[static_cast<size_t>(j)] = j;
+  if (from == to) return source;
+  const int64_t half = r / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    if (from == Pairing::interleaved) {  // -> half
+      source[static_cast<size_t>(i)] = 2 * i;
+      source[static_cast<size_t>(i + half)] = 2 * i + 1;
+    } else {  // half -> interleaved
+      source[static_cast<size_t>(2 * i)] = i;
+      source[static_cast<size_t>(2 * i + 1)] = i + half;
+    }
+  }
+  return source;
+}
+
+void permute_rows(const void* src, void* dst, const PermuteRowsArgs& args) {
+  if (args.num_heads < 0) throw Error(fmt::format("num_heads={} must be >= 0", args.num_heads));
+  if (args.row_bytes <= 0) throw Error(fmt::format("row_bytes={} must be > 0", args.row_bytes));
+  const std::vector<int64_t> source =
+      pairing_permutation(args.head_dim, args.rotary_dim, args.from, args.to);
+  const int64_t rows = args.num_heads * args.head_dim;
+  if (rows == 0) return;
+  if (src == nullptr || dst == nullptr) throw Error("permute_rows: src or dst is null");
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  const int64_t bytes = rows * args.row_bytes;
+  if (in < out + bytes && out < in + bytes) {
+    throw Error("permute_rows: src and dst overlap (the permutation needs a separate output)");
+  }
+  for (int64_t h = 0; h < args.num_heads; ++h) {
+    for (int64_t j = 0; j < args.head_dim; ++j) {
+      const int64_t from_row = h * args.head_dim + source[static_cast<size_t>(j)];
+      const int64_t to_row = h * args.head_dim + j;
+      std::memcpy(out + to_row * args.row_bytes, in + from_row * args.row_bytes,
+                  static_cast<size_t>(args.row_bytes));
+    }
+  }
+}
+
+void permute_channels(const TensorView& in, const TensorView& out, int64_t rotary_dim, Pairing from,
+                      Pairing to) {
+  if (!in.is_set() || !out.is_set()) throw Error("permute_channels: in or out is not set");
+  if (in.dtype != out.dtype) {
+    throw Error(fmt::format("out.dtype={} differs from in.dtype={}", to_string(out.dtype),
+                            to_string(in.dtype)));
+  }
+  if (in.shape != out.shape) throw Error("permute_channels: in and out shapes differ");
+  for (int64_t extent : in.shape) {
+    if (extent < 0) throw Error(fmt::format("permute_channels: extent {} must be >= 0", extent));
+  }
+  if (detail::reach_overflows(in) || detail::reach_overflows(out)) {
+    throw Error("permute_channels: strides reach beyond 2^60 elements");
+  }
+  if (detail::self_overlaps(out)) throw Error("permute_channels: out strides make elements overlap");
+  if (detail::may_overlap(in, out)) throw Error("permute_channels: in and out overlap");
+  const std::vector<int64_t> source = pairing_permutation(in.head_dim(), rotary_dim, from, to);
+  const int64_t es = size_of(in.dtype);
+  const auto* src = static_cast<const unsigned char*>(in.data);
+  auto* dst = static_cast<unsigned char*>(out.data);
+  for (int64_t b = 0; b < in.batch(); ++b) {
+    for (int64_t s = 0; s < in.seq(); ++s) {
+      for (int64_t h = 0; h < in.heads(); ++h) {
+        const int64_t in_base = b * in.strides[0] + s * in.strides[1] + h * in.strides[2];
+        const int64_t out_base = b * out.strides[0] + s * out.strides[1] + h * out.strides[2];
+        for (int64_t j = 0; j < in.head_dim(); ++j) {
+          const int64_t from_index = in_base + source[static_cast<size_t>(j)] * in.strides[3];
+          std::memcpy(dst + (out_base + j * out.strides[3]) * es, src + from_index * es,
+                      static_cast<size_t>(es));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace rotary

@@ -1,0 +1,575 @@
+// apply: against the seeds' three formulations, properties, strides, aliasing, bad input.
+#include <bit>
+#include <cmath>
+#include <complex>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "half.hpp"
+#include "rotary/apply.hpp"
+#include "rotary/layout.hpp"
+#include "support/oracle.hpp"
+
+namespace rotary {
+namespace {
+
+// DESIGN.md §3: |result - exact| <= 2^-23 g (|a| + |b|) per pair for f32.
+constexpr double kF32PairBound = 0x1p-23;
+// f64 computes in double with exact angles: a few double roundings.
+constexpr double kF64PairBound = 0x1p-50;
+
+std::vector<int64_t> test_positions() {
+  return {0, 1, 2, 7, 4095, 4096, 8192, 131071, 1 << 20, 1000003, max_position_limit - 1};
+}
+
+// ---- the seeds' three formulations, written out in double with MPFR angles ----
+
+// RoFormer: y = g R x with R block-diagonal (2x2 rotation blocks on the pairs), as a dense matrix.
+std::vector<double> matrix_form(const std::vector<double>& x, const Schedule& s, int64_t p) {
+  const int64_t d = s.head_dim, r = s.rotary_dim, h = r / 2;
+  std::vector<double> m(static_cast<size_t>(r * r), 0.0);
+  auto at = [&](int64_t row, int64_t col) -> double& { return m[static_cast<size_t>(row * r + col)]; };
+  for (int64_t i = 0; i < h; ++i) {
+    const test::Exact e = test::mpfr_cos_sin(p, s.inv_freq[static_cast<size_t>(i)]);
+    const int64_t a = s.pairing == Pairing::interleaved ? 2 * i : i;
+    const int64_t b = s.pairing == Pairing::interleaved ? 2 * i + 1 : i + h;
+    at(a, a) = e.cos;
+    at(a, b) = -e.sin;
+    at(b, a) = e.sin;
+    at(b, b) = e.cos;
+  }
+  std::vector<double> y(x);
+  for (int64_t row = 0; row < r; ++row) {
+    double acc = 0;
+    for (int64_t col = 0; col < r; ++col) acc += at(row, col) * x[static_cast<size_t>(col)];
+    y[static_cast<size_t>(row)] = s.attention_factor * acc;
+  }
+  (void)d;
+  return y;
+}
+
+// Hugging Face: q * cos + rotate_half(q) * sin, cos/sin repeated over both halves.
+std::vector<double> rotate_half_form(const std::vector<double>& x, const Schedule& s, int64_t p) {
+  const int64_t r = s.rotary_dim, h = r / 2;
+  std::vector<double> cos_full(static_cast<size_t>(r)), sin_full(static_cast<size_t>(r));
+  for (int64_t i = 0; i < h; ++i) {
+    const test::Exact e = test::mpfr_cos_sin(p, s.inv_freq[static_cast<size_t>(i)], s.attention_factor);
+    cos_full[static_cast<size_t>(i)] = cos_full[static_cast<size_t>(i + h)] = e.cos;
+    sin_full[static_cast<size_t>(i)] = sin_full[static_cast<size_t>(i + h)] = e.sin;
+  }
+  std::vector<double> rotated(static_cast<size_t>(r));
+  for (int64_t j = 0; j < h; ++j) rotated[static_cast<size_t>(j)] = -x[static_cast<size_t>(j + h)];
+  for (int64_t j = h; j < r; ++j) rotated[static_cast<size_t>(j)] = x[static_cast<size_t>(j - h)];
+  std::vector<double> y(x);
+  for (int64_t j = 0; j < r; ++j) {
+    const auto u = static_cast<size_t>(j);
+    y[u] = x[u] * cos_full[u] + rotated[u] * sin_full[u];
+  }
+  return y;
+}
+
+// Meta LLaMA / Mistral: view pairs as complex numbers, multiply by g e^{i p θ}.
+std::vector<double> complex_form(const std::vector<double>& x, const Schedule& s, int64_t p) {
+  std::vector<double> y(x);
+  for (int64_t i = 0; i < s.rotary_dim / 2; ++i) {
+    const std::complex<double> z(x[static_cast<size_t>(2 * i)], x[static_cast<size_t>(2 * i + 1)]);
+    const test::Exact e = test::mpfr_cos_sin(p, s.inv_freq[static_cast<size_t>(i)]);
+    const std::complex<double> w = z * std::complex<double>(e.cos, e.sin) * s.attention_factor;
+    y[static_cast<size_t>(2 * i)] = w.real();
+    y[static_cast<size_t>(2 * i + 1)] = w.imag();
+  }
+  return y;
+}
+
+// Pair-wise check of a rotated head against an expected one, in the unit of the contract.
+void expect_within_contract(const std::vector<double>& in, const std::vector<double>& got,
+                            const std::vector<double>& want, const Schedule& s, double bound,
+                            const std::string& where) {
+  const int64_t h = s.rotary_dim / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const int64_t a = s.pairing == Pairing::interleaved ? 2 * i : i;
+    const int64_t b = s.pairing == Pairing::interleaved ? 2 * i + 1 : i + h;
+    const double limit = bound * s.attention_factor *
+                         (std::fabs(in[static_cast<size_t>(a)]) + std::fabs(in[static_cast<size_t>(b)]));
+    for (int64_t j : {a, b}) {
+      ASSERT_LE(std::fabs(got[static_cast<size_t>(j)] - want[static_cast<size_t>(j)]), limit)
+          << where << " pair " << i << " channel " << j;
+    }
+  }
+  for (int64_t j = s.rotary_dim; j < s.head_dim; ++j) {
+    ASSERT_EQ(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)]) << where << " tail " << j;
+  }
+}
+
+// Rotates one head at one position with apply, f32 or f64, table or on the fly.
+std::vector<double> apply_one(const std::vector<double>& x, const Schedule& s, int64_t p, DType dtype,
+                              bool use_table) {
+  const int64_t d = s.head_dim;
+  std::vector<double> out(static_cast<size_t>(d));
+  const Table table = Table::at(s, std::vector<int64_t>{p});
+  const Positions positions = Positions::sequential(p);
+  if (dtype == DType::f32) {
+    std::vector<float> buffer(x.begin(), x.end());
+    apply(s, ApplyArgs{.q = TensorView::bshd(buffer.data(), DType::f32, 1, 1, 1, d),
+                       .positions = positions,
+                       .table = use_table ? &table : nullptr});
+    std::copy(buffer.begin(), buffer.end(), out.begin());
+  } else {
+    std::vector<double> buffer(x);
+    apply(s, ApplyArgs{.q = TensorView::bshd(buffer.data(), DType::f64, 1, 1, 1, d),
+                       .positions = positions,
+                       .table = use_table ? &table : nullptr});
+    out = buffer;
+  }
+  return out;
+}
+
+std::vector<Schedule> formulation_schedules(Pairing pairing) {
+  std::vector<Schedule> out;
+  out.push_back(make_schedule(Spec{.head_dim = 64, .pairing = pairing}));
+  out.push_back(make_schedule(Spec{.head_dim = 80, .rotary_dim = 32, .pairing = pairing}));  // partial
+  out.push_back(make_schedule(Spec{.head_dim = 128, .base = 1e6, .pairing = pairing,
+                                   .schedule = ScheduleType::yarn, .factor = 4.0,
+                                   .original_max_position = 32768}));  // attention_factor != 1
+  return out;
+}
+
+TEST(ApplyFormulations, MatrixRotateHalfAndComplexAgreeWithApply) {
+  int checked = 0;
+  for (Pairing pairing : {Pairing::interleaved, Pairing::half}) {
+    for (const Schedule& s : formulation_schedules(pairing)) {
+      for (int64_t p : test_positions()) {
+        std::vector<double> x64 = test::random_doubles(static_cast<size_t>(s.head_dim),
+                                                       static_cast<uint64_t>(p) + 3);
+        // f32 inputs must be representable: round the random vector to float first.
+        std::vector<double> x32(x64.size());
+        for (size_t j = 0; j < x64.size(); ++j) x32[j] = static_cast<float>(x64[j]);
+        std::vector<std::vector<double> (*)(const std::vector<double>&, const Schedule&, int64_t)> forms =
+            {matrix_form};
+        if (pairing == Pairing::half) forms.push_back(rotate_half_form);
+        else forms.push_back(complex_form);
+        for (auto form : forms) {
+          const std::string where = std::string(to_string(pairing)) + " head_dim " +
+                                    std::to_string(s.head_dim) + " position " + std::to_string(p);
+          for (bool table : {true, false}) {
+            expect_within_contract(x32, apply_one(x32, s, p, DType::f32, table), form(x32, s, p), s,
+                                   kF32PairBound, where + " f32");
+            expect_within_contract(x64, apply_one(x64, s, p, DType::f64, false), form(x64, s, p), s,
+                                   kF64PairBound, where + " f64");
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// ---- properties ----
+
+double dot(const double* a, const double* b, int64_t n) {
+  double acc = 0;
+  for (int64_t j = 0; j < n; ++j) acc += a[j] * b[j];
+  return acc;
+}
+
+TEST(ApplyProperties, ScoreDependsOnlyOnRelativePosition) {
+  for (Pairing pairing : {Pairing::interleaved, Pairing::half}) {
+    const Schedule s = make_schedule(Spec{.head_dim = 64, .pairing = pairing});
+    const std::vector<double> q0 = test::random_doubles(64, 1);
+    const std::vector<double> k0 = test::random_doubles(64, 2);
+    const double scale = std::sqrt(dot(q0.data(), q0.data(), 64) * dot(k0.data(), k0.data(), 64));
+    std::mt19937_64 rng(5);
+    std::uniform_int_distribution<int64_t> any(0, max_position_limit - 5000);
+    for (int64_t distance : {0, 1, 3, 17, 1000, 4095}) {
+      double reference = 0;
+      for (int trial = 0; trial < 12; ++trial) {
+        const int64_t m = trial == 0 ? 0 : any(rng);
+        const int64_t n = m + distance;
+        std::vector<double> q = q0, k = k0;
+        std::vector<int64_t> pq{m}, pk{n};
+        apply(s, {.q = TensorView::bshd(q.data(), DType::f64, 1, 1, 1, 64),
+                  .positions = Positions::per_token(pq)});
+        apply(s, {.q = TensorView::bshd(k.data(), DType::f64, 1, 1, 1, 64),
+                  .positions = Positions::per_token(pk)});
+        const double score = dot(q.data(), k.data(), 64);
+        if (trial == 0) reference = score;
+        EXPECT_NEAR(score, reference, 1e-13 * scale) << "m " << m << " n " << n;
+      }
+    }
+  }
+}
+
+TEST(ApplyProperties, NormPreservedAndInverseUndoesForward) {
+  for (Pairing pairing : {Pairing::interleaved, Pairing::half}) {
+    const Schedule s = make_schedule(Spec{.head_dim = 96, .rotary_dim = 64, .pairing = pairing});
+    const int64_t seq = 33, heads = 3, d = 96;
+    const std::vector<float> original = test::random_floats(static_cast<size_t>(seq * heads * d), 9);
+    std::vector<float> x = original;
+    const auto view = TensorView::bshd(x.data(), DType::f32, 1, seq, heads, d);
+    const Positions positions = Positions::sequential(max_position_limit - seq);
+    apply(s, {.q = view, .positions = positions});
+    for (int64_t t = 0; t < seq * heads; ++t) {
+      double before = 0, after = 0;
+      for (int64_t j = 0; j < d; ++j) {
+        before += double(original[static_cast<size_t>(t * d + j)]) * original[static_cast<size_t>(t * d + j)];
+        after += double(x[static_cast<size_t>(t * d + j)]) * x[static_cast<size_t>(t * d + j)];
+      }
+      EXPECT_NEAR(std::sqrt(after), std::sqrt(before), 4 * 0x1p-23 * std::sqrt(before)) << "row " << t;
+    }
+    apply(s, {.q = view, .positions = positions, .direction = Direction::inverse});
+    for (size_t j = 0; j < x.size(); ++j) {
+      // forward then inverse: two roundings of the contract each
+      ASSERT_NEAR(x[j], original[j], 4 * 0x1p-23 * (std::fabs(original[j]) + 4)) << j;
+    }
+  }
+}
+
+TEST(ApplyProperties, InverseIsTheTransposeWithAttentionFactor) {
+  // <R x, y> = <x, R^T y>: the inverse is the backward pass even when attention_factor != 1.
+  const Schedule s = make_schedule(Spec{.head_dim = 32, .schedule = ScheduleType::yarn, .factor = 8.0,
+                                        .original_max_position = 2048});
+  ASSERT_NE(s.attention_factor, 1.0);
+  std::vector<double> x = test::random_doubles(32, 1), y = test::random_doubles(32, 2);
+  std::vector<double> rx = x, rty = y;
+  apply(s, {.q = TensorView::bshd(rx.data(), DType::f64, 1, 1, 1, 32), .positions = Positions::sequential(77777)});
+  apply(s, {.q = TensorView::bshd(rty.data(), DType::f64, 1, 1, 1, 32), .positions = Positions::sequential(77777),
+            .direction = Direction::inverse});
+  EXPECT_NEAR(dot(rx.data(), y.data(), 32), dot(x.data(), rty.data(), 32), 1e-13);
+}
+
+TEST(ApplyProperties, PairingsGiveEqualScoresAfterWeightPermutationGqa) {
+  // 32 query heads, 8 key/value heads sharing them in groups of 4 (Llama-3-8B's ratio).
+  const int64_t hidden = 24, hq = 32, hk = 8, d = 16, seq = 5;
+  const std::vector<double> wq = test::random_doubles(static_cast<size_t>(hq * d * hidden), 21);
+  const std::vector<double> wk = test::random_doubles(static_cast<size_t>(hk * d * hidden), 22);
+  const std::vector<double> x = test::random_doubles(static_cast<size_t>(seq * hidden), 23);
+  auto project = [&](const std::vector<double>& w, int64_t rows) {
+    std::vector<double> out(static_cast<size_t>(seq * rows));
+    for (int64_t t = 0; t < seq; ++t)
+      for (int64_t row = 0; row < rows; ++row)
+        out[static_cast<size_t>(t * rows + row)] =
+            dot(&w[static_cast<size_t>(row * hidden)], &x[static_cast<size_t>(t * hidden)], hidden);
+    return out;
+  };
+  auto scores = [&](const std::vector<double>& wq_, const std::vector<double>& wk_, Pairing pairing) {
+    const Schedule s = make_schedule(Spec{.head_dim = d, .pairing = pairing});
+    std::vector<double> q = project(wq_, hq * d), k = project(wk_, hk * d);
+    apply(s, {.q = TensorView::bshd(q.data(), DType::f64, 1, seq, hq, d),
+              .k = TensorView::bshd(k.data(), DType::f64, 1, seq, hk, d),
+              .positions = Positions::sequential(100000)});
+    std::vector<double> out;
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < seq; ++j)
+          out.push_back(dot(&q[static_cast<size_t>((i * hq + h) * d)],
+                            &k[static_cast<size_t>((j * hk + h / (hq / hk)) * d)], d));
+    return out;
+  };
+  // Meta-style interleaved weights, converted to half pairing by row permutation.
+  std::vector<double> wq_half(wq.size()), wk_half(wk.size());
+  const int64_t row_bytes = hidden * 8;
+  permute_rows(wq.data(), wq_half.data(), {.num_heads = hq, .head_dim = d, .row_bytes = row_bytes,
+                                           .from = Pairing::interleaved, .to = Pairing::half});
+  permute_rows(wk.data(), wk_half.data(), {.num_heads = hk, .head_dim = d, .row_bytes = row_bytes,
+                                           .from = Pairing::interleaved, .to = Pairing::half});
+  const std::vector<double> a = scores(wq, wk, Pairing::interleaved);
+  const std::vector<double> b = scores(wq_half, wk_half, Pairing::half);
+  const std::vector<double> wrong = scores(wq, wk, Pairing::half);  // mixing conventions
+  double worst = 0, worst_wrong = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+    worst_wrong = std::max(worst_wrong, std::fabs(a[i] - wrong[i]));
+  }
+  EXPECT_LT(worst, 1e-11);
+  EXPECT_GT(worst_wrong, 1.0);  // the silent bug this library exists to prevent
+}
+
+TEST(ApplyProperties, PartialRotaryTailIsBitIdentical) {
+  const Schedule s = make_schedule(Spec{.head_dim = 80, .rotary_dim = 20});
+  std::vector<uint32_t> bits(2 * 3 * 80);
+  std::mt19937 rng(4);
+  for (auto& b : bits) b = rng();  // any bit pattern, NaN payloads included
+  std::vector<float> in(bits.size());
+  std::memcpy(in.data(), bits.data(), bits.size() * 4);
+  for (size_t t = 0; t < 6; ++t)
+    for (size_t j = 0; j < 20; ++j) in[t * 80 + j] = static_cast<float>(j) - 7.5f;  // finite rotated part
+  // in place: tail untouched
+  std::vector<float> x = in;
+  apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 2, 3, 1, 80)});
+  // out of place: tail copied bit for bit; with copy_tail = false, left as it was
+  std::vector<float> out(in.size(), 0.0f), out_nocopy(in.size(), 0.0f);
+  apply(s, {.q = TensorView::bshd(in.data(), DType::f32, 2, 3, 1, 80),
+            .q_out = TensorView::bshd(out.data(), DType::f32, 2, 3, 1, 80)});
+  apply(s, {.q = TensorView::bshd(in.data(), DType::f32, 2, 3, 1, 80),
+            .q_out = TensorView::bshd(out_nocopy.data(), DType::f32, 2, 3, 1, 80), .copy_tail = false});
+  for (size_t t = 0; t < 6; ++t) {
+    for (size_t j = 20; j < 80; ++j) {
+      const size_t e = t * 80 + j;
+      EXPECT_EQ(std::bit_cast<uint32_t>(x[e]), bits[e]);
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[e]), bits[e]);
+      EXPECT_EQ(out_nocopy[e], 0.0f);
+    }
+    for (size_t j = 0; j < 20; ++j) EXPECT_EQ(x[t * 80 + j], out[t * 80 + j]);
+  }
+}
+
+TEST(ApplyDtypes, HalfAndBfloatEqualTheF32ResultRoundedOnce) {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    for (Pairing pairing : {Pairing::interleaved, Pairing::half}) {
+      const Schedule s = make_schedule(Spec{.head_dim = 64, .rotary_dim = 48, .pairing = pairing,
+                                            .schedule = ScheduleType::yarn, .factor = 4,
+                                            .original_max_position = 4096});
+      const int64_t n = 2 * 7 * 3 * 64;
+      std::vector<float> wide = test::random_floats(static_cast<size_t>(n), 31, 3.0f);
+      std::vector<uint16_t> narrow(static_cast<size_t>(n));
+      for (size_t j = 0; j < narrow.size(); ++j) {
+        narrow[j] = dtype == DType::f16 ? detail::f32_to_f16(wide[j]) : detail::f32_to_bf16(wide[j]);
+        wide[j] = dtype == DType::f16 ? detail::f16_to_f32(narrow[j]) : detail::bf16_to_f32(narrow[j]);
+      }
+      const std::vector<int64_t> positions = {5, 70000, max_position_limit - 1, 0, 1, 2, 3,
+                                              8, 9, 10, 11, 12, 13, 99};
+      for (bool table : {false, true}) {
+        const Table t = Table::at(s, positions);
+        std::vector<float> f32 = wide;
+        std::vector<uint16_t> h = narrow;
+        apply(s, {.q = TensorView::bshd(f32.data(), DType::f32, 2, 7, 3, 64),
+                  .positions = Positions::per_token(positions), .table = table ? &t : nullptr});
+        apply(s, {.q = TensorView::bshd(h.data(), dtype, 2, 7, 3, 64),
+                  .positions = Positions::per_token(positions), .table = table ? &t : nullptr});
+        for (size_t j = 0; j < h.size(); ++j) {
+          const uint16_t expected = dtype == DType::f16 ? detail::f32_to_f16(f32[j]) : detail::f32_to_bf16(f32[j]);
+          ASSERT_EQ(h[j], expected) << to_string(dtype) << " element " << j;
+        }
+      }
+    }
+  }
+}
+
+// ---- strides and aliasing ----
+
+TEST(ApplyStrides, BshdAndBhsdViewsOfTheSameValues) {
+  const Schedule s = make_schedule(Spec{.head_dim = 32, .pairing = Pairing::interleaved});
+  const int64_t b = 2, seq = 9, h = 3, d = 32;
+  std::vector<float> bshd = test::random_floats(static_cast<size_t>(b * seq * h * d), 41);
+  std::vector<float> bhsd(bshd.size());
+  for (int64_t i0 = 0; i0 < b; ++i0)
+    for (int64_t i1 = 0; i1 < seq; ++i1)
+      for (int64_t i2 = 0; i2 < h; ++i2)
+        for (int64_t j = 0; j < d; ++j)
+          bhsd[static_cast<size_t>(((i0 * h + i2) * seq + i1) * d + j)] =
+              bshd[static_cast<size_t>(((i0 * seq + i1) * h + i2) * d + j)];
+  apply(s, {.q = TensorView::bshd(bshd.data(), DType::f32, b, seq, h, d), .positions = Positions::sequential(40)});
+  apply(s, {.q = TensorView::bhsd(bhsd.data(), DType::f32, b, h, seq, d), .positions = Positions::sequential(40)});
+  for (int64_t i0 = 0; i0 < b; ++i0)
+    for (int64_t i1 = 0; i1 < seq; ++i1)
+      for (int64_t i2 = 0; i2 < h; ++i2)
+        for (int64_t j = 0; j < d; ++j)
+          ASSERT_EQ(bhsd[static_cast<size_t>(((i0 * h + i2) * seq + i1) * d + j)],
+                    bshd[static_cast<size_t>(((i0 * seq + i1) * h + i2) * d + j)]);
+}
+
+TEST(ApplyStrides, FusedQkvSliceMatchesSeparateTensors) {
+  // [batch, seq, (hq + 2 hk), d]: q, k, v side by side per token; rotate q and k in place.
+  const Schedule s = make_schedule(Spec{.head_dim = 16});
+  const int64_t b = 2, seq = 5, hq = 4, hk = 2, d = 16, width = (hq + 2 * hk) * d;
+  std::vector<float> fused = test::random_floats(static_cast<size_t>(b * seq * width), 51);
+  const std::vector<float> before = fused;
+  std::vector<float> q(static_cast<size_t>(b * seq * hq * d)), k(static_cast<size_t>(b * seq * hk * d));
+  for (int64_t t = 0; t < b * seq; ++t) {
+    std::memcpy(&q[static_cast<size_t>(t * hq * d)], &fused[static_cast<size_t>(t * width)], hq * d * 4);
+    std::memcpy(&k[static_cast<size_t>(t * hk * d)], &fused[static_cast<size_t>(t * width + hq * d)], hk * d * 4);
+  }
+  TensorView qv{.data = fused.data(), .dtype = DType::f32, .shape = {b, seq, hq, d},
+                .strides = {seq * width, width, d, 1}};
+  TensorView kv = qv;
+  kv.data = fused.data() + hq * d;
+  kv.shape[2] = hk;
+  apply(s, {.q = qv, .k = kv, .positions = Positions::sequential(3)});
+  apply(s, {.q = TensorView::bshd(q.data(), DType::f32, b, seq, hq, d),
+            .k = TensorView::bshd(k.data(), DType::f32, b, seq, hk, d), .positions = Positions::sequential(3)});
+  for (int64_t t = 0; t < b * seq; ++t) {
+    for (int64_t j = 0; j < hq * d; ++j)
+      ASSERT_EQ(fused[static_cast<size_t>(t * width + j)], q[static_cast<size_t>(t * hq * d + j)]);
+    for (int64_t j = 0; j < hk * d; ++j)
+      ASSERT_EQ(fused[static_cast<size_t>(t * width + hq * d + j)], k[static_cast<size_t>(t * hk * d + j)]);
+    for (int64_t j = (hq + hk) * d; j < width; ++j)  // v untouched
+      ASSERT_EQ(fused[static_cast<size_t>(t * width + j)], before[static_cast<size_t>(t * width + j)]);
+  }
+}
+
+TEST(ApplyStrides, InPlaceEqualsOutOfPlaceAndEveryOutputIsWritten) {
+  const Schedule s = make_schedule(Spec{.head_dim = 24, .rotary_dim = 16});
+  const int64_t b = 2, seq = 7, h = 3, d = 24, n = b * seq * h * d;
+  const std::vector<float> in = test::random_floats(static_cast<size_t>(n), 61);
+  std::vector<float> x = in;
+  apply(s, {.q = TensorView::bshd(x.data(), DType::f32, b, seq, h, d)});
+  // Out of place into a poisoned buffer with guard zones; reversed (negative) strides as well.
+  const float poison = std::bit_cast<float>(0x7fc12345u);
+  const int64_t guard = 37;
+  std::vector<float> out(static_cast<size_t>(n + 2 * guard), poison);
+  TensorView ov = TensorView::bshd(out.data() + guard, DType::f32, b, seq, h, d);
+  apply(s, {.q = TensorView::bshd(const_cast<float*>(in.data()), DType::f32, b, seq, h, d), .q_out = ov});
+  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[static_cast<size_t>(guard + j)], x[static_cast<size_t>(j)]) << j;
+  for (int64_t j = 0; j < guard; ++j) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(j)]), 0x7fc12345u);
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[static_cast<size_t>(guard + n + j)]), 0x7fc12345u);
+  }
+  // Reversed seq axis: a negative stride reads token s from the mirrored place.
+  std::vector<float> rev(static_cast<size_t>(n));
+  TensorView rv{.data = rev.data() + (seq - 1) * h * d, .dtype = DType::f32, .shape = {b, seq, h, d},
+                .strides = {seq * h * d, -h * d, d, 1}};
+  apply(s, {.q = TensorView::bshd(const_cast<float*>(in.data()), DType::f32, b, seq, h, d), .q_out = rv});
+  for (int64_t i0 = 0; i0 < b; ++i0)
+    for (int64_t i1 = 0; i1 < seq; ++i1)
+      for (int64_t j = 0; j < h * d; ++j)
+        ASSERT_EQ(rev[static_cast<size_t>(i0 * seq * h * d + (seq - 1 - i1) * h * d + j)],
+                  x[static_cast<size_t>((i0 * seq + i1) * h * d + j)]);
+}
+
+TEST(ApplyStrides, ZeroTokensIsANoOp) {
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  std::vector<float> x(8, 1.0f);
+  apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 1, 0, 1, 8)});
+  apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 0, 5, 1, 8)});
+  apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 1, 1, 0, 8), .positions = Positions::sequential(1)});
+  EXPECT_EQ(x, std::vector<float>(8, 1.0f));
+}
+
+TEST(ApplyPositions, PerTokenMatchesPerSequenceOffsets) {
+  const Schedule s = make_schedule(Spec{.head_dim = 32, .schedule = ScheduleType::linear, .factor = 2});
+  const int64_t b = 3, seq = 4, h = 2, d = 32;
+  const std::vector<float> in = test::random_floats(static_cast<size_t>(b * seq * h * d), 71);
+  const int64_t offsets[3] = {0, 1000, max_position_limit - seq};
+  std::vector<int32_t> p32;
+  std::vector<int64_t> p64;
+  for (int64_t i0 = 0; i0 < b; ++i0)
+    for (int64_t i1 = 0; i1 < seq; ++i1) {
+      p32.push_back(static_cast<int32_t>(offsets[i0] + i1));
+      p64.push_back(offsets[i0] + i1);
+    }
+  std::vector<float> a = in, c = in, expected = in;
+  apply(s, {.q = TensorView::bshd(a.data(), DType::f32, b, seq, h, d), .positions = Positions::per_token(p32)});
+  apply(s, {.q = TensorView::bshd(c.data(), DType::f32, b, seq, h, d), .positions = Positions::per_token(p64)});
+  for (int64_t i0 = 0; i0 < b; ++i0) {
+    apply(s, {.q = TensorView::bshd(expected.data() + i0 * seq * h * d, DType::f32, 1, seq, h, d),
+              .positions = Positions::sequential(offsets[i0])});
+  }
+  EXPECT_EQ(a, expected);
+  EXPECT_EQ(c, expected);
+  // With a table holding exactly these positions, the table path gives the same within 1 ulp-pair.
+  const Table t = Table::at(s, p64);
+  std::vector<float> via_table = in;
+  apply(s, {.q = TensorView::bshd(via_table.data(), DType::f32, b, seq, h, d),
+            .positions = Positions::per_token(p64), .table = &t});
+  for (size_t j = 0; j < in.size(); ++j) EXPECT_NEAR(via_table[j], expected[j], 2 * 0x1p-23 * 8);
+}
+
+// ---- bad input: message, and the caller's buffers untouched ----
+
+struct Buffers {
+  std::vector<float> q = test::random_floats(2 * 3 * 4 * 16, 81);
+  std::vector<float> k = test::random_floats(2 * 3 * 2 * 16, 82);
+  std::vector<float> out = std::vector<float>(2 * 3 * 4 * 16, -9.0f);
+  std::vector<float> q0 = q, k0 = k, out0 = out;
+  TensorView qv() { return TensorView::bshd(q.data(), DType::f32, 2, 3, 4, 16); }
+  TensorView kv() { return TensorView::bshd(k.data(), DType::f32, 2, 3, 2, 16); }
+  TensorView ov() { return TensorView::bshd(out.data(), DType::f32, 2, 3, 4, 16); }
+  void expect_untouched() const {
+    EXPECT_EQ(q, q0);
+    EXPECT_EQ(k, k0);
+    EXPECT_EQ(out, out0);
+  }
+};
+
+TEST(ApplyErrors, EveryRuleNamesTheValueAndWritesNothing) {
+  const Schedule s = make_schedule(Spec{.head_dim = 16});
+  const Schedule wide = make_schedule(Spec{.head_dim = 32});
+  const Schedule other = make_schedule(Spec{.head_dim = 16, .base = 500000});
+  const Table table = Table::range(s, 0, 10);
+  const Table other_table = Table::range(other, 0, 10);
+  struct Case {
+    const char* needle;
+    std::function<ApplyArgs(Buffers&)> make;
+    const Schedule* schedule = nullptr;
+  };
+  std::vector<int64_t> four_positions = {1, 2, 3, 4};
+  std::vector<int64_t> bad_positions = {0, 1, 2, -5, 4, 5};
+  std::vector<int64_t> huge_positions = {0, 1, 2, max_position_limit, 4, 5};
+  std::vector<int32_t> far_positions = {0, 1, 2, 3, 4, 50};
+  Schedule odd = s;
+  odd.rotary_dim = 15;
+  const std::vector<Case> cases = {
+      {"q is not set", [](Buffers&) { return ApplyArgs{}; }},
+      {"q.head_dim=16 differs from the schedule's head_dim=32",
+       [](Buffers& b) { return ApplyArgs{.q = b.qv()}; }, &wide},
+      {"k.dtype=bf16 differs from q.dtype=f32", [](Buffers& b) {
+         TensorView k = b.kv(); k.dtype = DType::bf16; return ApplyArgs{.q = b.qv(), .k = k}; }},
+      {"disagrees with q shape", [](Buffers& b) {
+         TensorView k = b.kv(); k.shape[1] = 2; return ApplyArgs{.q = b.qv(), .k = k}; }},
+      {"k_out is set but k is not", [](Buffers& b) { return ApplyArgs{.q = b.qv(), .k_out = b.kv()}; }},
+      {"q_out shape [2, 3, 2, 16] differs from q shape [2, 3, 4, 16]", [](Buffers& b) {
+         TensorView o = b.ov(); o.shape[2] = 2; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
+      {"q_out.dtype=f64 differs from q.dtype=f32", [](Buffers& b) {
+         TensorView o = b.ov(); o.dtype = DType::f64; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
+      {"threads=-1 must be >= 0", [](Buffers& b) { return ApplyArgs{.q = b.qv(), .threads = -1}; }},
+      {"positions has 4 entries but batch*seq=6", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(four_positions)}; }},
+      {"positions[3]=-5 must be in [0, 2^31)", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(bad_positions)}; }},
+      {"positions[3]=2147483648 must be in [0, 2^31)", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(huge_positions)}; }},
+      {"offset=2147483647 with seq=3 must keep positions in [0, 2^31)", [](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::sequential(max_position_limit - 1)}; }},
+      {"offset=-1 with seq=3", [](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::sequential(-1)}; }},
+      {"positions[5]=50 is not in the table", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(far_positions), .table = &table}; }},
+      {"positions[2]=10 is not in the table", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::sequential(8), .table = &table}; }},
+      {"table was built from a different schedule", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .table = &other_table}; }},
+      {"q_out overlaps input q", [](Buffers& b) {
+         TensorView o = b.qv(); o.data = b.q.data() + 8; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
+      {"q (in place) overlaps input k", [](Buffers& b) {
+         TensorView k = b.qv(); k.shape[2] = 2; return ApplyArgs{.q = b.qv(), .k = k}; }},
+      {"k_out overlaps input q", [](Buffers& b) {
+         TensorView o = b.ov(); o.shape[2] = 2; o.data = b.q.data();
+         return ApplyArgs{.q = b.qv(), .k = b.kv(), .q_out = b.ov(), .k_out = o}; }},
+      {"q_out overlaps k_out", [](Buffers& b) {
+         TensorView o = b.ov(); o.shape[2] = 2;
+         return ApplyArgs{.q = b.qv(), .k = b.kv(), .q_out = b.ov(), .k_out = o}; }},
+      {"q_out strides [96, 16, 0, 1] make elements overlap", [](Buffers& b) {
+         TensorView o = b.ov(); o.strides = {96, 16, 0, 1}; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
+      {"q.seq=-3 must be >= 0", [](Buffers& b) {
+         TensorView q = b.qv(); q.shape[1] = -3; return ApplyArgs{.q = q}; }},
+      {"reach beyond 2^60 elements", [](Buffers& b) {
+         TensorView q = b.qv(); q.strides[0] = int64_t{1} << 62; return ApplyArgs{.q = q}; }},
+      {"q.dtype=9 is not f32, f64, f16 or bf16", [](Buffers& b) {
+         TensorView q = b.qv(); q.dtype = static_cast<DType>(9); return ApplyArgs{.q = q}; }},
+      {"rotary_dim=15 must be even", [](Buffers& b) { return ApplyArgs{.q = b.qv()}; }, &odd},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Buffers b;
+    const Schedule& schedule = cases[c].schedule ? *cases[c].schedule : s;
+    EXPECT_ROTARY_ERROR(apply(schedule, cases[c].make(b)), cases[c].needle);
+    b.expect_untouched();
+  }
+}
+
+TEST(ApplyErrors, DisjointInterleavedSlicesAreAccepted) {
+  // q and k heads interleaved in one buffer (fused QKV) do not overlap and must be accepted,
+  // while a k slice that shifts into q's heads must not.
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  std::vector<float> buffer(2 * 6 * 8, 1.0f);
+  TensorView q{.data = buffer.data(), .dtype = DType::f32, .shape = {1, 2, 2, 8}, .strides = {96, 48, 8, 1}};
+  TensorView k = q;
+  k.data = buffer.data() + 16;
+  EXPECT_NO_THROW(apply(s, {.q = q, .k = k}));
+  k.data = buffer.data() + 8;
+  EXPECT_ROTARY_ERROR(apply(s, {.q = q, .k = k}), "q (in place) overlaps input k");
+}
+
+}  // namespace
+}  // namespace rotary

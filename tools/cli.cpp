@@ -1,0 +1,247 @@
+#include "cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "demo.hpp"
+#include "parse.hpp"
+#include "rotary/rotary.hpp"
+
+namespace rotary::cli {
+namespace {
+
+// Spec options, kept as text until parsed so that every error names the option and the value.
+struct SpecOptions {
+  std::map<std::string, std::string> given;  // option name (without --) -> text
+  bool no_truncate = false;
+
+  void attach(CLI::App& app) {
+    static const char* const names[][2] = {
+        {"head-dim", "head_dim D: width of one attention head (required)"},
+        {"rotary-dim", "rotary_dim R: rotated leading channels (default: head_dim)"},
+        {"base", "base (rope_theta), default 10000"},
+        {"pairing", "interleaved|half (default half)"},
+        {"schedule", "default|linear|ntk|dynamic|yarn|llama3|longrope|monotone"},
+        {"factor", "scaling factor s"},
+        {"original-max-position", "L: original_max_position_embeddings"},
+        {"max-position", "M: max_position_embeddings"},
+        {"seq-len", "n: current sequence length (dynamic, longrope)"},
+        {"beta-fast", "yarn beta_fast (default 32)"},
+        {"beta-slow", "yarn beta_slow (default 1)"},
+        {"mscale", "yarn mscale"},
+        {"mscale-all-dim", "yarn mscale_all_dim"},
+        {"attention-factor", "explicit attention factor"},
+        {"low-freq-factor", "llama3 low_freq_factor"},
+        {"high-freq-factor", "llama3 high_freq_factor"},
+        {"short-factor", "longrope short factors a,b,... (rotary_dim/2 values)"},
+        {"long-factor", "longrope long factors a,b,... (rotary_dim/2 values)"},
+        {"max-length", "monotone: max length N"},
+        {"monotone-scale", "monotone: the constant c (default: largest allowed)"},
+    };
+    for (const auto& [name, help] : names) {
+      std::string key = name;
+      app.add_option_function<std::string>(
+             "--" + key, [this, key](const std::string& v) { given[key] = v; }, help)
+          ->type_name("VALUE");
+    }
+    app.add_flag("--no-truncate", no_truncate, "yarn: do not round the ramp ends");
+  }
+
+  std::optional<std::string> text(const std::string& key) const {
+    auto it = given.find(key);
+    if (it == given.end()) return std::nullopt;
+    return it->second;
+  }
+  std::optional<double> number(const std::string& key) const {
+    auto t = text(key);
+    if (!t) return std::nullopt;
+    return parse_double(*t, "--" + key);
+  }
+  std::optional<int64_t> integer(const std::string& key) const {
+    auto t = text(key);
+    if (!t) return std::nullopt;
+    return parse_int(*t, "--" + key);
+  }
+
+  Spec spec() const {
+    Spec s;
+    auto head_dim = integer("head-dim");
+    if (!head_dim) throw Error("--head-dim is required");
+    s.head_dim = *head_dim;
+    s.rotary_dim = integer("rotary-dim").value_or(0);
+    if (text("rotary-dim") && s.rotary_dim == 0) throw Error("--rotary-dim=0 must be > 0");
+    s.base = number("base").value_or(10000.0);
+    if (auto t = text("pairing")) s.pairing = parse_pairing(*t, "--pairing");
+    if (auto t = text("schedule")) s.schedule = parse_schedule(*t, "--schedule");
+    s.factor = number("factor");
+    s.original_max_position = integer("original-max-position");
+    s.max_position = integer("max-position");
+    s.beta_fast = number("beta-fast");
+    s.beta_slow = number("beta-slow");
+    s.mscale = number("mscale");
+    s.mscale_all_dim = number("mscale-all-dim");
+    if (no_truncate) s.truncate = false;
+    s.attention_factor = number("attention-factor");
+    s.low_freq_factor = number("low-freq-factor");
+    s.high_freq_factor = number("high-freq-factor");
+    if (auto t = text("short-factor")) s.short_factor = parse_double_list(*t, "--short-factor");
+    if (auto t = text("long-factor")) s.long_factor = parse_double_list(*t, "--long-factor");
+    s.max_length = integer("max-length");
+    s.monotone_scale = number("monotone-scale");
+    return s;
+  }
+
+  Schedule schedule() const { return make_schedule(spec(), integer("seq-len")); }
+};
+
+// Errors from the library name spec fields (factor=...); on the command line they are options.
+std::string name_option(const std::string& message) {
+  static const std::map<std::string, std::string> option_of = {
+      {"head_dim", "--head-dim"}, {"rotary_dim", "--rotary-dim"}, {"base", "--base"},
+      {"factor", "--factor"}, {"original_max_position", "--original-max-position"},
+      {"max_position", "--max-position"}, {"seq_len", "--seq-len"}, {"beta_fast", "--beta-fast"},
+      {"beta_slow", "--beta-slow"}, {"mscale", "--mscale"}, {"mscale_all_dim", "--mscale-all-dim"},
+      {"truncate", "--no-truncate"}, {"attention_factor", "--attention-factor"},
+      {"low_freq_factor", "--low-freq-factor"}, {"high_freq_factor", "--high-freq-factor"},
+      {"short_factor", "--short-factor"}, {"long_factor", "--long-factor"},
+      {"max_length", "--max-length"}, {"monotone_scale", "--monotone-scale"},
+      {"inv_freq", "--factor"}, {"position", "--positions"}};
+  size_t end = 0;
+  while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) ||
+                                  message[end] == '_')) {
+    ++end;
+  }
+  auto it = option_of.find(message.substr(0, end));
+  if (it == option_of.end()) return message;
+  return it->second + ": " + message;
+}
+
+std::string g17(double v) { return fmt::format("{:.17g}", v); }
+std::string g9(float v) { return fmt::format("{:.9g}", v); }
+
+void print_info(const Schedule& schedule, double base, bool json, std::ostream& out) {
+  if (json) {
+    std::string s = fmt::format(
+        "{{\"head_dim\":{},\"rotary_dim\":{},\"pairing\":\"{}\",\"schedule\":\"{}\",\"base\":{},"
+        "\"inv_freq\":[",
+        schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing),
+        to_string(schedule.type), g17(base));
+    for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
+      if (i) s += ',';
+      s += g17(schedule.inv_freq[i]);
+    }
+    s += fmt::format("],\"attention_factor\":{}}}\n", g17(schedule.attention_factor));
+    out << s;
+    return;
+  }
+  const std::vector<double> plain = default_inv_freq(base, schedule.rotary_dim);
+  out << fmt::format("schedule {}  pairing {}  head_dim {}  rotary_dim {}  base {}  attention_factor {}\n",
+                     to_string(schedule.type), to_string(schedule.pairing), schedule.head_dim,
+                     schedule.rotary_dim, g17(base), g17(schedule.attention_factor));
+  out << fmt::format("{:>5}  {:>24}  {:>24}  {:>12}\n", "pair", "inv_freq (rad/token)",
+                     "wavelength (tokens)", "to default");
+  for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
+    const double f = schedule.inv_freq[i];
+    out << fmt::format("{:>5}  {:>24.17g}  {:>24.6f}  {:>12.6g}\n", i, f, 2 * 3.141592653589793 / f,
+                       f / plain[i]);
+  }
+}
+
+void print_table(const Table& table, bool json, std::ostream& out) {
+  const int64_t pairs = table.pairs();
+  if (json) {
+    std::string s = "{\"positions\":[";
+    for (int64_t r = 0; r < table.rows(); ++r) {
+      if (r) s += ',';
+      s += std::to_string(table.position(r));
+    }
+    for (int which = 0; which < 2; ++which) {
+      s += which == 0 ? "],\"cos\":[" : "],\"sin\":[";
+      for (int64_t r = 0; r < table.rows(); ++r) {
+        if (r) s += ',';
+        s += '[';
+        const float* row = which == 0 ? table.cos_row(r) : table.sin_row(r);
+        for (int64_t i = 0; i < pairs; ++i) {
+          if (i) s += ',';
+          s += g9(row[i]);
+        }
+        s += ']';
+      }
+    }
+    s += "]}\n";
+    out << s;
+    return;
+  }
+  out << fmt::format("{:>12}  {:>5}  {:>16}  {:>16}\n", "position", "pair", "cos", "sin");
+  for (int64_t r = 0; r < table.rows(); ++r) {
+    for (int64_t i = 0; i < pairs; ++i) {
+      out << fmt::format("{:>12}  {:>5}  {:>16.9g}  {:>16.9g}\n", table.position(r), i,
+                         table.cos_row(r)[i], table.sin_row(r)[i]);
+    }
+  }
+}
+
+}  // namespace
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"rotary: Rotary Position Embeddings, exact at any context length"};
+  app.name("rotary");
+  app.require_subcommand(1);
+
+  SpecOptions info_spec;
+  bool info_json = false;
+  CLI::App* info = app.add_subcommand("info", "print a schedule's frequencies");
+  info_spec.attach(*info);
+  info->add_flag("--json", info_json, "print JSON");
+
+  SpecOptions table_spec;
+  bool table_json = false;
+  std::string positions_text;
+  CLI::App* table = app.add_subcommand("table", "print cos/sin (times attention_factor) at positions");
+  table_spec.attach(*table);
+  table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
+  table->add_flag("--json", table_json, "print JSON");
+
+  DemoOptions demo_options;
+  CLI::App* demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
+  demo->add_option("--seed", demo_options.seed, "random seed");
+
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) {  // --help
+        out << app.help(app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name());
+        return 0;
+      }
+      std::string message = e.what();
+      if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
+      err << "rotary: error: " << message << "\n";
+      return 2;
+    }
+    if (info->parsed()) {
+      const Schedule schedule = info_spec.schedule();
+      print_info(schedule, info_spec.spec().base, info_json, out);
+    } else if (table->parsed()) {
+      const Schedule schedule = table_spec.schedule();
+      const std::vector<int64_t> positions = parse_int_list(positions_text, "--positions");
+      print_table(Table::at(schedule, positions), table_json, out);
+    } else if (demo->parsed()) {
+      return run_demo(demo_options, out);
+    }
+  } catch (const Error& e) {
+    err << "rotary: error: " << name_option(e.what()) << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    err << "rotary: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace rotary::cli
