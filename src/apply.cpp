@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/cpu.hpp"
 #include "kernel.hpp"
 #include "memory.hpp"
 #include "rotary/error.hpp"
@@ -118,8 +119,9 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
   if (args.direction != Direction::forward && args.direction != Direction::inverse) {
     throw Error(fmt::format("direction={} is not forward or inverse", static_cast<int>(args.direction)));
   }
-  if (args.backend != Backend::automatic && args.backend != Backend::reference) {
-    throw Error(fmt::format("backend={} is not automatic or reference", static_cast<int>(args.backend)));
+  if (args.backend != Backend::automatic && args.backend != Backend::reference &&
+      args.backend != Backend::cpu) {
+    throw Error(fmt::format("backend={} is not automatic, reference or cpu", static_cast<int>(args.backend)));
   }
 
   // Effective outputs: the input itself when in place.
@@ -191,7 +193,11 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
   add(args.q, args.q_out);
   if (args.k.is_set()) add(args.k, args.k_out);
   if (plan.batch == 0 || plan.seq == 0) return;
-  detail::reference_apply(plan);
+  if (args.backend == Backend::reference) {
+    detail::reference_apply(plan);
+  } else {
+    detail::cpu_apply(plan);
+  }
 }
 
 }  // namespace rotary

@@ -14,9 +14,10 @@ namespace rotary {
 /// attention_factor^2 overall, as the gradient must).
 enum class Direction { forward, inverse };
 
-/// Which implementation runs. `automatic` picks the fastest available; `reference` is the scalar
-/// oracle written from the formulas (single-threaded, double arithmetic).
-enum class Backend { automatic, reference };
+/// Which implementation runs. `automatic` picks the fastest available (today: cpu); `cpu` is the
+/// Highway SIMD kernels (best target chosen at run time) threaded with OpenMP; `reference` is the
+/// scalar oracle written from the formulas (single-threaded, double arithmetic).
+enum class Backend { automatic, reference, cpu };
 
 /// One call rotates q and (optionally) k, sharing each token's angles between all heads.
 ///
@@ -38,7 +39,7 @@ struct ApplyArgs {
   const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
                                  ///< null: computed exactly on the fly, once per token
   bool copy_tail = true;         ///< out of place: copy channels rotary_dim..head_dim
-  int threads = 0;               ///< 0: all OpenMP threads; results do not depend on it
+  int threads = 0;               ///< 0: all OpenMP threads; results are bit-identical for any value
   Backend backend = Backend::automatic;
 };
 

@@ -1,0 +1,19 @@
+// RoPE kernel for bf16 storage: per-target code from apply-inl.h, dispatched at run time.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/cpu/apply_bf16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "src/cpu/apply-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::detail::HWY_NAMESPACE {
+void RotateHeadsBF16(const RowArgs& args) { RotateHeads<BF16Tag>(args); }
+}  // namespace rotary::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rotary::detail {
+HWY_EXPORT(RotateHeadsBF16);
+void rotate_heads_bf16(const RowArgs& args) { HWY_DYNAMIC_DISPATCH(RotateHeadsBF16)(args); }
+}  // namespace rotary::detail
+#endif
