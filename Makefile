@@ -21,6 +21,7 @@ build-asan: deps
 
 run: build
 	$(BUILD)/rotary demo
+	$(BUILD)/rotary bench --cases prefill_q,decode --pairings half
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench.hpp"
 #include "demo.hpp"
 #include "parse.hpp"
 #include "rotary/rotary.hpp"
@@ -211,6 +212,18 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   CLI::App* demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
   demo->add_option("--seed", demo_options.seed, "random seed");
 
+  BenchOptions bench_options;
+  std::string bench_cases, bench_dtypes, bench_pairings, bench_angles, bench_placement, bench_threads;
+  CLI::App* bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
+  bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode (default all)");
+  bench->add_option("--dtypes", bench_dtypes, "f32,bf16,f16 (default f32,bf16)");
+  bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
+  bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
+  bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
+  bench->add_option("--threads", bench_threads, "thread counts, e.g. 1,2 (0 = all; default 1 and all)");
+  bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
+  bench->add_flag("--json", bench_options.json, "print JSON rows");
+
   try {
     try {
       app.parse(argc, argv);
@@ -233,6 +246,30 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       print_table(Table::at(schedule, positions), table_json, out);
     } else if (demo->parsed()) {
       return run_demo(demo_options, out);
+    } else if (bench->parsed()) {
+      auto split = [](const std::string& text, std::vector<std::string>& into) {
+        if (text.empty()) return;
+        into.clear();
+        size_t start = 0;
+        while (true) {
+          const size_t comma = text.find(',', start);
+          into.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      };
+      split(bench_cases, bench_options.cases);
+      split(bench_dtypes, bench_options.dtypes);
+      split(bench_pairings, bench_options.pairings);
+      split(bench_angles, bench_options.angles);
+      split(bench_placement, bench_options.placement);
+      if (!bench_threads.empty()) {
+        for (int64_t t : parse_int_list(bench_threads, "--threads")) {
+          if (t < 0 || t > 1024) throw Error(fmt::format("--threads={} must be in [0, 1024]", t));
+          bench_options.threads.push_back(static_cast<int>(t));
+        }
+      }
+      return run_bench(bench_options, out);
     }
   } catch (const Error& e) {
     err << "rotary: error: " << name_option(e.what()) << "\n";

@@ -7,6 +7,7 @@
 #define ROTARY_CPU_APPLY_INL_H_
 #endif
 
+#include <cmath>
 #include <cstring>
 
 #include "hwy/highway.h"
@@ -19,10 +20,6 @@ namespace rotary::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using D = hn::ScalableTag<double>;
-using DF = hn::Rebind<float, D>;
-using DU32 = hn::Rebind<uint32_t, D>;
-using DI32 = hn::Rebind<int32_t, D>;
-using DU16 = hn::Rebind<uint16_t, D>;
 using V = hn::Vec<D>;
 
 struct F32Tag {};
@@ -30,46 +27,76 @@ struct F16Tag {};
 struct BF16Tag {};
 
 // ---- edges: storage <-> double, one rounding at the store (to float, then to 16 bits) ----
+// Conversions run at full float width (2N lanes): widen once, split into two double halves,
+// rotate, demote both halves to float, join, narrow once.
+
+// Scalar edges (every target): the same conversions as detail::, one rounding at the store.
+template <class Tag>
+struct ScalarIo;
+template <>
+struct ScalarIo<F32Tag> {
+  static double Load(const float* p) { return *p; }
+  static void Store(double v, float* p) { *p = static_cast<float>(v); }
+};
+template <>
+struct ScalarIo<BF16Tag> {
+  static double Load(const uint16_t* p) { return bf16_to_f32(*p); }
+  static void Store(double v, uint16_t* p) { *p = f32_to_bf16(static_cast<float>(v)); }
+};
+template <>
+struct ScalarIo<F16Tag> {
+  static double Load(const uint16_t* p) { return f16_to_f32(*p); }
+  static void Store(double v, uint16_t* p) { *p = f32_to_f16(static_cast<float>(v)); }
+};
+template <class Tag>
+struct StorageOf {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<F32Tag> {
+  using type = float;
+};
+
+#if HWY_TARGET != HWY_SCALAR
+using DFF = hn::Repartition<float, D>;  // full float vector: 2N lanes
+using DFH = hn::Half<DFF>;              // N floats
+using DUF = hn::RebindToUnsigned<DFF>;
+using DIF = hn::RebindToSigned<DFF>;
+using DU16F = hn::Rebind<uint16_t, DFF>;
 
 template <class Tag>
 struct Io;
 
 template <>
 struct Io<F32Tag> {
-  using Storage = float;
-  static V Load(const float* p) { return hn::PromoteTo(D(), hn::LoadU(DF(), p)); }
-  static void Store(V v, float* p) { hn::StoreU(hn::DemoteTo(DF(), v), DF(), p); }
-  static double LoadScalar(const float* p) { return *p; }
-  static void StoreScalar(double v, float* p) { *p = static_cast<float>(v); }
+  static hn::Vec<DFF> Load(const float* p) { return hn::LoadU(DFF(), p); }
+  static void Store(hn::Vec<DFF> v, float* p) { hn::StoreU(v, DFF(), p); }
 };
 
 // float32 bits -> bfloat16 bits, nearest even (Highway 1.0.3's DemoteTo truncates).
-HWY_INLINE hn::Vec<DU32> Bf16Bits(hn::Vec<DF> f) {
-  const DU32 du;
+HWY_INLINE hn::Vec<DUF> Bf16Bits(hn::Vec<DFF> f) {
+  const DUF du;
   const auto u = hn::BitCast(du, f);
   const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
   const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-  const DI32 di;
-  const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(u, hn::Set(du, 0x7fffffffu))),
-                             hn::Set(di, 0x7f800000));
   const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-  return hn::IfThenElse(hn::RebindMask(du, is_nan), quiet, rounded);
+  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(f, f)), quiet, rounded);  // NaN: quiet it
 }
 
 // float32 bits -> binary16 bits, nearest even, subnormals included (the emulated DemoteTo
 // truncates). Mirrors detail::f32_to_f16.
-HWY_INLINE hn::Vec<DU32> F16Bits(hn::Vec<DF> f) {
-  const DU32 du;
-  const DI32 di;
-  const DF df;
+HWY_INLINE hn::Vec<DUF> F16Bits(hn::Vec<DFF> f) {
+  const DUF du;
+  const DIF di;
+  const DFF df;
   const auto u = hn::BitCast(du, f);
   const auto sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
   const auto a = hn::And(u, hn::Set(du, 0x7fffffffu));
   const auto lsb = hn::And(hn::ShiftRight<13>(a), hn::Set(du, 1u));
   const auto normal = hn::ShiftRight<13>(
       hn::Sub(hn::Add(a, hn::Add(hn::Set(du, 0xfffu), lsb)), hn::Set(du, 112u << 23)));
-  // Below 2^-14: m * 2^-24 with m = rint(|f| * 2^24); the scaling is exact.
   const auto ai = hn::BitCast(di, a);  // a < 2^31: signed comparisons are exact
+  // Below 2^-14: m * 2^-24 with m = rint(|f| * 2^24); the scaling is exact.
   const auto small = hn::RebindMask(du, hn::Lt(ai, hn::Set(di, 0x38800000)));
   const auto scaled = hn::Mul(hn::BitCast(df, hn::IfThenElseZero(small, a)), hn::Set(df, 0x1p24f));
   const auto sub = hn::BitCast(du, hn::NearestInt(scaled));
@@ -81,10 +108,10 @@ HWY_INLINE hn::Vec<DU32> F16Bits(hn::Vec<DF> f) {
 }
 
 // binary16 bits (in u32 lanes) -> float32, exact. Mirrors detail::f16_to_f32.
-HWY_INLINE hn::Vec<DF> F16ToF32(hn::Vec<DU32> h) {
-  const DU32 du;
-  const DI32 di;
-  const DF df;
+HWY_INLINE hn::Vec<DFF> F16ToF32(hn::Vec<DUF> h) {
+  const DUF du;
+  const DIF di;
+  const DFF df;
   const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
   const auto exponent = hn::And(hn::ShiftRight<10>(h), hn::Set(du, 0x1fu));
   const auto mantissa = hn::And(h, hn::Set(du, 0x3ffu));
@@ -98,36 +125,39 @@ HWY_INLINE hn::Vec<DF> F16ToF32(hn::Vec<DU32> h) {
   return hn::BitCast(df, hn::Or(bits, sign));
 }
 
-HWY_INLINE void StoreBits16(hn::Vec<DU32> bits, uint16_t* p) {
-  hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(DI32(), bits)), DU16(), p);
+HWY_INLINE void StoreBits16(hn::Vec<DUF> bits, uint16_t* p) {
+  hn::StoreU(hn::DemoteTo(DU16F(), hn::BitCast(DIF(), bits)), DU16F(), p);
 }
 
 template <>
 struct Io<BF16Tag> {
-  using Storage = uint16_t;
-  static V Load(const uint16_t* p) {
-    const auto wide = hn::ShiftLeft<16>(hn::PromoteTo(DU32(), hn::LoadU(DU16(), p)));
-    return hn::PromoteTo(D(), hn::BitCast(DF(), wide));
+  static hn::Vec<DFF> Load(const uint16_t* p) {
+    return hn::BitCast(DFF(), hn::ShiftLeft<16>(hn::PromoteTo(DUF(), hn::LoadU(DU16F(), p))));
   }
-  static void Store(V v, uint16_t* p) { StoreBits16(Bf16Bits(hn::DemoteTo(DF(), v)), p); }
-  static double LoadScalar(const uint16_t* p) { return bf16_to_f32(*p); }
-  static void StoreScalar(double v, uint16_t* p) { *p = f32_to_bf16(static_cast<float>(v)); }
+  static void Store(hn::Vec<DFF> v, uint16_t* p) { StoreBits16(Bf16Bits(v), p); }
 };
 
 template <>
 struct Io<F16Tag> {
-  using Storage = uint16_t;
-  static V Load(const uint16_t* p) {
-    return hn::PromoteTo(D(), F16ToF32(hn::PromoteTo(DU32(), hn::LoadU(DU16(), p))));
+  static hn::Vec<DFF> Load(const uint16_t* p) {
+    return F16ToF32(hn::PromoteTo(DUF(), hn::LoadU(DU16F(), p)));
   }
-  static void Store(V v, uint16_t* p) { StoreBits16(F16Bits(hn::DemoteTo(DF(), v)), p); }
-  static double LoadScalar(const uint16_t* p) { return f16_to_f32(*p); }
-  static void StoreScalar(double v, uint16_t* p) { *p = f32_to_f16(static_cast<float>(v)); }
+  static void Store(hn::Vec<DFF> v, uint16_t* p) { StoreBits16(F16Bits(v), p); }
 };
 
-// ---- the rotation ----
+HWY_INLINE V Lower(hn::Vec<DFF> v) { return hn::PromoteTo(D(), hn::LowerHalf(DFH(), v)); }
+HWY_INLINE V Upper(hn::Vec<DFF> v) { return hn::PromoteTo(D(), hn::UpperHalf(DFH(), v)); }
+HWY_INLINE hn::Vec<DFF> Join(V lower, V upper) {
+  return hn::Combine(DFF(), hn::DemoteTo(DFH(), upper), hn::DemoteTo(DFH(), lower));
+}
+#endif  // HWY_TARGET != HWY_SCALAR
 
-// Scalar pairs [first, last): the same double operations as the vector body and the reference.
+// ---- the rotation ----
+// a' = a c - b s and b' = a s + b c, each with one fused multiply-add (MulSub/MulAdd: fused on
+// FMA targets, mul + add elsewhere). With a Table both products are exact in double, so either
+// way the double result is the correctly rounded a c - b s, as in the reference.
+
+// Scalar pairs [first, last), the same operations (std::fma where the target fuses).
 template <class Tag, class T>
 HWY_INLINE void RotateScalar(const T* in, T* out, const RowArgs& args, int64_t first, int64_t last) {
   const int64_t h = args.rotary_dim / 2;
@@ -136,18 +166,23 @@ HWY_INLINE void RotateScalar(const T* in, T* out, const RowArgs& args, int64_t f
     const int64_t ib = args.interleaved ? 2 * i + 1 : i + h;
     const double c = args.interleaved ? args.c[2 * i] : args.c[i];
     const double s = args.interleaved ? args.c[2 * i + 1] : args.s[i];
-    const double a = Io<Tag>::LoadScalar(in + ia);
-    const double b = Io<Tag>::LoadScalar(in + ib);
-    Io<Tag>::StoreScalar(a * c - b * s, out + ia);
-    Io<Tag>::StoreScalar(a * s + b * c, out + ib);
+    const double a = ScalarIo<Tag>::Load(in + ia);
+    const double b = ScalarIo<Tag>::Load(in + ib);
+#if HWY_NATIVE_FMA
+    ScalarIo<Tag>::Store(std::fma(a, c, -(b * s)), out + ia);
+    ScalarIo<Tag>::Store(std::fma(a, s, b * c), out + ib);
+#else
+    ScalarIo<Tag>::Store(a * c - b * s, out + ia);
+    ScalarIo<Tag>::Store(a * s + b * c, out + ib);
+#endif
   }
 }
 
 template <class Tag>
 void RotateHeads(const RowArgs& args) {
-  using T = typename Io<Tag>::Storage;
+  using T = typename StorageOf<Tag>::type;
   const D d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));  // doubles per vector; 2N floats
   const int64_t h = args.rotary_dim / 2;
   const auto* in_base = static_cast<const T*>(args.in);
   auto* out_base = static_cast<T*>(args.out);
@@ -157,23 +192,32 @@ void RotateHeads(const RowArgs& args) {
     int64_t done = 0;  // pairs rotated by the vector body
 #if HWY_TARGET != HWY_SCALAR
     if (args.interleaved) {
-      // x = [a0 b0 a1 b1 ..]: even lanes a*c + b*(-s), odd lanes a*s + b*c.
-      for (int64_t j = 0; j + N <= args.rotary_dim; j += N) {
-        const V x = Io<Tag>::Load(in + j);
-        const V y = hn::Add(hn::Mul(hn::DupEven(x), hn::LoadU(d, args.c + j)),
-                            hn::Mul(hn::DupOdd(x), hn::LoadU(d, args.s + j)));
-        Io<Tag>::Store(y, out + j);
-        done = (j + N) / 2;
+      // x = [a0 b0 a1 b1 ..]: even lanes a c + b (-s), odd lanes a s + b c.
+      for (int64_t j = 0; j + 2 * N <= args.rotary_dim; j += 2 * N) {
+        const auto x = Io<Tag>::Load(in + j);
+        const V lo = Lower(x);
+        const V hi = Upper(x);
+        const V y_lo = hn::MulAdd(hn::DupEven(lo), hn::LoadU(d, args.c + j),
+                                  hn::Mul(hn::DupOdd(lo), hn::LoadU(d, args.s + j)));
+        const V y_hi = hn::MulAdd(hn::DupEven(hi), hn::LoadU(d, args.c + j + N),
+                                  hn::Mul(hn::DupOdd(hi), hn::LoadU(d, args.s + j + N)));
+        Io<Tag>::Store(Join(y_lo, y_hi), out + j);
+        done = (j + 2 * N) / 2;
       }
     } else {
-      for (int64_t i = 0; i + N <= h; i += N) {
-        const V a = Io<Tag>::Load(in + i);
-        const V b = Io<Tag>::Load(in + h + i);
-        const V c = hn::LoadU(d, args.c + i);
-        const V s = hn::LoadU(d, args.s + i);
-        Io<Tag>::Store(hn::Sub(hn::Mul(a, c), hn::Mul(b, s)), out + i);
-        Io<Tag>::Store(hn::Add(hn::Mul(a, s), hn::Mul(b, c)), out + h + i);
-        done = i + N;
+      for (int64_t i = 0; i + 2 * N <= h; i += 2 * N) {
+        const auto a = Io<Tag>::Load(in + i);
+        const auto b = Io<Tag>::Load(in + h + i);
+        const V a_lo = Lower(a), a_hi = Upper(a), b_lo = Lower(b), b_hi = Upper(b);
+        const V c_lo = hn::LoadU(d, args.c + i), c_hi = hn::LoadU(d, args.c + i + N);
+        const V s_lo = hn::LoadU(d, args.s + i), s_hi = hn::LoadU(d, args.s + i + N);
+        Io<Tag>::Store(Join(hn::MulSub(a_lo, c_lo, hn::Mul(b_lo, s_lo)),
+                            hn::MulSub(a_hi, c_hi, hn::Mul(b_hi, s_hi))),
+                       out + i);
+        Io<Tag>::Store(Join(hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)),
+                            hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi))),
+                       out + h + i);
+        done = i + 2 * N;
       }
     }
 #endif

@@ -1,0 +1,26 @@
+// `rotary bench`: RoPE against a memcpy of the same bytes, measured in one process.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rotary::cli {
+
+struct BenchOptions {
+  std::vector<std::string> cases = {"prefill_q", "prefill_k", "decode", "batched_decode"};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  std::vector<std::string> pairings = {"half", "interleaved"};
+  std::vector<std::string> angles = {"table", "on_the_fly"};
+  std::vector<std::string> placement = {"inplace", "outofplace"};
+  std::vector<int> threads;  ///< empty: 1 and all
+  int reps = 15;             ///< timed repetitions per side, after warm-up; medians reported
+  bool json = false;
+  uint64_t seed = 1;
+};
+
+/// Validates the options (throws rotary::Error naming the bad value), runs, prints a table or JSON.
+int run_bench(const BenchOptions& options, std::ostream& out);
+
+}  // namespace rotary::cli
