@@ -39,9 +39,16 @@ DoubleDouble add(DoubleDouble x, double b) {
 
 }  // namespace
 
+CosSin cos_sin_of_dd(DoubleDouble x);
+
 CosSin exact_cos_sin(int64_t position, double inv_freq) {
   const double p = static_cast<double>(position);  // exact: |position| < 2^53
-  const DoubleDouble x = two_prod(p, inv_freq);    // the angle, exactly
+  return cos_sin_of_dd(two_prod(p, inv_freq));     // the angle, exactly
+}
+
+CosSin cos_sin_of(double angle) { return cos_sin_of_dd({angle, 0.0}); }
+
+CosSin cos_sin_of_dd(DoubleDouble x) {
   // Quadrant: x = k π/2 + r, |r| <~ π/4. k < 2^53 is exact in double.
   const double k = std::nearbyint(x.hi * kTwoOverPi);
   // r = x - k(π/2) in double-double; each k*part is split exactly so that the cancellation of

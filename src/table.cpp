@@ -1,6 +1,7 @@
 #include "rotary/table.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -16,9 +17,21 @@ void check_position(int64_t position, const char* what) {
   }
 }
 
-void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out) {
+void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
+              AngleMode mode) {
   const double factor = schedule.attention_factor;
   const int64_t pairs = schedule.pairs();
+  if (mode == AngleMode::hf_float32) {
+    const auto p32 = static_cast<float>(position);
+    const auto g32 = static_cast<float>(factor);
+    for (int64_t i = 0; i < pairs; ++i) {
+      const float angle = static_cast<float>(schedule.inv_freq[static_cast<size_t>(i)]) * p32;
+      const CosSin cs = cos_sin_of(angle);
+      cos_out[i] = static_cast<float>(cs.cos) * g32;
+      sin_out[i] = static_cast<float>(cs.sin) * g32;
+    }
+    return;
+  }
   for (int64_t i = 0; i < pairs; ++i) {
     const CosSin cs = exact_cos_sin(position, schedule.inv_freq[static_cast<size_t>(i)]);
     // One rounding to float: the double product carries ~2^-52 relative error.
@@ -36,20 +49,22 @@ Table::Table(const Schedule& schedule, int64_t rows) : schedule_(schedule), rows
   sin_.resize(size);
 }
 
-Table Table::range(const Schedule& schedule, int64_t first, int64_t count) {
+Table Table::range(const Schedule& schedule, int64_t first, int64_t count, AngleMode mode) {
   check_position(first, "first");
   if (count < 0 || count > max_position_limit - first) {
     throw Error(fmt::format("count={} must be in [0, 2^31 - first] with first={}", count, first));
   }
   Table table(schedule, count);
+  table.mode_ = mode;
   table.first_ = first;
   table.fill();
   return table;
 }
 
-Table Table::at(const Schedule& schedule, std::span<const int64_t> positions) {
+Table Table::at(const Schedule& schedule, std::span<const int64_t> positions, AngleMode mode) {
   for (int64_t p : positions) check_position(p, "position");
   Table table(schedule, static_cast<int64_t>(positions.size()));
+  table.mode_ = mode;
   table.is_range_ = false;
   table.positions_.assign(positions.begin(), positions.end());
   table.lookup_.reserve(positions.size());
@@ -75,14 +90,43 @@ void Table::fill() {
   const int64_t pairs = schedule_.pairs();
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < rows_; ++row) {
-    fill_row(schedule_, position(row), cos_.data() + row * pairs, sin_.data() + row * pairs);
+    fill_row(schedule_, position(row), cos_.data() + row * pairs, sin_.data() + row * pairs, mode_);
   }
 }
 
-void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out) {
+void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
+               AngleMode mode) {
   validate(schedule);
   check_position(position, "position");
-  fill_row(schedule, position, cos_out, sin_out);
+  fill_row(schedule, position, cos_out, sin_out, mode);
+}
+
+Float32Drift hf_float32_drift(const Schedule& schedule, int64_t position) {
+  validate(schedule);
+  check_position(position, "position");
+  const auto pairs = static_cast<size_t>(schedule.pairs());
+  std::vector<float> exact_c(pairs), exact_s(pairs), f32_c(pairs), f32_s(pairs);
+  fill_row(schedule, position, exact_c.data(), exact_s.data(), AngleMode::exact);
+  fill_row(schedule, position, f32_c.data(), f32_s.data(), AngleMode::hf_float32);
+  Float32Drift drift;
+  const auto p = static_cast<double>(position);
+  for (size_t i = 0; i < pairs; ++i) {
+    const double f = schedule.inv_freq[i];
+    const double angle32 = static_cast<float>(static_cast<float>(f) * static_cast<float>(position));
+    // exact p*f = hi + lo; error = (angle32 - hi) - lo, the first difference exact (Sterbenz-close)
+    const double hi = p * f;
+    const double lo = std::fma(p, f, -hi);
+    const double error = std::fabs((angle32 - hi) - lo);
+    if (error > drift.max_angle_error) {
+      drift.max_angle_error = error;
+      drift.worst_pair = static_cast<int64_t>(i);
+    }
+    for (auto [a, b] : {std::pair{exact_c[i], f32_c[i]}, std::pair{exact_s[i], f32_s[i]}}) {
+      const double ulp = std::max(std::ldexp(1.0, std::ilogb(std::max(std::fabs(a), 0x1p-126f)) - 23), 0x1p-149);
+      drift.max_ulps = std::max(drift.max_ulps, std::fabs(static_cast<double>(a) - b) / ulp);
+    }
+  }
+  return drift;
 }
 
 }  // namespace rotary

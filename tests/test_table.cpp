@@ -157,3 +157,36 @@ TEST(Table, Errors) {
 
 }  // namespace
 }  // namespace rotary
+
+namespace rotary {
+namespace {
+
+// --angles hf-float32, written out: angle = fl32(fl32(inv_freq) * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)),
+// with cos of the float angle from MPFR (position 1, frequency = the float angle: an exact product).
+TEST(TableHfFloat32, MatchesTheWrittenOutFloat32Formula) {
+  const Schedule s = make_schedule(Spec{.head_dim = 64, .base = 500000, .schedule = ScheduleType::yarn,
+                                        .factor = 8.0, .original_max_position = 8192});
+  const std::vector<int64_t> positions = {0, 1, 4095, 8191, 131071, 1000003, max_position_limit - 1};
+  const Table t = Table::at(s, positions, AngleMode::hf_float32);
+  EXPECT_EQ(t.mode(), AngleMode::hf_float32);
+  int differing_from_exact = 0;
+  const Table exact = Table::at(s, positions);
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    for (int64_t i = 0; i < t.pairs(); ++i) {
+      const float angle = static_cast<float>(s.inv_freq[static_cast<size_t>(i)]) * static_cast<float>(positions[r]);
+      const test::Exact e = test::mpfr_cos_sin(1, static_cast<double>(angle));
+      const float g = static_cast<float>(s.attention_factor);
+      EXPECT_EQ(t.cos_row(r)[i], static_cast<float>(e.cos) * g) << "position " << positions[r] << " pair " << i;
+      EXPECT_EQ(t.sin_row(r)[i], static_cast<float>(e.sin) * g) << "position " << positions[r] << " pair " << i;
+      differing_from_exact += t.cos_row(r)[i] != exact.cos_row(r)[i];
+    }
+  }
+  EXPECT_GT(differing_from_exact, 20);  // the float32 pipeline really is different at long range
+  const Float32Drift drift = hf_float32_drift(s, 131071);
+  EXPECT_GT(drift.max_angle_error, 1e-4);
+  EXPECT_LT(drift.max_angle_error, 1e-1);
+  EXPECT_EQ(hf_float32_drift(s, 0).max_angle_error, 0.0);
+}
+
+}  // namespace
+}  // namespace rotary

@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "commands.hpp"
 #include "demo.hpp"
 #include "parse.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/rotary.hpp"
 
 namespace rotary::cli {
@@ -51,6 +53,24 @@ struct SpecOptions {
           ->type_name("VALUE");
     }
     app.add_flag("--no-truncate", no_truncate, "yarn: do not round the ramp ends");
+    app.add_option("--config", config_path, "a Hugging Face config.json (instead of spec options)");
+    app.add_option("--preset", preset_name, "a built-in model preset (see `rotary presets`)");
+  }
+
+  std::string config_path;
+  std::string preset_name;
+
+  // The model, when --config or --preset is given.
+  std::optional<ModelRope> model() const {
+    if (!config_path.empty() && !preset_name.empty()) throw Error("--config and --preset cannot both be given");
+    if (config_path.empty() && preset_name.empty()) return std::nullopt;
+    for (const auto& [key, value] : given) {
+      if (key != "seq-len") {
+        throw Error(fmt::format("--{} cannot be combined with --config/--preset (edit the config instead)", key));
+      }
+    }
+    if (no_truncate) throw Error("--no-truncate cannot be combined with --config/--preset");
+    return config_path.empty() ? load_preset(preset_name) : read_hf_config_file(config_path);
   }
 
   std::optional<std::string> text(const std::string& key) const {
@@ -70,6 +90,7 @@ struct SpecOptions {
   }
 
   Spec spec() const {
+    if (auto m = model()) return m->spec;
     Spec s;
     auto head_dim = integer("head-dim");
     if (!head_dim) throw Error("--head-dim is required");
@@ -111,7 +132,7 @@ std::string name_option(const std::string& message) {
       {"low_freq_factor", "--low-freq-factor"}, {"high_freq_factor", "--high-freq-factor"},
       {"short_factor", "--short-factor"}, {"long_factor", "--long-factor"},
       {"max_length", "--max-length"}, {"monotone_scale", "--monotone-scale"},
-      {"inv_freq", "--factor"}, {"position", "--positions"}};
+      {"inv_freq", "--factor"}, {"position", "--positions"}, {"partial_rotary_factor", "--config"}};
   size_t end = 0;
   while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) ||
                                   message[end] == '_')) {
@@ -122,8 +143,28 @@ std::string name_option(const std::string& message) {
   return it->second + ": " + message;
 }
 
+AngleMode parse_angles(const std::string& text) {
+  if (text == "exact") return AngleMode::exact;
+  if (text == "hf-float32") return AngleMode::hf_float32;
+  throw Error(fmt::format("--angles='{}' must be exact or hf-float32", text));
+}
+
 std::string g17(double v) { return fmt::format("{:.17g}", v); }
 std::string g9(float v) { return fmt::format("{:.9g}", v); }
+
+void print_notes(const std::optional<ModelRope>& model, std::ostream& err) {
+  if (!model) return;
+  for (const auto& note : model->notes) err << "rotary: note: " << note << "\n";
+}
+
+void print_drift(const Schedule& schedule, int64_t max_position, std::ostream& out) {
+  if (max_position <= 0) return;
+  const int64_t p = std::min<int64_t>(max_position - 1, max_position_limit - 1);
+  const Float32Drift d = hf_float32_drift(schedule, p);
+  out << fmt::format("float32 pipeline (transformers) at position {}: angle off by up to {:.3g} rad (pair {}); "
+                     "cos/sin off by up to {:.0f} ulp; rotary's exact tables: <= 1 ulp\n",
+                     p, d.max_angle_error, d.worst_pair, d.max_ulps);
+}
 
 void print_info(const Schedule& schedule, double base, bool json, std::ostream& out) {
   if (json) {
@@ -208,6 +249,40 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
   table->add_flag("--json", table_json, "print JSON");
 
+  std::string table_angles = "exact";
+  table->add_option("--angles", table_angles, "exact (default) or hf-float32");
+
+  CLI::App* presets = app.add_subcommand("presets", "list the built-in model presets");
+
+  SpecOptions apply_spec;
+  ApplyFileOptions file_options;
+  std::string apply_angles = "exact", apply_offset;
+  CLI::App* apply_cmd = app.add_subcommand("apply", "rotate q (and k) tensors in .npy/.safetensors files");
+  apply_spec.attach(*apply_cmd);
+  apply_cmd->add_option("--q", file_options.q, "input tensor file (.npy or .safetensors)");
+  apply_cmd->add_option("--k", file_options.k, "second input tensor file");
+  apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
+  apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
+  apply_cmd->add_option("--positions", file_options.positions, ".npy of int32/int64 positions [batch, seq] or [seq]");
+  apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
+  apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
+  apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
+  apply_cmd->add_option("--threads", file_options.threads, "threads (0 = all)");
+  apply_cmd->add_option("--out", file_options.out, "output for q");
+  apply_cmd->add_option("--k-out", file_options.k_out, "output for k");
+
+  ConvertOptions convert_options;
+  CLI::App* convert = app.add_subcommand("convert-weights", "permute q/k projection rows between pairings");
+  convert->add_option("--in", convert_options.in, "input .safetensors");
+  convert->add_option("--out", convert_options.out, "output .safetensors");
+  convert->add_option("--to", convert_options.to, "half or interleaved");
+  convert->add_option("--num-heads", convert_options.num_heads, "query heads");
+  convert->add_option("--num-kv-heads", convert_options.num_kv_heads, "key/value heads");
+  convert->add_option("--q-name", convert_options.q_name, "wildcard for q projection tensors");
+  convert->add_option("--k-name", convert_options.k_name, "wildcard for k projection tensors");
+  convert->add_option("--head-dim", convert_options.head_dim, "head_dim (default rows / heads)");
+  convert->add_option("--rotary-dim", convert_options.rotary_dim, "rotary_dim (default head_dim)");
+
   DemoOptions demo_options;
   CLI::App* demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
   demo->add_option("--seed", demo_options.seed, "random seed");
@@ -238,12 +313,37 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       return 2;
     }
     if (info->parsed()) {
+      const auto model = info_spec.model();
       const Schedule schedule = info_spec.schedule();
+      print_notes(model, err);
       print_info(schedule, info_spec.spec().base, info_json, out);
+      if (!info_json) {
+        if (model) {
+          out << fmt::format("model: {} query heads, {} key/value heads, max_position_embeddings {}\n",
+                             model->num_attention_heads, model->num_key_value_heads, model->max_position_embeddings);
+        }
+        const int64_t max_pos = model ? model->max_position_embeddings : info_spec.spec().max_position.value_or(0);
+        print_drift(schedule, max_pos, out);
+      }
     } else if (table->parsed()) {
+      print_notes(table_spec.model(), err);
       const Schedule schedule = table_spec.schedule();
       const std::vector<int64_t> positions = parse_int_list(positions_text, "--positions");
-      print_table(Table::at(schedule, positions), table_json, out);
+      print_table(Table::at(schedule, positions, parse_angles(table_angles)), table_json, out);
+    } else if (presets->parsed()) {
+      for (const auto& name : preset_names()) {
+        const ModelRope m = load_preset(name);
+        out << fmt::format("{:<26} {:<9} head_dim {:>3}  rotary_dim {:>3}  base {:<9} {}\n", name,
+                           to_string(m.spec.schedule), m.spec.head_dim, m.spec.resolved_rotary_dim(),
+                           fmt::format("{}", m.spec.base), to_string(m.spec.pairing));
+      }
+    } else if (apply_cmd->parsed()) {
+      print_notes(apply_spec.model(), err);
+      file_options.angles = parse_angles(apply_angles);
+      if (!apply_offset.empty()) file_options.offset = parse_int(apply_offset, "--offset");
+      return run_apply_files(apply_spec.schedule(), file_options, out);
+    } else if (convert->parsed()) {
+      return run_convert_weights(convert_options, out);
     } else if (demo->parsed()) {
       return run_demo(demo_options, out);
     } else if (bench->parsed()) {

@@ -21,4 +21,7 @@ struct CosSin {
 /// Pure; thread-safe.
 CosSin exact_cos_sin(int64_t position, double inv_freq);
 
+/// cos and sin of one double angle, |angle| < 2^51, with the same reduction and accuracy.
+CosSin cos_sin_of(double angle);
+
 }  // namespace rotary

@@ -5,6 +5,7 @@
 #include "rotary/angle.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/layout.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/spec.hpp"

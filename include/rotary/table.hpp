@@ -10,6 +10,13 @@
 
 namespace rotary {
 
+/// How a table's angles are formed.
+///   exact:      the real number p * inv_freq (double parameters), the default.
+///   hf_float32: transformers' float32 pipeline, for matching a model's training numerics:
+///               angle = fl32(fl32(inv_freq) * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)),
+///               cos of the float angle correctly rounded. Off by up to ~1e-2 rad near p = 2^20.
+enum class AngleMode { exact, hf_float32 };
+
 /// cos(p * inv_freq[i]) * attention_factor and sin(...) * attention_factor, float32, one row of
 /// `pairs()` values per position, cos and sin in separate arrays (pair order, whatever the pairing):
 ///
@@ -24,12 +31,15 @@ class Table {
  public:
   /// Positions first, first+1, ..., first+count-1. Throws rotary::Error unless
   /// 0 <= first, 0 <= count and first + count <= 2^31.
-  static Table range(const Schedule& schedule, int64_t first, int64_t count);
+  static Table range(const Schedule& schedule, int64_t first, int64_t count,
+                     AngleMode mode = AngleMode::exact);
   /// One row per listed position, in the given order (duplicates allowed). Throws rotary::Error
   /// naming the first position outside [0, 2^31).
-  static Table at(const Schedule& schedule, std::span<const int64_t> positions);
+  static Table at(const Schedule& schedule, std::span<const int64_t> positions,
+                  AngleMode mode = AngleMode::exact);
 
   const Schedule& schedule() const { return schedule_; }
+  AngleMode mode() const { return mode_; }
   int64_t rows() const { return rows_; }
   int64_t pairs() const { return schedule_.pairs(); }
   /// The position of each row.
@@ -47,6 +57,7 @@ class Table {
   void fill();
 
   Schedule schedule_;
+  AngleMode mode_ = AngleMode::exact;
   int64_t rows_ = 0;
   bool is_range_ = true;
   int64_t first_ = 0;
@@ -58,6 +69,15 @@ class Table {
 
 /// Fills cos_out[i], sin_out[i] (i < schedule.pairs()) for one position, with the same values a
 /// Table holds. Throws rotary::Error if position is outside [0, 2^31). No allocation.
-void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out);
+void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
+               AngleMode mode = AngleMode::exact);
+
+/// How far transformers' float32 pipeline strays from the exact angles at one position.
+struct Float32Drift {
+  double max_angle_error = 0;  ///< radians, |fl32 angle - exact angle|, worst pair
+  int64_t worst_pair = 0;
+  double max_ulps = 0;         ///< worst |fl32-pipeline cos or sin - exact table value|, float ulps
+};
+Float32Drift hf_float32_drift(const Schedule& schedule, int64_t position);
 
 }  // namespace rotary
