@@ -5,7 +5,10 @@ BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: run test deps build build-asan test-release test-asan clean
+FUZZ_SECONDS ?= 60
+BUILD_FUZZ ?= build-fuzz
+
+.PHONY: run test deps build build-asan test-release test-asan fuzz clean
 
 deps:
 	scripts/install-deps cpp
@@ -32,5 +35,16 @@ test-asan: build-asan
 
 test: test-release test-asan
 
+# libFuzzer runs of the config, .npy and .safetensors readers from the committed seed corpus.
+fuzz:
+	scripts/install-deps fuzz
+	cmake -S tests/fuzz -B $(BUILD_FUZZ) -G Ninja -DCMAKE_CXX_COMPILER=clang++
+	cmake --build $(BUILD_FUZZ) -j $(JOBS)
+	for target in config npy safetensors; do \
+	  mkdir -p $(BUILD_FUZZ)/corpus-$$target && \
+	  $(BUILD_FUZZ)/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	    -print_final_stats=1 $(BUILD_FUZZ)/corpus-$$target tests/fuzz/corpus/$$target || exit 1; \
+	done
+
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

@@ -1,0 +1,18 @@
+// libFuzzer target: the .npy reader, and a write/read round trip of whatever it accepts.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "rotary/error.hpp"
+#include "tensor_file.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    const auto file = rotary::cli::parse_npy(std::string_view(reinterpret_cast<const char*>(data), size));
+    const auto again = rotary::cli::parse_npy(rotary::cli::format_npy(file.tensors.at(0)));
+    if (again.tensors.at(0).data != file.tensors.at(0).data) std::abort();
+  } catch (const rotary::Error&) {
+  }
+  return 0;
+}
