@@ -10,24 +10,31 @@ BUILD_FUZZ ?= build-fuzz
 
 .PHONY: run test deps build build-asan test-release test-asan fuzz clean
 
+PYTHON := /usr/bin/python3
+
 deps:
-	scripts/install-deps cpp
+	scripts/install-deps all
 
 build: deps
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROTARY_SANITIZE=ON \
-	  -DROTARY_BUILD_TOOLS=ON $(CMAKE_FLAGS)
+	  -DROTARY_BUILD_TOOLS=ON -DROTARY_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 
 run: build
+	mkdir -p out
 	$(BUILD)/rotary demo
-	$(BUILD)/rotary bench --cases prefill_q,decode --pairings half
+	$(BUILD)/rotary bench --cases prefill_q,decode --pairings half | tee out/bench.txt
+	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/compare_torch.py | tee out/compare_torch.txt
+	PYTHONPATH=$(BUILD)/python $(PYTHON) -m rotary.report --cli $(BUILD)/rotary --out out \
+	  --extra out/bench.txt out/compare_torch.txt
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
 
 test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
