@@ -202,7 +202,7 @@ int run_demo(const DemoOptions& options, std::ostream& out) {
                      check_rows.size(), oracle_ms, worst_table_ulp);
   out << fmt::format("  for scale: a float32 angle p*inv_freq at p={} is off by up to {:.3g} rad\n",
                      kDecodePosition, worst_f32_angle);
-  out << fmt::format("prefill q [1,{},{},{}] + k [1,{},{},{}] f32, reference kernel:\n", kPrefill,
+  out << fmt::format("prefill q [1,{},{},{}] + k [1,{},{},{}] f32, CPU kernels (all threads):\n", kPrefill,
                      kQueryHeads, d, kPrefill, kKeyHeads, d);
   out << fmt::format("  table angles:      {:8.1f} ms, worst error {:.3f} x 2^-23 g (|a|+|b|) "
                      "(contract <= 1) over {} pairs\n",
