@@ -191,11 +191,16 @@ void validate(const Schedule& schedule) {
     throw Error(fmt::format("inv_freq has {} values but rotary_dim/2={}", schedule.inv_freq.size(),
                             schedule.pairs()));
   }
-  for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
-    const double f = schedule.inv_freq[i];
-    if (!std::isfinite(f) || f <= 0 || f > max_inv_freq) {
-      throw Error(fmt::format("inv_freq[{}]={} must be finite, > 0 and <= 2^20 (check factor)", i,
-                              f));
+  // One branch-free pass (apply calls this per call); NaN fails both comparisons, inf the second.
+  auto in_range = [](double f) { return f > 0 && f <= max_inv_freq; };
+  bool all_in_range = true;
+  for (const double f : schedule.inv_freq) all_in_range &= in_range(f);
+  if (!all_in_range) {
+    for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
+      if (!in_range(schedule.inv_freq[i])) {
+        throw Error(fmt::format("inv_freq[{}]={} must be finite, > 0 and <= 2^20 (check factor)", i,
+                                schedule.inv_freq[i]));
+      }
     }
   }
   if (!std::isfinite(schedule.attention_factor) || schedule.attention_factor <= 0) {

@@ -6,7 +6,10 @@
 #include <numeric>
 #include <random>
 
+#include <quadmath.h>
+
 #include "half.hpp"
+#include "rotate.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/layout.hpp"
 #include "support/oracle.hpp"
@@ -164,6 +167,84 @@ TEST(ApplyFormulations, MatrixRotateHalfAndComplexAgreeWithApply) {
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+// ---- the contract on adversarial pairs ----
+
+// Pairs where rounding errors line up: one input much smaller than the other, angles just off a
+// quarter turn (sin or cos near ±g, the other tiny) and an eighth turn, attention_factor 1 and not.
+// The oracle rotates the float inputs by the exact angle in binary128 (libquadmath: the angle
+// p * 1.0 is exact, its cos/sin good to ~2^-112). Both the CPU kernels and the reference must stay
+// within the contract; the plain fma(a, c, -fl(b s)) formula on the same table values must not,
+// which shows the inputs are adversarial enough to tell the two apart.
+TEST(ApplyAccuracy, AdversarialPairsStayWithinTheContract) {
+  // Angles p rad closest to a multiple of π/2 (continued fraction of π/2, MPFR), their
+  // neighbours, and a few small positions (angles near π/4, π/2, 3π/4 ...).
+  std::vector<int64_t> positions = {1, 2, 3, 4, 5, 7, 8, 10};
+  for (int64_t p : test::near_quarter_turns(1.0, max_position_limit - 1)) {
+    positions.push_back(p);
+    positions.push_back(p + 1);
+  }
+  const int64_t per_position = 1 << 15;
+  std::mt19937_64 rng(2024);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  double worst_cpu = 0, worst_reference = 0, worst_plain = 0;
+  for (double g : {1.0, 1.3706}) {
+    Schedule s;
+    s.head_dim = 2;
+    s.rotary_dim = 2;
+    s.inv_freq = {1.0};  // angle = position
+    s.attention_factor = g;
+    for (bool use_table : {true, false}) {
+      const int64_t n = static_cast<int64_t>(positions.size()) * per_position;
+      std::vector<float> x(static_cast<size_t>(2 * n));
+      for (int64_t k = 0; k < n; ++k) {
+        float big = static_cast<float>((1.0 + u01(rng)) * (rng() & 1 ? 1 : -1));
+        float small = static_cast<float>(std::ldexp(1.0 + u01(rng), -static_cast<int>(u01(rng) * 40)) *
+                                         (rng() & 1 ? 1 : -1));
+        if (k % 3 == 2) small = static_cast<float>((1.0 + u01(rng)) * (rng() & 1 ? 1 : -1));
+        const bool swap = (k / 3) % 2 == 1;
+        x[static_cast<size_t>(2 * k)] = swap ? big : small;
+        x[static_cast<size_t>(2 * k + 1)] = swap ? small : big;
+      }
+      // One token per position, per_position heads of one pair each.
+      const int64_t seq = static_cast<int64_t>(positions.size());
+      const Table table = Table::at(s, positions);
+      std::vector<float> cpu = x, reference = x;
+      for (auto [buffer, backend] : {std::pair{&cpu, Backend::cpu}, std::pair{&reference, Backend::reference}}) {
+        apply(s, ApplyArgs{.q = TensorView::bshd(buffer->data(), DType::f32, 1, seq, per_position, 2),
+                           .positions = Positions::per_token(positions),
+                           .table = use_table ? &table : nullptr, .backend = backend});
+      }
+      for (int64_t t = 0; t < seq; ++t) {
+        const __float128 angle = static_cast<__float128>(positions[static_cast<size_t>(t)]);
+        const __float128 C = cosq(angle) * g, S = sinq(angle) * g;
+        const float c = table.cos_row(t)[0], sn = table.sin_row(t)[0];
+        for (int64_t h = 0; h < per_position; ++h) {
+          const size_t k = static_cast<size_t>(2 * (t * per_position + h));
+          const float a = x[k], b = x[k + 1];
+          const __float128 ea = a * C - b * S, eb = a * S + b * C;
+          const double unit = 0x1p-23 * g * (std::fabs(a) + std::fabs(b));
+          auto err = [&](float got, __float128 want) {
+            return static_cast<double>(fabsq(static_cast<__float128>(got) - want)) / unit;
+          };
+          const double e_cpu = std::max(err(cpu[k], ea), err(cpu[k + 1], eb));
+          const double e_ref = std::max(err(reference[k], ea), err(reference[k + 1], eb));
+          ASSERT_LE(e_cpu, 1.0) << "cpu g " << g << " position " << positions[static_cast<size_t>(t)] << " a " << a << " b " << b;
+          ASSERT_LE(e_ref, 1.0) << "reference g " << g << " position " << positions[static_cast<size_t>(t)] << " a " << a << " b " << b;
+          worst_cpu = std::max(worst_cpu, e_cpu);
+          worst_reference = std::max(worst_reference, e_ref);
+          if (use_table) {  // the naive float32 formula with the same table values
+            const float pa = detail::fma_f32(a, c, -(b * sn)), pb = detail::fma_f32(a, sn, b * c);
+            worst_plain = std::max({worst_plain, err(pa, ea), err(pb, eb)});
+          }
+        }
+      }
+    }
+  }
+  std::printf("adversarial pairs, worst error in units of 2^-23 g (|a|+|b|): cpu %.4f, reference %.4f, "
+              "plain fma %.4f\n", worst_cpu, worst_reference, worst_plain);
+  EXPECT_GT(worst_plain, 1.0) << "the inputs no longer separate the formulas";
 }
 
 // ---- properties ----

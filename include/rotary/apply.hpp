@@ -26,9 +26,17 @@ enum class Backend { automatic, reference, cpu };
 /// Channels rotary_dim..head_dim pass through: left alone in place, copied bit for bit out of place
 /// (unless copy_tail is false).
 ///
+/// Arithmetic: float32 for f32, f16 and bf16. cos and sin times g are rounded once to float (the
+/// values a Table holds), then each output is one fused multiply-add in which the larger of the
+/// two products is fused and only the smaller is rounded first:
+///   a' = fma(a, c, -fl(b s)) if |fl(a c)| >= |fl(b s)|, else fma(-b, s, fl(a c))   (b' likewise)
 /// Accuracy (f32): |result - exact| <= 2^-23 * g * (|a| + |b|) per pair, exact meaning the real
-/// rotation by the exact angle. f64: computed in double. f16/bf16: the f32 result of the widened
-/// input, rounded once (nearest-even) at the store.
+/// rotation by the exact angle (a plain fma(a, c, -fl(b s)) reaches 1.24 times this bound).
+/// f16/bf16: the f32 result of the widened input, rounded once (nearest-even) at the store.
+/// f64: double arithmetic with double angles.
+/// Reproducibility: with a Table, results are bit-identical on every SIMD target, for any thread
+/// count, and to the scalar reference (Backend::reference); on the fly, the vectorised cos/sin
+/// round to the Table's float in all but (rare) values within ~2 double ulps of a rounding boundary.
 struct ApplyArgs {
   TensorView q{};      ///< input [batch, seq, heads_q, head_dim]; also the output when q_out unset
   TensorView k{};      ///< optional input [batch, seq, heads_k, head_dim]

@@ -1,5 +1,6 @@
 // Per-target RoPE kernels (Highway). Included once per target by foreach_target.h from the
-// per-dtype .cc files. Dtype only at the edges: load and widen to double, rotate, narrow once.
+// per-dtype .cc files. Dtype only at the edges: widen to float32, rotate with detail::rotate_minus
+// lane by lane (the larger product fused, see src/rotate.hpp), narrow once.
 #if defined(ROTARY_CPU_APPLY_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROTARY_CPU_APPLY_INL_H_
 #undef ROTARY_CPU_APPLY_INL_H_
@@ -9,45 +10,22 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "rotary/angle.hpp"
 #include "src/cpu/cpu.hpp"
 #include "src/half.hpp"
+#include "src/rotate.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using D = hn::ScalableTag<double>;
-using V = hn::Vec<D>;
-
 struct F32Tag {};
 struct F16Tag {};
 struct BF16Tag {};
 
-// ---- edges: storage <-> double, one rounding at the store (to float, then to 16 bits) ----
-// Conversions run at full float width (2N lanes): widen once, split into two double halves,
-// rotate, demote both halves to float, join, narrow once.
-
-// Scalar edges (every target): the same conversions as detail::, one rounding at the store.
-template <class Tag>
-struct ScalarIo;
-template <>
-struct ScalarIo<F32Tag> {
-  static double Load(const float* p) { return *p; }
-  static void Store(double v, float* p) { *p = static_cast<float>(v); }
-};
-template <>
-struct ScalarIo<BF16Tag> {
-  static double Load(const uint16_t* p) { return bf16_to_f32(*p); }
-  static void Store(double v, uint16_t* p) { *p = f32_to_bf16(static_cast<float>(v)); }
-};
-template <>
-struct ScalarIo<F16Tag> {
-  static double Load(const uint16_t* p) { return f16_to_f32(*p); }
-  static void Store(double v, uint16_t* p) { *p = f32_to_f16(static_cast<float>(v)); }
-};
 template <class Tag>
 struct StorageOf {
   using type = uint16_t;
@@ -57,172 +35,264 @@ struct StorageOf<F32Tag> {
   using type = float;
 };
 
-#if HWY_TARGET != HWY_SCALAR
-using DFF = hn::Repartition<float, D>;  // full float vector: 2N lanes
-using DFH = hn::Half<DFF>;              // N floats
-using DUF = hn::RebindToUnsigned<DFF>;
-using DIF = hn::RebindToSigned<DFF>;
-using DU16F = hn::Rebind<uint16_t, DFF>;
-
+// Scalar edges, bit-exact with detail:: conversions (nearest even, one rounding at the store).
 template <class Tag>
-struct Io;
-
+struct ScalarIo;
 template <>
-struct Io<F32Tag> {
-  static hn::Vec<DFF> Load(const float* p) { return hn::LoadU(DFF(), p); }
-  static void Store(hn::Vec<DFF> v, float* p) { hn::StoreU(v, DFF(), p); }
+struct ScalarIo<F32Tag> {
+  static float Load(const float* p) { return *p; }
+  static void Store(float v, float* p) { *p = v; }
+};
+template <>
+struct ScalarIo<BF16Tag> {
+  static float Load(const uint16_t* p) { return bf16_to_f32(*p); }
+  static void Store(float v, uint16_t* p) { *p = f32_to_bf16(v); }
+};
+template <>
+struct ScalarIo<F16Tag> {
+  static float Load(const uint16_t* p) { return f16_to_f32(*p); }
+  static void Store(float v, uint16_t* p) { *p = f32_to_f16(v); }
 };
 
-// float32 bits -> bfloat16 bits, nearest even (Highway 1.0.3's DemoteTo truncates).
-HWY_INLINE hn::Vec<DUF> Bf16Bits(hn::Vec<DFF> f) {
-  const DUF du;
-  const auto u = hn::BitCast(du, f);
-  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-  const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
-  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(f, f)), quiet, rounded);  // NaN: quiet it
-}
-
-// float32 bits -> binary16 bits, nearest even, subnormals included (the emulated DemoteTo
-// truncates). Mirrors detail::f32_to_f16.
-HWY_INLINE hn::Vec<DUF> F16Bits(hn::Vec<DFF> f) {
-  const DUF du;
-  const DIF di;
-  const DFF df;
-  const auto u = hn::BitCast(du, f);
-  const auto sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
-  const auto a = hn::And(u, hn::Set(du, 0x7fffffffu));
-  const auto lsb = hn::And(hn::ShiftRight<13>(a), hn::Set(du, 1u));
-  const auto normal = hn::ShiftRight<13>(
-      hn::Sub(hn::Add(a, hn::Add(hn::Set(du, 0xfffu), lsb)), hn::Set(du, 112u << 23)));
-  const auto ai = hn::BitCast(di, a);  // a < 2^31: signed comparisons are exact
-  // Below 2^-14: m * 2^-24 with m = rint(|f| * 2^24); the scaling is exact.
-  const auto small = hn::RebindMask(du, hn::Lt(ai, hn::Set(di, 0x38800000)));
-  const auto scaled = hn::Mul(hn::BitCast(df, hn::IfThenElseZero(small, a)), hn::Set(df, 0x1p24f));
-  const auto sub = hn::BitCast(du, hn::NearestInt(scaled));
-  const auto nan = hn::Or(hn::Set(du, 0x7e00u), hn::And(hn::ShiftRight<13>(a), hn::Set(du, 0x3ffu)));
-  auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x38800000 - 1))), normal, sub);
-  bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x477ff000 - 1))), hn::Set(du, 0x7c00u), bits);
-  bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7f800000))), nan, bits);
-  return hn::Or(bits, sign);
-}
-
-// binary16 bits (in u32 lanes) -> float32, exact. Mirrors detail::f16_to_f32.
-HWY_INLINE hn::Vec<DFF> F16ToF32(hn::Vec<DUF> h) {
-  const DUF du;
-  const DIF di;
-  const DFF df;
-  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
-  const auto exponent = hn::And(hn::ShiftRight<10>(h), hn::Set(du, 0x1fu));
-  const auto mantissa = hn::And(h, hn::Set(du, 0x3ffu));
-  const auto normal = hn::Or(hn::ShiftLeft<23>(hn::Add(exponent, hn::Set(du, 112u))),
-                             hn::ShiftLeft<13>(mantissa));
-  const auto special = hn::Or(hn::Set(du, 0x7f800000u), hn::ShiftLeft<13>(mantissa));
-  const auto tiny = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mantissa)),
-                                            hn::Set(df, 0x1p-24f)));
-  auto bits = hn::IfThenElse(hn::Eq(exponent, hn::Zero(du)), tiny, normal);
-  bits = hn::IfThenElse(hn::Eq(exponent, hn::Set(du, 0x1fu)), special, bits);
-  return hn::BitCast(df, hn::Or(bits, sign));
-}
-
-HWY_INLINE void StoreBits16(hn::Vec<DUF> bits, uint16_t* p) {
-  hn::StoreU(hn::DemoteTo(DU16F(), hn::BitCast(DIF(), bits)), DU16F(), p);
-}
-
-template <>
-struct Io<BF16Tag> {
-  static hn::Vec<DFF> Load(const uint16_t* p) {
-    return hn::BitCast(DFF(), hn::ShiftLeft<16>(hn::PromoteTo(DUF(), hn::LoadU(DU16F(), p))));
-  }
-  static void Store(hn::Vec<DFF> v, uint16_t* p) { StoreBits16(Bf16Bits(v), p); }
-};
-
-template <>
-struct Io<F16Tag> {
-  static hn::Vec<DFF> Load(const uint16_t* p) {
-    return F16ToF32(hn::PromoteTo(DUF(), hn::LoadU(DU16F(), p)));
-  }
-  static void Store(hn::Vec<DFF> v, uint16_t* p) { StoreBits16(F16Bits(v), p); }
-};
-
-HWY_INLINE V Lower(hn::Vec<DFF> v) { return hn::PromoteTo(D(), hn::LowerHalf(DFH(), v)); }
-HWY_INLINE V Upper(hn::Vec<DFF> v) { return hn::PromoteTo(D(), hn::UpperHalf(DFH(), v)); }
-HWY_INLINE hn::Vec<DFF> Join(V lower, V upper) {
-  return hn::Combine(DFF(), hn::DemoteTo(DFH(), upper), hn::DemoteTo(DFH(), lower));
-}
-#endif  // HWY_TARGET != HWY_SCALAR
-
-// ---- the rotation ----
-// a' = a c - b s and b' = a s + b c, each with one fused multiply-add (MulSub/MulAdd: fused on
-// FMA targets, mul + add elsewhere). With a Table both products are exact in double, so either
-// way the double result is the correctly rounded a c - b s, as in the reference.
-
-// Scalar pairs [first, last), the same operations (std::fma where the target fuses).
+// Pairs [first, last) of one head, scalar: the reference's formula exactly.
 template <class Tag, class T>
-HWY_INLINE void RotateScalar(const T* in, T* out, const RowArgs& args, int64_t first, int64_t last) {
+HWY_INLINE void RotatePairsScalar(const T* in, T* out, const RowArgs& args, int64_t first,
+                                  int64_t last) {
   const int64_t h = args.rotary_dim / 2;
   for (int64_t i = first; i < last; ++i) {
     const int64_t ia = args.interleaved ? 2 * i : i;
     const int64_t ib = args.interleaved ? 2 * i + 1 : i + h;
-    const double c = args.interleaved ? args.c[2 * i] : args.c[i];
-    const double s = args.interleaved ? args.c[2 * i + 1] : args.s[i];
-    const double a = ScalarIo<Tag>::Load(in + ia);
-    const double b = ScalarIo<Tag>::Load(in + ib);
-#if HWY_NATIVE_FMA
-    ScalarIo<Tag>::Store(std::fma(a, c, -(b * s)), out + ia);
-    ScalarIo<Tag>::Store(std::fma(a, s, b * c), out + ib);
-#else
-    ScalarIo<Tag>::Store(a * c - b * s, out + ia);
-    ScalarIo<Tag>::Store(a * s + b * c, out + ib);
-#endif
+    const float a = ScalarIo<Tag>::Load(in + ia);
+    const float b = ScalarIo<Tag>::Load(in + ib);
+    const float c = args.c[i];
+    const float s = args.s[i];
+    ScalarIo<Tag>::Store(rotate_minus(a, c, b, s), out + ia);
+    ScalarIo<Tag>::Store(rotate_minus(b, c, a, -s), out + ib);
   }
+}
+
+#undef ROTARY_VECTOR_BODY
+#undef ROTARY_VECTOR_F16
+// Vector bodies need a fused multiply-add (the formula's single rounding); elsewhere (SSE4, SSSE3,
+// the scalar target) every pair takes RotatePairsScalar, whose fma is emulated exactly.
+#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+#define ROTARY_VECTOR_BODY 1
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the bfloat16 lane tricks below assume a little-endian target"
+#endif
+// f16 <-> f32 in hardware, nearest even (F16C on x86): only where Highway uses the instruction.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+#define ROTARY_VECTOR_F16 1
+#else
+#define ROTARY_VECTOR_F16 0
+#endif
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DU = hn::RebindToUnsigned<DF>;        // u32 lanes, one per float
+using VU = hn::Vec<DU>;
+using DU16 = hn::Repartition<uint16_t, DF>; // the same bytes as 2L u16 lanes
+using DH = hn::Rebind<hwy::float16_t, DF>;  // L binary16 values (half a vector)
+
+// rotate_minus, lane by lane: MulSub(x, m, q) = fma(x, m, -q), NegMulAdd(w, n, p) = fma(-w, n, p).
+HWY_INLINE VF RotMinus(VF x, VF m, VF w, VF n) {
+  const VF p = hn::Mul(x, m);
+  const VF q = hn::Mul(w, n);
+  return hn::IfThenElse(hn::Ge(hn::Abs(p), hn::Abs(q)), hn::MulSub(x, m, q), hn::NegMulAdd(w, n, p));
+}
+
+// bfloat16 in u32 lanes. On a little-endian machine element 2j of a bf16 array is the low half
+// of u32 lane j and element 2j+1 the high half, so widening is a shift or a mask (no cross-lane
+// moves), and narrowing rounds each float at bit 16 and packs the two halves with one Or:
+//   memory  [e0 o0 e1 o1 ...]  ->  even = [e0 e1 ...] (f32), odd = [o0 o1 ...] (f32)
+HWY_INLINE VF Bf16Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF Bf16Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xffff0000u))); }
+// float bits + 0x7fff + lsb: nearest even at bit 16 (a carry into the exponent gives inf, as it
+// must). NaNs here come from bf16 inputs or from arithmetic, so their low 16 bits are zero and
+// they stay NaN (detail::f32_to_bf16 agrees on them; a NaN with low payload bits cannot arise).
+HWY_INLINE VU RoundAtBit16(VF v) {
+  const DU du;
+  const VU u = hn::BitCast(du, v);
+  return hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+}
+HWY_INLINE VU PackBf16(VF even, VF odd) {
+  return hn::Or(hn::ShiftRight<16>(RoundAtBit16(even)),
+                hn::And(RoundAtBit16(odd), hn::Set(DU(), 0xffff0000u)));
+}
+HWY_INLINE VU LoadBf16Words(const uint16_t* p) { return hn::BitCast(DU(), hn::LoadU(DU16(), p)); }
+HWY_INLINE void StoreBf16Words(VU w, uint16_t* p) { hn::StoreU(hn::BitCast(DU16(), w), DU16(), p); }
+
+// Widen/narrow L values of f32 or f16 storage (f16 only where ROTARY_VECTOR_F16).
+template <class Tag>
+struct VecIo;
+template <>
+struct VecIo<F32Tag> {
+  static VF Load(const float* p) { return hn::LoadU(DF(), p); }
+  static void Store(VF v, float* p) { hn::StoreU(v, DF(), p); }
+};
+#if ROTARY_VECTOR_F16
+template <>
+struct VecIo<F16Tag> {
+  static VF Load(const uint16_t* p) {
+    return hn::PromoteTo(DF(), hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+  static void Store(VF v, uint16_t* p) {
+    hn::StoreU(hn::DemoteTo(DH(), v), DH(), reinterpret_cast<hwy::float16_t*>(p));
+  }
+};
+#endif
+
+// f32 and f16, half pairing: a = x[i..], b = x[h+i..], natural angles.
+template <class Tag, class T>
+HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t h = args.rotary_dim / 2;
+  int64_t i = 0;
+  for (; i + L <= h; i += L) {
+    const VF a = VecIo<Tag>::Load(in + i);
+    const VF b = VecIo<Tag>::Load(in + h + i);
+    const VF c = hn::LoadU(DF(), args.c + i);
+    const VF s = hn::LoadU(DF(), args.s + i);
+    VecIo<Tag>::Store(RotMinus(a, c, b, s), out + i);
+    VecIo<Tag>::Store(RotMinus(b, c, a, hn::Neg(s)), out + h + i);
+  }
+  return i;
+}
+
+// f32 and f16, interleaved: x = [a0 b0 a1 b1 ..], swapped = [b0 a0 b1 a1 ..],
+// y = x C2 - swapped S2 with C2 = [c0 c0 c1 c1 ..], S2 = [s0 -s0 s1 -s1 ..] (args.layout):
+// even lanes a c - b s, odd lanes b c - a (-s): the scalar formula lane by lane.
+template <class Tag, class T>
+HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArgs& args) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t r = args.rotary_dim;
+  const float* c2 = args.layout;
+  const float* s2 = args.layout + r;
+  int64_t j = 0;
+  for (; j + L <= r; j += L) {
+    const VF x = VecIo<Tag>::Load(in + j);
+    VecIo<Tag>::Store(RotMinus(x, hn::LoadU(DF(), c2 + j), hn::Shuffle2301(x), hn::LoadU(DF(), s2 + j)),
+                      out + j);
+  }
+  return j / 2;  // L is even: whole pairs
+}
+
+// bf16, interleaved: u32 lane i holds the pair (a_i, b_i); natural angles.
+HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, const RowArgs& args) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t h = args.rotary_dim / 2;
+  int64_t i = 0;
+  for (; i + L <= h; i += L) {
+    const VU w = LoadBf16Words(in + 2 * i);
+    const VF a = Bf16Even(w);
+    const VF b = Bf16Odd(w);
+    const VF c = hn::LoadU(DF(), args.c + i);
+    const VF s = hn::LoadU(DF(), args.s + i);
+    StoreBf16Words(PackBf16(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
+  }
+  return i;
+}
+
+// bf16, half pairing: blocks of 2L pairs; one load of x[i..i+2L) gives pairs i, i+2, .. (even)
+// and i+1, i+3, .. (odd), so args.layout holds per block [c_even | c_odd | s_even | s_odd].
+HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t h = args.rotary_dim / 2;
+  int64_t i = 0;
+  for (; i + 2 * L <= h; i += 2 * L) {
+    const VU wa = LoadBf16Words(in + i);
+    const VU wb = LoadBf16Words(in + h + i);
+    const VF ae = Bf16Even(wa), ao = Bf16Odd(wa), be = Bf16Even(wb), bo = Bf16Odd(wb);
+    const float* block = args.layout + 2 * i;
+    const VF ce = hn::LoadU(DF(), block), co = hn::LoadU(DF(), block + L);
+    const VF se = hn::LoadU(DF(), block + 2 * L), so = hn::LoadU(DF(), block + 3 * L);
+    StoreBf16Words(PackBf16(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
+    StoreBf16Words(PackBf16(RotMinus(be, ce, ae, hn::Neg(se)), RotMinus(bo, co, ao, hn::Neg(so))),
+                   out + h + i);
+  }
+  return i;
+}
+#else
+#define ROTARY_VECTOR_BODY 0
+#define ROTARY_VECTOR_F16 0
+#endif  // HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+
+/// Angle layouts the vector bodies read (RowArgs::layout), built once per token from the natural
+/// rows c[i], s[i] (i < pairs) and shared by every head of q and k. Needs 2 * rotary_dim floats.
+///   f32/f16 interleaved: C2 = [c0 c0 c1 c1 ..] (r values), then S2 = [s0 -s0 s1 -s1 ..] (r values)
+///   bf16 half:           per block of 2L pairs, [c_even | c_odd | s_even | s_odd] (L values each)
+///   otherwise:           nothing (the bodies read c and s directly)
+template <class Tag>
+void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
+#if ROTARY_VECTOR_BODY
+  constexpr bool kBf16 = std::is_same_v<Tag, BF16Tag>;
+  constexpr bool kVector = !std::is_same_v<Tag, F16Tag> || ROTARY_VECTOR_F16;
+  if (!kVector) return;
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  if (interleaved && !kBf16) {
+    // Each value into both halves of a u64 lane: [c c], and [s -s] (low half first in memory).
+    using DU64 = hn::Repartition<uint64_t, DF>;
+    using DFHalf = hn::Rebind<float, DU64>;  // L/2 floats
+    const DU64 d64;
+    const DFHalf dh;
+    const hn::RebindToUnsigned<DFHalf> duh;
+    auto pack = [&](hn::Vec<DFHalf> lo, hn::Vec<DFHalf> hi) {
+      const auto wide_lo = hn::PromoteTo(d64, hn::BitCast(duh, lo));
+      const auto wide_hi = hn::PromoteTo(d64, hn::BitCast(duh, hi));
+      return hn::BitCast(df, hn::Or(wide_lo, hn::ShiftLeft<32>(wide_hi)));
+    };
+    float* c2 = layout;
+    float* s2 = layout + 2 * pairs;
+    const int64_t half = L / 2;
+    int64_t i = 0;
+    for (; i + half <= pairs; i += half) {
+      const auto cv = hn::LoadU(dh, c + i);
+      const auto sv = hn::LoadU(dh, s + i);
+      hn::StoreU(pack(cv, cv), df, c2 + 2 * i);
+      hn::StoreU(pack(sv, hn::Neg(sv)), df, s2 + 2 * i);
+    }
+    for (; i < pairs; ++i) {
+      c2[2 * i] = c[i];
+      c2[2 * i + 1] = c[i];
+      s2[2 * i] = s[i];
+      s2[2 * i + 1] = -s[i];
+    }
+  } else if (!interleaved && kBf16) {
+    for (int64_t i = 0; i + 2 * L <= pairs; i += 2 * L) {
+      float* block = layout + 2 * i;
+      const VF c_lo = hn::LoadU(df, c + i), c_hi = hn::LoadU(df, c + i + L);
+      const VF s_lo = hn::LoadU(df, s + i), s_hi = hn::LoadU(df, s + i + L);
+      hn::StoreU(hn::ConcatEven(df, c_hi, c_lo), df, block);
+      hn::StoreU(hn::ConcatOdd(df, c_hi, c_lo), df, block + L);
+      hn::StoreU(hn::ConcatEven(df, s_hi, s_lo), df, block + 2 * L);
+      hn::StoreU(hn::ConcatOdd(df, s_hi, s_lo), df, block + 3 * L);
+    }
+  }
+#else
+  (void)c, (void)s, (void)pairs, (void)interleaved, (void)layout;
+#endif
 }
 
 template <class Tag>
 void RotateHeads(const RowArgs& args) {
   using T = typename StorageOf<Tag>::type;
-  const D d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));  // doubles per vector; 2N floats
   const int64_t h = args.rotary_dim / 2;
   const auto* in_base = static_cast<const T*>(args.in);
   auto* out_base = static_cast<T*>(args.out);
   for (int64_t head = 0; head < args.heads; ++head) {
     const T* in = in_base + head * args.in_head_stride;
     T* out = out_base + head * args.out_head_stride;
-    int64_t done = 0;  // pairs rotated by the vector body
-#if HWY_TARGET != HWY_SCALAR
-    if (args.interleaved) {
-      // x = [a0 b0 a1 b1 ..]: even lanes a c + b (-s), odd lanes a s + b c.
-      for (int64_t j = 0; j + 2 * N <= args.rotary_dim; j += 2 * N) {
-        const auto x = Io<Tag>::Load(in + j);
-        const V lo = Lower(x);
-        const V hi = Upper(x);
-        const V y_lo = hn::MulAdd(hn::DupEven(lo), hn::LoadU(d, args.c + j),
-                                  hn::Mul(hn::DupOdd(lo), hn::LoadU(d, args.s + j)));
-        const V y_hi = hn::MulAdd(hn::DupEven(hi), hn::LoadU(d, args.c + j + N),
-                                  hn::Mul(hn::DupOdd(hi), hn::LoadU(d, args.s + j + N)));
-        Io<Tag>::Store(Join(y_lo, y_hi), out + j);
-        done = (j + 2 * N) / 2;
-      }
-    } else {
-      for (int64_t i = 0; i + 2 * N <= h; i += 2 * N) {
-        const auto a = Io<Tag>::Load(in + i);
-        const auto b = Io<Tag>::Load(in + h + i);
-        const V a_lo = Lower(a), a_hi = Upper(a), b_lo = Lower(b), b_hi = Upper(b);
-        const V c_lo = hn::LoadU(d, args.c + i), c_hi = hn::LoadU(d, args.c + i + N);
-        const V s_lo = hn::LoadU(d, args.s + i), s_hi = hn::LoadU(d, args.s + i + N);
-        Io<Tag>::Store(Join(hn::MulSub(a_lo, c_lo, hn::Mul(b_lo, s_lo)),
-                            hn::MulSub(a_hi, c_hi, hn::Mul(b_hi, s_hi))),
-                       out + i);
-        Io<Tag>::Store(Join(hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)),
-                            hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi))),
-                       out + h + i);
-        done = i + 2 * N;
-      }
+    int64_t done = 0;  // pairs rotated by a vector body
+#if ROTARY_VECTOR_BODY
+    if constexpr (std::is_same_v<Tag, BF16Tag>) {
+      done = args.interleaved ? RotateBf16Interleaved(in, out, args) : RotateBf16Half(in, out, args);
+    } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
+      done = args.interleaved ? RotateInterleavedDuplicated<Tag>(in, out, args)
+                              : RotateHalfNatural<Tag>(in, out, args);
     }
 #endif
-    (void)N;
-    RotateScalar<Tag>(in, out, args, done, h);
+    RotatePairsScalar<Tag>(in, out, args, done, h);
     if (args.copy_tail && args.head_dim > args.rotary_dim) {
       std::memcpy(out + args.rotary_dim, in + args.rotary_dim,
                   static_cast<size_t>(args.head_dim - args.rotary_dim) * sizeof(T));
@@ -233,6 +303,9 @@ void RotateHeads(const RowArgs& args) {
 // ---- exact angles, vectorised ----
 
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+using D = hn::ScalableTag<double>;
+using V = hn::Vec<D>;
+
 struct DD {
   V hi;
   V lo;
@@ -308,8 +381,9 @@ HWY_INLINE void CosSinLanes(V p, V f, V& cos_out, V& sin_out) {
 }
 #endif
 
+// cos and sin of position * inv_freq[i] times factor (double), i < pairs; see cpu.hpp.
 inline void CosSinRowImpl(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-               double* cos_out, double* sin_out) {
+                          double* cos_out, double* sin_out) {
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
   const D d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -342,6 +416,43 @@ inline void CosSinRowImpl(int64_t position, const double* inv_freq, int64_t pair
     const CosSin cs = exact_cos_sin(position, inv_freq[i]);
     cos_out[i] = cs.cos * factor;
     sin_out[i] = cs.sin * factor;
+  }
+#endif
+}
+
+// The same angles rounded once to float, as a Table stores them: c = fl(cos * factor),
+// s = sign * fl(sin * factor) (sign +1 or -1, exact). Vector targets round in-register.
+inline void CosSinRowF32Impl(int64_t position, const double* inv_freq, int64_t pairs, double factor,
+                             float sign, float* cos_out, float* sin_out) {
+  int64_t i = 0;
+#if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
+  const D d;
+  const hn::Rebind<float, D> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const V p = hn::Set(d, static_cast<double>(position));
+  const V g = hn::Set(d, factor);
+  const auto sign_v = hn::Set(df, sign);
+  for (; i + N <= pairs; i += N) {
+    V c, s;
+    CosSinLanes(p, hn::LoadU(d, inv_freq + i), c, s);
+    hn::StoreU(hn::DemoteTo(df, hn::Mul(c, g)), df, cos_out + i);
+    hn::StoreU(hn::Mul(hn::DemoteTo(df, hn::Mul(s, g)), sign_v), df, sin_out + i);
+  }
+  if (i < pairs) {
+    constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(double);
+    HWY_ALIGN double c_tail[kMaxLanes];
+    HWY_ALIGN double s_tail[kMaxLanes];
+    CosSinRowImpl(position, inv_freq + i, pairs - i, factor, c_tail, s_tail);
+    for (int64_t j = 0; i + j < pairs; ++j) {
+      cos_out[i + j] = static_cast<float>(c_tail[j]);
+      sin_out[i + j] = sign * static_cast<float>(s_tail[j]);
+    }
+  }
+#else
+  for (; i < pairs; ++i) {
+    const CosSin cs = exact_cos_sin(position, inv_freq[i]);
+    cos_out[i] = static_cast<float>(cs.cos * factor);
+    sin_out[i] = sign * static_cast<float>(cs.sin * factor);
   }
 #endif
 }

@@ -8,12 +8,19 @@
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 void RotateHeadsF32(const RowArgs& args) { RotateHeads<F32Tag>(args); }
+void PrepareLayoutF32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
+  PrepareLayoutImpl<F32Tag>(c, s, pairs, interleaved, layout);
+}
 }  // namespace rotary::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace rotary::detail {
 HWY_EXPORT(RotateHeadsF32);
+HWY_EXPORT(PrepareLayoutF32);
 void rotate_heads_f32(const RowArgs& args) { HWY_DYNAMIC_DISPATCH(RotateHeadsF32)(args); }
+void prepare_layout_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
+  HWY_DYNAMIC_DISPATCH(PrepareLayoutF32)(c, s, pairs, interleaved, layout);
+}
 }  // namespace rotary::detail
 #endif

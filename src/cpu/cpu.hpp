@@ -8,11 +8,11 @@
 namespace rotary::detail {
 
 /// One token's heads of one operand, head_dim contiguous (stride 1) in and out.
-/// Angles are doubles laid out for the pairing, sign of sin already applied for inverse:
-///   half:        c = [c_0 .. c_{h-1}],          s = [s_0 .. s_{h-1}]
-///   interleaved: c = [c_0 s_0 c_1 s_1 ...],     s = [-s_0 c_0 -s_1 c_1 ...]   (r values each)
-/// so that, in double, a' = a c - b s and b' = a s + b c: each product of a float input and a
-/// float table value is exact in double, making the table path bit-identical to the reference.
+/// Angles are float32, sin already negated for the inverse, natural pair order:
+///   c = [c_0 c_1 .. c_{h-1}],  s = [s_0 s_1 .. s_{h-1}]          (h = rotary_dim / 2)
+/// plus `layout`, the per-target rearrangement PrepareLayout built from them for this token.
+/// Every pair is rotated with detail::rotate_minus (src/rotate.hpp), in vectors or in the scalar
+/// tail, so the result is bit-identical to the reference on every target.
 struct RowArgs {
   const void* in = nullptr;
   void* out = nullptr;
@@ -23,11 +23,17 @@ struct RowArgs {
   int64_t head_dim = 0;
   bool interleaved = false;
   bool copy_tail = false;  ///< copy channels rotary_dim..head_dim (out of place only)
-  const double* c = nullptr;
-  const double* s = nullptr;
+  const float* c = nullptr;
+  const float* s = nullptr;
+  const float* layout = nullptr;
 };
 
-/// Per dtype, dynamic dispatch to the best Highway target. Single-threaded.
+/// Per dtype, dynamic dispatch to the best Highway target. Single-threaded, no allocation.
+/// prepare_layout_*: builds RowArgs::layout (2 * rotary_dim floats) from the natural rows, once per
+/// token; rotate_heads_*: rotates args.heads heads.
+void prepare_layout_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
+void prepare_layout_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
+void prepare_layout_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
 void rotate_heads_f32(const RowArgs& args);
 void rotate_heads_f16(const RowArgs& args);
 void rotate_heads_bf16(const RowArgs& args);
@@ -37,6 +43,11 @@ void rotate_heads_bf16(const RowArgs& args);
 /// polynomials on [-π/4, π/4]. Within about 2 double ulps of the exact value. Single-threaded.
 void cos_sin_row(int64_t position, const double* inv_freq, int64_t pairs, double factor,
                  double* cos_out, double* sin_out);
+
+/// The same angles rounded once to float as a Table stores them, c = fl(cos * factor) and
+/// s = sign * fl(sin * factor) with sign +1 (forward) or -1 (inverse). Single-threaded.
+void cos_sin_row_f32(int64_t position, const double* inv_freq, int64_t pairs, double factor, float sign,
+                     float* cos_out, float* sin_out);
 
 /// The threaded CPU path: one OpenMP loop over (token, head-range) blocks. Results do not depend
 /// on the thread count.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../half.hpp"
+#include "../rotate.hpp"
 #include "cpu.hpp"
 
 namespace rotary::detail {
@@ -19,61 +20,134 @@ constexpr int64_t kParallelBytes = int64_t{1} << 18;
 // Scratch for one token's angles lives on the stack up to this rotary_dim.
 constexpr int64_t kStackRotaryDim = 1024;
 
-// One token's angles, in the layout RowArgs documents.
-void prepare_angles(const Plan& plan, int64_t position, double* c, double* s, double* work_c,
-                    double* work_s) {
-  const int64_t h = plan.rotary_dim / 2;
-  if (plan.table != nullptr) {
-    const int64_t row = *plan.table->row_of(position);
-    const float* tc = plan.table->cos_row(row);
-    const float* ts = plan.table->sin_row(row);
-    for (int64_t i = 0; i < h; ++i) {
-      work_c[i] = tc[i];
-      work_s[i] = ts[i];
-    }
-  } else {
-    cos_sin_row(position, plan.schedule->inv_freq.data(), h, plan.schedule->attention_factor,
-                work_c, work_s);
+// One token's angles. Float rows (f32/f16/bf16) point into the table when they can; double rows
+// serve f64 storage. `layout` is what the vector kernels read (PrepareLayout).
+struct TokenAngles {
+  const float* c = nullptr;
+  const float* s = nullptr;
+  const double* dc = nullptr;
+  const double* ds = nullptr;
+  const float* layout = nullptr;
+};
+
+// Per-thread scratch: float rows, layout, double rows (pairs = rotary_dim / 2 each).
+struct Scratch {
+  float* c;
+  float* s;
+  float* layout;  // 2 * rotary_dim
+  double* dc;
+  double* ds;
+};
+
+bool any_contiguous(const Plan& plan) {
+  for (int o = 0; o < plan.operand_count; ++o) {
+    const Operand& op = plan.operands[static_cast<size_t>(o)];
+    if (op.in_strides[3] == 1 && op.out_strides[3] == 1) return true;
   }
-  const double sign = plan.inverse ? -1.0 : 1.0;
-  if (plan.pairing == Pairing::interleaved) {
-    for (int64_t i = 0; i < h; ++i) {
-      const double si = sign * work_s[i];
-      c[2 * i] = work_c[i];
-      c[2 * i + 1] = si;
-      s[2 * i] = -si;
-      s[2 * i + 1] = work_c[i];
-    }
-  } else {
-    for (int64_t i = 0; i < h; ++i) {
-      c[i] = work_c[i];
-      s[i] = sign * work_s[i];
-    }
-  }
+  return false;
 }
 
-// Any strides: scalar, the same double operations as the vector kernels and the reference.
+TokenAngles prepare_angles(const Plan& plan, int64_t position, const Scratch& scratch,
+                           bool build_layout) {
+  const int64_t h = plan.rotary_dim / 2;
+  const double g = plan.schedule->attention_factor;
+  TokenAngles angles;
+  if (plan.dtype == DType::f64) {
+    const double sign = plan.inverse ? -1.0 : 1.0;
+    if (plan.table != nullptr) {
+      const int64_t row = *plan.table->row_of(position);
+      const float* tc = plan.table->cos_row(row);
+      const float* ts = plan.table->sin_row(row);
+      for (int64_t i = 0; i < h; ++i) {
+        scratch.dc[i] = tc[i];
+        scratch.ds[i] = sign * ts[i];
+      }
+    } else {
+      cos_sin_row(position, plan.schedule->inv_freq.data(), h, g, scratch.dc, scratch.ds);
+      if (plan.inverse) {
+        for (int64_t i = 0; i < h; ++i) scratch.ds[i] = -scratch.ds[i];
+      }
+    }
+    angles.dc = scratch.dc;
+    angles.ds = scratch.ds;
+    return angles;
+  }
+  if (plan.table != nullptr) {
+    const int64_t row = *plan.table->row_of(position);
+    angles.c = plan.table->cos_row(row);
+    angles.s = plan.table->sin_row(row);
+    if (plan.inverse) {
+      for (int64_t i = 0; i < h; ++i) scratch.s[i] = -angles.s[i];
+      angles.s = scratch.s;
+    }
+  } else {
+    // Exact angles in double, rounded once to float: the values a Table holds (the vectorised
+    // cos/sin are within ~2 double ulps of libm's, so they round to the table's float except when
+    // a value lies within that distance of a rounding boundary).
+    cos_sin_row_f32(position, plan.schedule->inv_freq.data(), h, g, plan.inverse ? -1.0f : 1.0f,
+                    scratch.c, scratch.s);
+    angles.c = scratch.c;
+    angles.s = scratch.s;
+  }
+  if (build_layout) {
+    const bool interleaved = plan.pairing == Pairing::interleaved;
+    switch (plan.dtype) {
+      case DType::f32: prepare_layout_f32(angles.c, angles.s, h, interleaved, scratch.layout); break;
+      case DType::f16: prepare_layout_f16(angles.c, angles.s, h, interleaved, scratch.layout); break;
+      case DType::bf16: prepare_layout_bf16(angles.c, angles.s, h, interleaved, scratch.layout); break;
+      case DType::f64: break;
+    }
+    angles.layout = scratch.layout;
+  }
+  return angles;
+}
+
+// Any strides: scalar, the same operations as the vector kernels and the reference.
 template <class T, class Load, class Store>
 void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
-                    int64_t heads, const double* c, const double* s, Load load, Store store) {
+                    int64_t heads, const TokenAngles& angles, Load load, Store store) {
   const int64_t h = plan.rotary_dim / 2;
   const bool interleaved = plan.pairing == Pairing::interleaved;
   const auto* in = static_cast<const T*>(op.in);
   auto* out = static_cast<T*>(op.out);
+  const int64_t sx = op.in_strides[3];
+  const int64_t sy = op.out_strides[3];
   for (int64_t head = 0; head < heads; ++head) {
     const T* x = in + in_offset + head * op.in_strides[2];
     T* y = out + out_offset + head * op.out_strides[2];
-    const int64_t sx = op.in_strides[3];
-    const int64_t sy = op.out_strides[3];
     for (int64_t i = 0; i < h; ++i) {
       const int64_t ia = interleaved ? 2 * i : i;
       const int64_t ib = interleaved ? 2 * i + 1 : i + h;
-      const double ci = interleaved ? c[2 * i] : c[i];
-      const double si = interleaved ? c[2 * i + 1] : s[i];
-      const double a = load(x[ia * sx]);
-      const double b = load(x[ib * sx]);
-      y[ia * sy] = store(a * ci - b * si);
-      y[ib * sy] = store(a * si + b * ci);
+      const float a = load(x[ia * sx]);
+      const float b = load(x[ib * sx]);
+      y[ia * sy] = store(rotate_minus(a, angles.c[i], b, angles.s[i]));
+      y[ib * sy] = store(rotate_minus(b, angles.c[i], a, -angles.s[i]));
+    }
+    if (!op.in_place && plan.copy_tail) {
+      for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
+    }
+  }
+}
+
+// f64 storage: double arithmetic, a' = a c - b s (no fusion: -ffp-contract=off), as the reference.
+void rotate_f64(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
+                int64_t heads, const TokenAngles& angles) {
+  const int64_t h = plan.rotary_dim / 2;
+  const bool interleaved = plan.pairing == Pairing::interleaved;
+  const auto* in = static_cast<const double*>(op.in);
+  auto* out = static_cast<double*>(op.out);
+  const int64_t sx = op.in_strides[3];
+  const int64_t sy = op.out_strides[3];
+  for (int64_t head = 0; head < heads; ++head) {
+    const double* x = in + in_offset + head * op.in_strides[2];
+    double* y = out + out_offset + head * op.out_strides[2];
+    for (int64_t i = 0; i < h; ++i) {
+      const int64_t ia = interleaved ? 2 * i : i;
+      const int64_t ib = interleaved ? 2 * i + 1 : i + h;
+      const double a = x[ia * sx];
+      const double b = x[ib * sx];
+      y[ia * sy] = a * angles.dc[i] - b * angles.ds[i];
+      y[ib * sy] = a * angles.ds[i] + b * angles.dc[i];
     }
     if (!op.in_place && plan.copy_tail) {
       for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
@@ -82,13 +156,17 @@ void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int6
 }
 
 void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_in_seq,
-                  int64_t first_head, int64_t heads, const double* c, const double* s) {
+                  int64_t first_head, int64_t heads, const TokenAngles& angles) {
   const int64_t in_offset =
       b * op.in_strides[0] + token_in_seq * op.in_strides[1] + first_head * op.in_strides[2];
   const int64_t out_offset =
       b * op.out_strides[0] + token_in_seq * op.out_strides[1] + first_head * op.out_strides[2];
+  if (plan.dtype == DType::f64) {
+    rotate_f64(plan, op, in_offset, out_offset, heads, angles);
+    return;
+  }
   const bool contiguous = op.in_strides[3] == 1 && op.out_strides[3] == 1;
-  if (contiguous && plan.dtype != DType::f64) {
+  if (contiguous) {
     const int64_t es = size_of(plan.dtype);
     RowArgs args;
     args.in = static_cast<const unsigned char*>(op.in) + in_offset * es;
@@ -100,8 +178,9 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
     args.head_dim = plan.head_dim;
     args.interleaved = plan.pairing == Pairing::interleaved;
     args.copy_tail = !op.in_place && plan.copy_tail;
-    args.c = c;
-    args.s = s;
+    args.c = angles.c;
+    args.s = angles.s;
+    args.layout = angles.layout;
     switch (plan.dtype) {
       case DType::f32: rotate_heads_f32(args); break;
       case DType::f16: rotate_heads_f16(args); break;
@@ -112,40 +191,36 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
   }
   switch (plan.dtype) {
     case DType::f32:
-      rotate_strided<float>(plan, op, in_offset, out_offset, heads, c, s,
-                            [](float v) { return static_cast<double>(v); },
-                            [](double v) { return static_cast<float>(v); });
-      break;
-    case DType::f64:
-      rotate_strided<double>(plan, op, in_offset, out_offset, heads, c, s,
-                             [](double v) { return v; }, [](double v) { return v; });
+      rotate_strided<float>(plan, op, in_offset, out_offset, heads, angles, [](float v) { return v; },
+                            [](float v) { return v; });
       break;
     case DType::f16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, c, s,
-                               [](uint16_t v) { return static_cast<double>(f16_to_f32(v)); },
-                               [](double v) { return f32_to_f16(static_cast<float>(v)); });
+      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles,
+                               [](uint16_t v) { return f16_to_f32(v); },
+                               [](float v) { return f32_to_f16(v); });
       break;
     case DType::bf16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, c, s,
-                               [](uint16_t v) { return static_cast<double>(bf16_to_f32(v)); },
-                               [](double v) { return f32_to_bf16(static_cast<float>(v)); });
+      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles,
+                               [](uint16_t v) { return bf16_to_f32(v); },
+                               [](float v) { return f32_to_bf16(v); });
       break;
+    case DType::f64: break;
   }
 }
 
-void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, double* c, double* s,
-                double* work_c, double* work_s) {
+void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, const Scratch& scratch) {
+  const bool build_layout = plan.dtype != DType::f64 && any_contiguous(plan);
   for (int64_t block = first; block < last; ++block) {
     const int64_t token = block / split;
     const int64_t part = block % split;
     const int64_t b = token / plan.seq;
     const int64_t t = token % plan.seq;
-    prepare_angles(plan, plan.positions.at(token, t), c, s, work_c, work_s);
+    const TokenAngles angles = prepare_angles(plan, plan.positions.at(token, t), scratch, build_layout);
     for (int o = 0; o < plan.operand_count; ++o) {
       const Operand& op = plan.operands[static_cast<size_t>(o)];
       const int64_t h0 = part * op.heads / split;
       const int64_t h1 = (part + 1) * op.heads / split;
-      if (h1 > h0) rotate_block(plan, op, b, t, h0, h1 - h0, c, s);
+      if (h1 > h0) rotate_block(plan, op, b, t, h0, h1 - h0, angles);
     }
   }
 }
@@ -153,14 +228,18 @@ void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, do
 // Runs blocks [first, last) with scratch on the stack when it fits.
 void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t split) {
   const int64_t r = plan.rotary_dim;
+  const int64_t h = r / 2;
+  auto carve = [&](float* floats, double* doubles) {
+    return Scratch{floats, floats + h, floats + r, doubles, doubles + h};
+  };
   if (r <= kStackRotaryDim) {
-    std::array<double, 3 * kStackRotaryDim> scratch;
-    run_blocks(plan, first, last, split, scratch.data(), scratch.data() + r, scratch.data() + 2 * r,
-               scratch.data() + 2 * r + r / 2);
+    alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
+    alignas(64) std::array<double, kStackRotaryDim> doubles;
+    run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
   } else {
-    std::vector<double> scratch(static_cast<size_t>(3 * r));
-    run_blocks(plan, first, last, split, scratch.data(), scratch.data() + r, scratch.data() + 2 * r,
-               scratch.data() + 2 * r + r / 2);
+    std::vector<float> floats(static_cast<size_t>(3 * r));
+    std::vector<double> doubles(static_cast<size_t>(r));
+    run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
   }
 }
 
