@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rotary/rotary.hpp"
 
@@ -84,15 +85,22 @@ class PyRope {
   const Schedule& schedule() const { return schedule_; }
   const Spec& spec() const { return spec_; }
 
-  const Table& cache(int64_t needed, AngleMode mode) {
+  // The cached table for positions [0, needed), grown by doubling, or null when it would exceed
+  // kCacheBytes (then the caller builds a table of just the positions it needs: a row depends only
+  // on its position, so the values are the same).
+  static constexpr int64_t kCacheBytes = int64_t{64} << 20;
+  const Table* cache(int64_t needed, AngleMode mode) {
+    const int64_t row_bytes = std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
+    const int64_t max_rows = kCacheBytes / row_bytes;
+    if (needed > max_rows) return nullptr;
     std::optional<Table>& slot = mode == AngleMode::exact ? exact_ : float32_;
     if (!slot || slot->rows() < needed) {
       int64_t rows = std::max<int64_t>(4096, slot ? slot->rows() : 0);
       while (rows < needed) rows *= 2;
-      rows = std::min<int64_t>(rows, max_position_limit);
+      rows = std::min(rows, max_rows);
       slot = Table::range(schedule_, 0, rows, mode);
     }
-    return *slot;
+    return &*slot;
   }
 
  private:
@@ -163,6 +171,7 @@ void apply_py(PyRope& rope, const py::object& q, const py::object& k, const py::
   args.direction = inverse ? Direction::inverse : Direction::forward;
   args.threads = threads;
   py::array_t<int64_t, py::array::c_style | py::array::forcecast> pos;
+  std::optional<Table> call_table;
   int64_t max_position = offset + args.q.seq() - 1;
   if (!positions.is_none()) {
     pos = positions.cast<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>();
@@ -174,7 +183,20 @@ void apply_py(PyRope& rope, const py::object& q, const py::object& k, const py::
   }
   if (angles != "on_the_fly" && args.q.batch() * args.q.seq() > 0 && max_position >= 0 &&
       max_position < max_position_limit) {
-    args.table = &rope.cache(max_position + 1, mode_of(angles));
+    validate(rope.schedule(), args);  // positions in range before any table is built
+    args.table = rope.cache(max_position + 1, mode_of(angles));
+    if (args.table == nullptr) {  // beyond the cache: a table of this call's distinct positions
+      std::vector<int64_t> wanted;
+      if (positions.is_none()) {
+        for (int64_t s = 0; s < args.q.seq(); ++s) wanted.push_back(offset + s);
+      } else {
+        wanted.assign(pos.data(), pos.data() + pos.size());
+        std::sort(wanted.begin(), wanted.end());
+        wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+      }
+      call_table.emplace(Table::at(rope.schedule(), wanted, mode_of(angles)));
+      args.table = &*call_table;
+    }
   }
   validate(rope.schedule(), args);  // raises before any write
   {

@@ -257,3 +257,24 @@ def test_bad_arguments_raise_and_leave_data_untouched():
     with pytest.raises(TypeError, match="unknown schedule argument 'factr'"):
         Rope(64, schedule="linear", factr=2.0)
     assert torch.equal(q, q0)
+
+
+def test_table_angles_at_any_position_without_a_huge_cache():
+    """angles="table" at positions up to 2^31 - 1 equals on-the-fly angles and never allocates a
+    table spanning [0, position]: run under a 4 GiB address-space limit in a fresh interpreter."""
+    import subprocess
+    import sys
+    code = (
+        "import resource, numpy as np, rotary\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+        "r = rotary.Rope(128, base=5e5)\n"
+        "q = np.random.default_rng(1).standard_normal((2, 3, 4, 128)).astype(np.float32)\n"
+        "pos = np.array([[0, 2**31 - 1, 10**7], [131071, 2**31 - 2, 5]])\n"
+        "a = r.apply(q, positions=pos)\n"
+        "b = r.apply(q, positions=pos, angles='on_the_fly')\n"
+        "assert np.array_equal(a, b), float(np.abs(a - b).max())\n"
+        "c = r.apply(q[:, :1], offset=2**31 - 1)\n"
+        "assert np.array_equal(c, r.apply(q[:, :1], offset=2**31 - 1, angles='on_the_fly'))\n"
+        "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
