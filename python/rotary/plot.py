@@ -63,16 +63,50 @@ def schedule_ratios(head_dim: int, base: float, original: int, factor: float) ->
     return {name: r.inv_freq / plain for name, r in ropes.items()}
 
 
-def float32_angle_error(inv_freq: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Worst |angle error| over pairs (radians) of transformers' float32 pipeline
-    fl32(fl32(θ) fl32(p)) against the exact p θ, and of rotary's angles (exact: 0), per position."""
-    f32 = inv_freq.astype(np.float32)
-    errors = []
-    for p in positions:
-        angle32 = (f32 * np.float32(p)).astype(np.float64)
-        exact = np.longdouble(p) * inv_freq.astype(np.longdouble)
-        errors.append(float(np.max(np.abs(angle32.astype(np.longdouble) - exact))))
-    return np.asarray(errors), np.zeros(len(positions))
+# 80 significant digits of pi, for the exact reference angles below.
+_PI = "3.1415926535897932384626433832795028841971693993751058209749445923078164062862090"
+
+
+def exact_angle_mod_2pi(position: int, inv_freq: float) -> float:
+    """p * inv_freq reduced into [-pi, pi), exactly (Decimal, 80 digits; the double inv_freq and the
+    integer p are exact rationals), then rounded to double."""
+    from decimal import Decimal, getcontext
+    getcontext().prec = 80
+    two_pi = 2 * Decimal(_PI)
+    angle = Decimal(int(position)) * Decimal(float(inv_freq))  # exact: Decimal(float) is exact
+    turns = (angle / two_pi).to_integral_value()
+    reduced = angle - turns * two_pi
+    if reduced >= Decimal(_PI):
+        reduced -= two_pi
+    return float(reduced)
+
+
+def effective_angle_error(positions, inv_freq, cos, sin) -> np.ndarray:
+    """Per position, the worst over pairs of |atan2(sin, cos) - exact angle| (mod 2pi): the angle
+    error that stored cos/sin values (any scale) really encode."""
+    out = []
+    for row, p in enumerate(positions):
+        worst = 0.0
+        for i, theta in enumerate(inv_freq):
+            encoded = math.atan2(float(sin[row, i]), float(cos[row, i]))
+            d = (encoded - exact_angle_mod_2pi(int(p), float(theta)) + math.pi) % (2 * math.pi) - math.pi
+            worst = max(worst, abs(d))
+        out.append(worst)
+    return np.asarray(out)
+
+
+def float32_pipeline_table(inv_freq: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' float32 pipeline: angle fl32(fl32(theta) fl32(p)), cos/sin rounded to float32."""
+    angle = (inv_freq.astype(np.float32)[None, :] * positions.astype(np.float32)[:, None]).astype(np.float32)
+    return np.cos(angle.astype(np.float64)).astype(np.float32), np.sin(angle.astype(np.float64)).astype(np.float32)
+
+
+def angle_errors(rope: Rope, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(float32 pipeline, rotary's tables): effective angle error per position, same yardstick."""
+    c32, s32 = float32_pipeline_table(rope.inv_freq, positions)
+    c, s = rope.table(positions)
+    return (effective_angle_error(positions, rope.inv_freq, c32, s32),
+            effective_angle_error(positions, rope.inv_freq, c, s))
 
 
 # ---- figures ----
@@ -148,14 +182,17 @@ def plot_all(rope: Rope, name: str, out_dir: str, original: int, context: int) -
     fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
 
     plt, fig, ax = _figure()
-    positions = np.unique(np.logspace(0, 24, 200, base=2).astype(np.int64))
-    err32, err_exact = float32_angle_error(rope.inv_freq, positions)
-    ax.loglog(positions, np.maximum(err32, 1e-18), label="float32 pipeline (transformers): fl32(fl32(θ)·fl32(p))")
-    ax.loglog(positions, np.maximum(err_exact, 1e-18), label="rotary: exact angle, error 0 (drawn at 1e-18); tables within 1 ulp")
-    ax.axhline(2 ** -24, color="grey", ls=":", lw=0.8, label="half a float32 ulp of 1")
+    positions = np.unique(np.logspace(0, 24, 97, base=2).astype(np.int64))
+    err32, err_rotary = angle_errors(rope, positions)
+    floor = 2.0 ** -60  # exact values plot here (a zero has no logarithm)
+    ax.loglog(positions, np.maximum(err32, floor), marker=".", lw=1,
+              label="float32 pipeline (transformers): cos/sin of fl32(fl32(θ)·fl32(p))")
+    ax.loglog(positions, np.maximum(err_rotary, floor), marker=".", lw=1,
+              label="rotary: exact angle, cos/sin within 1 float32 ulp")
+    ax.axhline(2 ** -24, color="grey", ls=":", lw=0.8, label="2^-24 (half a float32 ulp of 1)")
     ax.set_xlabel("position p")
-    ax.set_ylabel("worst angle error over pairs (rad)")
-    ax.set_title("Angle error against position: float32 pipeline vs exact")
+    ax.set_ylabel("worst angle error over pairs (rad), from atan2(sin, cos)")
+    ax.set_title(f"Angle error the stored cos/sin encode, against position ({name})")
     ax.legend(fontsize=8)
     paths.append(os.path.join(out_dir, "5_float32_angle_error.png"))
     fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)

@@ -37,7 +37,7 @@ def main(argv=None) -> int:
         "2": "Angle difference mod 2π of the first pair against distance: the default wraps at distance 7; the monotone schedule never wraps inside its window.",
         "3": "Wavelength of each pair against the original and extended context; dots mark the pairs the schedule interpolates.",
         "4": "Per-pair frequency ratio to default for linear, NTK, YaRN, Llama 3 and LongRoPE at one factor.",
-        "5": "Angle error against position for transformers' float32 pipeline vs rotary's exact angles.",
+        "5": "Angle error that the stored cos/sin encode (atan2 against the exact angle), for transformers' float32 pipeline and rotary's tables, positions 1 to 2^24.",
     }
     lines += ["## Plots", ""]
     for path in paths:

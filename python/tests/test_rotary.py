@@ -220,6 +220,15 @@ def test_plot_data_and_files(tmp_path):
         assert plot.first_drop(a) is None
     r, bound = plot.decay_bound(Rope(128).inv_freq, 2000)
     assert bound[0] > bound[-200:].mean()
+    # plot (5): same yardstick for both pipelines; rotary stays within a float32 rounding at any
+    # position, transformers' float32 angles stray by more than 0.01 rad at 2^24
+    rope = Rope.from_preset("llama-3.1-8b")
+    positions = np.array([1, 4097, 131071, 1 << 24])
+    err32, err_rotary = plot.angle_errors(rope, positions)
+    assert np.all(err_rotary <= 2.0 ** -23), err_rotary
+    assert err32[-1] > 1e-2 and err32[0] < 1e-6, err32
+    assert abs(plot.exact_angle_mod_2pi(710, 1.0) - (710 - 226 * math.pi)) < 1e-12  # 710 = 226 pi + 6e-5
+    assert abs(plot.exact_angle_mod_2pi(355, 1.0) - (355 - 114 * math.pi)) < 1e-12  # 113 pi + 3e-5 wraps to -pi + 3e-5
     assert plot.main(["--preset", "llama-3.1-8b", "--out", str(tmp_path)]) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
     assert len(files) == 5
