@@ -12,8 +12,9 @@ BUILD_FUZZ ?= build-fuzz
 
 PYTHON := /usr/bin/python3
 
+# What building and testing need (the fuzzing toolchain comes with `make fuzz`).
 deps:
-	scripts/install-deps all
+	scripts/install-deps cpp python
 
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)

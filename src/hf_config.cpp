@@ -201,7 +201,7 @@ ModelRope read_hf_config(std::string_view json_text) {
       } else if (*spec.factor != implicit) {
         out.notes.push_back(fmt::format(
             "explicit factor {} differs from max_position_embeddings/original_max_position_embeddings = {}; "
-            "the explicit factor is used (transformers >= 4.56; earlier versions used the ratio)",
+            "the explicit factor is used (transformers >= 4.56, PR #40320; earlier versions used the ratio)",
             *spec.factor, implicit));
       }
     }
