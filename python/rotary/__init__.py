@@ -24,6 +24,11 @@ def preset_names() -> list[str]:
     return list(_rotary.preset_names())
 
 
+def _require_int(value: Any, name: str) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
@@ -73,8 +78,16 @@ class Rope:
     def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
                  pairing: str = "half", schedule: str = "default", seq_len: Optional[int] = None,
                  **schedule_args: Any) -> None:
-        if not isinstance(head_dim, (int, np.integer)) or isinstance(head_dim, bool):
-            raise TypeError(f"head_dim must be an int, got {type(head_dim).__name__}")
+        _require_int(head_dim, "head_dim")
+        if rotary_dim is not None:
+            _require_int(rotary_dim, "rotary_dim")
+        if seq_len is not None:
+            _require_int(seq_len, "seq_len")
+        if not isinstance(base, (int, float, np.integer, np.floating)) or isinstance(base, bool):
+            raise TypeError(f"base must be a number, got {type(base).__name__}")
+        for name, value in (("pairing", pairing), ("schedule", schedule)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         self._impl = _rotary.Rope(int(head_dim), rotary_dim, float(base), pairing, schedule, seq_len,
                                   schedule_args)
         self.notes: list[str] = []

@@ -263,6 +263,14 @@ def test_bad_arguments_raise_and_leave_data_untouched():
         rope.apply(q, positions=np.zeros(4))
     with pytest.raises(ValueError, match="preset 'nope' is unknown"):
         Rope.from_preset("nope")
+    with pytest.raises(TypeError, match="base must be a number, got str"):
+        Rope(64, base="x")
+    with pytest.raises(TypeError, match="rotary_dim must be an int, got float"):
+        Rope(64, rotary_dim=32.0)
+    with pytest.raises(TypeError, match="pairing must be a str"):
+        Rope(64, pairing=1)
+    with pytest.raises(ValueError, match="pairing='neox' must be interleaved or half"):
+        Rope(64, pairing="neox")
     with pytest.raises(TypeError, match="unknown schedule argument 'factr'"):
         Rope(64, schedule="linear", factr=2.0)
     assert torch.equal(q, q0)
