@@ -27,13 +27,14 @@ constexpr Case kCases[] = {{"prefill_q", 1, 4096, 32},
 constexpr int64_t kHeadDim = 128;
 constexpr int64_t kDecodePosition = 131071;
 // Working sets, the same for the kernel and for memcpy. Decode-sized operations (at most 2 MiB)
-// rotate among 16 buffers: they stay cache-resident, as q and k are when the projection that wrote
-// them has just finished, yet no repetition finds its buffer in L1 from the previous one, and the
-// inputs are too many for a branch predictor to learn (the scalar reference branches on the data;
-// in inference every call brings new values). Larger (prefill) operations cycle through enough
-// buffers to exceed 96 MiB, far beyond the last-level cache, so both sides stream from DRAM.
+// rotate among 4 to 16 buffers holding at most 8 MiB of inputs and outputs: they stay resident in
+// the last-level cache, as q and k are when the projection that wrote them has just finished, yet
+// no repetition finds its buffer in L1 from the previous one, and the inputs are too many for a
+// branch predictor to learn (the scalar reference branches on the data; in inference every call
+// brings new values). Larger (prefill) operations cycle through enough buffers to exceed 96 MiB,
+// far beyond the last-level cache, so both sides stream from DRAM.
 constexpr int64_t kCachedOperationBytes = int64_t{2} << 20;
-constexpr int64_t kCachedBuffers = 16;
+constexpr int64_t kCachedWorkingSetBytes = int64_t{8} << 20;
 constexpr int64_t kStreamingWorkingSetBytes = int64_t{96} << 20;
 
 double median(std::vector<double> v) {
@@ -124,7 +125,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
       const int64_t elements = tokens * c.heads * kHeadDim;
       const int64_t op_bytes = elements * size_of(dtype);
       const int64_t buffers = op_bytes <= kCachedOperationBytes
-                                  ? kCachedBuffers
+                                  ? std::clamp<int64_t>(kCachedWorkingSetBytes / (2 * op_bytes), 4, 16)
                                   : std::max<int64_t>(1, kStreamingWorkingSetBytes / op_bytes);
       // Inputs (also rotated in place), outputs (out of place and memcpy destinations).
       std::vector<unsigned char> in(static_cast<size_t>(buffers * op_bytes));
@@ -226,7 +227,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   }
   out << fmt::format("rotary bench — Llama-3.1-8B shapes, head_dim 128; medians of {} interleaved "
                      "repetitions; GB/s counts bytes read + written; memcpy of the same bytes on the "
-                     "same threads; decode cases rotate among 16 cache-resident buffers, prefill cases "
+                     "same threads; decode cases rotate among 4-16 cache-resident buffers (<= 8 MiB), prefill cases "
                      "stream from DRAM (> 96 MiB)\n",
                      o.reps);
   out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<11} {:>3} {:>11} {:>8} {:>11} {:>9} {:>9}\n", "case",
