@@ -50,4 +50,16 @@ inline float rotate_minus(float x, float m, float w, float n) {
   return fma_f32(fuse_xm ? x : -w, fuse_xm ? m : n, fuse_xm ? -q : p);
 }
 
+/// One pair (a, b) rotated by angle values (c, s), sin already negated for the inverse:
+///   float32: a' = a c - b s and b' = b c + a s, each by rotate_minus (f32, f16, bf16 storage)
+///   double:  plain double arithmetic (f64 storage)
+inline void rotate_pair(float a, float b, float c, float s, float& a_out, float& b_out) {
+  a_out = rotate_minus(a, c, b, s);
+  b_out = rotate_minus(b, c, a, -s);
+}
+inline void rotate_pair(double a, double b, double c, double s, double& a_out, double& b_out) {
+  a_out = a * c - b * s;
+  b_out = a * s + b * c;
+}
+
 }  // namespace rotary::detail

@@ -102,10 +102,11 @@ TokenAngles prepare_angles(const Plan& plan, int64_t position, const Scratch& sc
   return angles;
 }
 
-// Any strides: scalar, the same operations as the vector kernels and the reference.
-template <class T, class Load, class Store>
+// Any strides (and f64 storage): scalar, the same operations as the vector kernels and the
+// reference (detail::rotate_pair). Value is float for f32/f16/bf16, double for f64.
+template <class T, class Value, class Load, class Store>
 void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
-                    int64_t heads, const TokenAngles& angles, Load load, Store store) {
+                    int64_t heads, const Value* c, const Value* s, Load load, Store store) {
   const int64_t h = plan.rotary_dim / 2;
   const bool interleaved = plan.pairing == Pairing::interleaved;
   const auto* in = static_cast<const T*>(op.in);
@@ -118,36 +119,10 @@ void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int6
     for (int64_t i = 0; i < h; ++i) {
       const int64_t ia = interleaved ? 2 * i : i;
       const int64_t ib = interleaved ? 2 * i + 1 : i + h;
-      const float a = load(x[ia * sx]);
-      const float b = load(x[ib * sx]);
-      y[ia * sy] = store(rotate_minus(a, angles.c[i], b, angles.s[i]));
-      y[ib * sy] = store(rotate_minus(b, angles.c[i], a, -angles.s[i]));
-    }
-    if (!op.in_place && plan.copy_tail) {
-      for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
-    }
-  }
-}
-
-// f64 storage: double arithmetic, a' = a c - b s (no fusion: -ffp-contract=off), as the reference.
-void rotate_f64(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
-                int64_t heads, const TokenAngles& angles) {
-  const int64_t h = plan.rotary_dim / 2;
-  const bool interleaved = plan.pairing == Pairing::interleaved;
-  const auto* in = static_cast<const double*>(op.in);
-  auto* out = static_cast<double*>(op.out);
-  const int64_t sx = op.in_strides[3];
-  const int64_t sy = op.out_strides[3];
-  for (int64_t head = 0; head < heads; ++head) {
-    const double* x = in + in_offset + head * op.in_strides[2];
-    double* y = out + out_offset + head * op.out_strides[2];
-    for (int64_t i = 0; i < h; ++i) {
-      const int64_t ia = interleaved ? 2 * i : i;
-      const int64_t ib = interleaved ? 2 * i + 1 : i + h;
-      const double a = x[ia * sx];
-      const double b = x[ib * sx];
-      y[ia * sy] = a * angles.dc[i] - b * angles.ds[i];
-      y[ib * sy] = a * angles.ds[i] + b * angles.dc[i];
+      Value a_out, b_out;
+      rotate_pair(load(x[ia * sx]), load(x[ib * sx]), c[i], s[i], a_out, b_out);
+      y[ia * sy] = store(a_out);
+      y[ib * sy] = store(b_out);
     }
     if (!op.in_place && plan.copy_tail) {
       for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
@@ -161,12 +136,8 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
       b * op.in_strides[0] + token_in_seq * op.in_strides[1] + first_head * op.in_strides[2];
   const int64_t out_offset =
       b * op.out_strides[0] + token_in_seq * op.out_strides[1] + first_head * op.out_strides[2];
-  if (plan.dtype == DType::f64) {
-    rotate_f64(plan, op, in_offset, out_offset, heads, angles);
-    return;
-  }
   const bool contiguous = op.in_strides[3] == 1 && op.out_strides[3] == 1;
-  if (contiguous) {
+  if (contiguous && plan.dtype != DType::f64) {
     const int64_t es = size_of(plan.dtype);
     RowArgs args;
     args.in = static_cast<const unsigned char*>(op.in) + in_offset * es;
@@ -189,22 +160,24 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
     }
     return;
   }
+  const auto same = [](auto v) { return v; };
   switch (plan.dtype) {
     case DType::f32:
-      rotate_strided<float>(plan, op, in_offset, out_offset, heads, angles, [](float v) { return v; },
-                            [](float v) { return v; });
+      rotate_strided<float>(plan, op, in_offset, out_offset, heads, angles.c, angles.s, same, same);
+      break;
+    case DType::f64:
+      rotate_strided<double>(plan, op, in_offset, out_offset, heads, angles.dc, angles.ds, same, same);
       break;
     case DType::f16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles,
+      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles.c, angles.s,
                                [](uint16_t v) { return f16_to_f32(v); },
                                [](float v) { return f32_to_f16(v); });
       break;
     case DType::bf16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles,
+      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles.c, angles.s,
                                [](uint16_t v) { return bf16_to_f32(v); },
                                [](float v) { return f32_to_bf16(v); });
       break;
-    case DType::f64: break;
   }
 }
 

@@ -45,16 +45,6 @@ struct Storage<BF16> {
   static void store(void* p, int64_t i, float v) { static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); }
 };
 
-// (a', b') for one pair with angle values c, s.
-inline void rotate_pair(float a, float b, float c, float s, float& a_out, float& b_out) {
-  a_out = rotate_minus(a, c, b, s);   // a c - b s
-  b_out = rotate_minus(b, c, a, -s);  // b c + a s
-}
-inline void rotate_pair(double a, double b, double c, double s, double& a_out, double& b_out) {
-  a_out = a * c - b * s;
-  b_out = a * s + b * c;
-}
-
 template <class T>
 void rotate_head(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
                  const typename Storage<T>::Value* cos_row, const typename Storage<T>::Value* sin_row) {
