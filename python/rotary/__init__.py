@@ -114,8 +114,10 @@ class Rope:
 
     @classmethod
     def from_preset(cls, name: str, seq_len: Optional[int] = None) -> "Rope":
-        """From a built-in preset (see ``rotary.preset_names()``)."""
-        return cls._wrap(_rotary.Rope.from_preset(name, seq_len))
+        """From a built-in preset (see ``rotary.preset_names()``); ``notes`` holds what resolving it
+        found worth saying (e.g. an explicit YaRN factor overriding the context-length ratio)."""
+        impl, notes = _rotary.Rope.from_preset(name, seq_len)
+        return cls._wrap(impl, notes)
 
     inv_freq = property(lambda self: np.array(self._impl.inv_freq, dtype=np.float64),
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")

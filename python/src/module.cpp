@@ -224,7 +224,8 @@ PYBIND11_MODULE(_rotary, m) {
         return std::make_pair(PyRope(model.spec, seq_len), model.notes);
       })
       .def_static("from_preset", [](const std::string& name, std::optional<int64_t> seq_len) {
-        return PyRope(load_preset(name).spec, seq_len);
+        const ModelRope model = load_preset(name);
+        return std::make_pair(PyRope(model.spec, seq_len), model.notes);
       })
       .def_property_readonly("inv_freq", [](const PyRope& r) {
         return py::array_t<double>(static_cast<py::ssize_t>(r.schedule().inv_freq.size()), r.schedule().inv_freq.data());

@@ -190,6 +190,9 @@ def test_from_hf_config_dict_and_properties():
     cos, sin = rope.table([0, 1, 131071])
     assert cos.shape == (3, 64) and cos.dtype == np.float32 and cos[0, 0] == 1.0 and sin[0, 0] == 0.0
     assert "llama-3.1-8b" in rotary.preset_names()
+    qwen = Rope.from_preset("qwen2.5-7b-instruct")  # the model card's YaRN block: factor 4, original 32768
+    assert qwen.schedule == "yarn" and any("explicit factor 4" in n for n in qwen.notes), qwen.notes
+    assert abs(qwen.attention_factor - (0.1 * math.log(4.0) + 1.0)) < 1e-15
 
 
 def test_permute_for_pairing_gqa_scores(rng):
