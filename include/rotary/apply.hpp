@@ -60,8 +60,9 @@ struct ApplyArgs {
 /// built from an equal schedule; threads >= 0.
 void validate(const Schedule& schedule, const ApplyArgs& args);
 
-/// Rotates. Validates first (see validate); on error nothing was written. Does not allocate on the
-/// table path; the on-the-fly path allocates one scratch row per thread.
+/// Rotates. Validates first (see validate); on error nothing was written. Does not allocate: each
+/// thread keeps its token's angles on the stack (heap only when rotary_dim > 1024). Thread-safe for
+/// calls on disjoint outputs; uses `threads` OpenMP threads (0: all) and gives the same bits for any.
 void apply(const Schedule& schedule, const ApplyArgs& args);
 
 }  // namespace rotary
