@@ -47,9 +47,20 @@ TEST(Rotate, FmaEmulationIsCorrectlyRounded) {
   std::uniform_real_distribution<float> unit(-2.0f, 2.0f);
   const bool has_fma = __builtin_cpu_supports("fma");
   int64_t cases = 0;
+  int64_t double_rounding_cases = 0;  // where rounding through double alone would be wrong
   for (int k = 0; k < 300000; ++k) {
     float x, y, z;
-    switch (k % 4) {
+    switch (k % 5) {
+      case 4: {  // x*y = ±(half an ulp of z)(1 - 2^-46): the exact sum lies 2^-70 ulp off a float
+                 // midpoint, so rounding to double first lands on the midpoint (double rounding)
+        z = std::ldexp(1.0f + static_cast<float>(rng() % (1u << 23)) * 0x1p-23f, static_cast<int>(rng() % 40) - 20);
+        if (rng() & 1) z = -z;
+        int e = 0;
+        std::frexp(z, &e);  // |z| in [2^(e-1), 2^e): half an ulp is 2^(e-25)
+        x = std::ldexp(1.0f + 0x1p-23f, (e - 25) / 2);
+        y = std::ldexp(1.0f - 0x1p-23f, (e - 25) - (e - 25) / 2) * ((rng() & 1) ? 1.0f : -1.0f);
+        break;
+      }
       case 0:  // any bit pattern: NaN, inf, subnormal, zero
         x = std::bit_cast<float>(static_cast<uint32_t>(rng()));
         y = std::bit_cast<float>(static_cast<uint32_t>(rng()));
@@ -65,13 +76,14 @@ TEST(Rotate, FmaEmulationIsCorrectlyRounded) {
         y = unit(rng);
         z = std::ldexp(unit(rng), static_cast<int>(rng() % 100) - 50);
         break;
-      default:  // results in the subnormal range
+      case 3:  // results in the subnormal range
         x = std::ldexp(unit(rng), -70);
         y = std::ldexp(unit(rng), -60);
         z = std::ldexp(unit(rng), -130);
         break;
     }
     const float got = detail::fma_f32(x, y, z);
+    double_rounding_cases += (k % 5 == 4) && (static_cast<float>(static_cast<double>(x) * y + z) != got);
     const float want = mpfr_fmaf(x, y, z);
     ASSERT_TRUE(same_float(got, want)) << std::hexfloat << x << " * " << y << " + " << z << ": " << got
                                        << " vs MPFR " << want;
@@ -81,6 +93,9 @@ TEST(Rotate, FmaEmulationIsCorrectlyRounded) {
     ++cases;
   }
   EXPECT_EQ(cases, 300000);
+  EXPECT_GT(double_rounding_cases, 10000);  // the cases above really need the round-to-odd step
+  // 1 + 2^-23 + 2^-24 - 2^-70 lies just below the midpoint of 1 + 2^-23 and 1 + 2^-22
+  EXPECT_EQ(detail::fma_f32(0x1p-12f * (1 + 0x1p-23f), 0x1p-12f * (1 - 0x1p-23f), 1 + 0x1p-23f), 1 + 0x1p-23f);
 }
 
 // rotate_minus(x, m, w, n) = x m - w n with the larger product fused: it equals the fma whose
