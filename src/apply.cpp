@@ -15,38 +15,20 @@ namespace {
 
 using detail::may_overlap;
 using detail::same_view;
-
-bool known(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
-}
-
-std::string shape_text(const TensorView& v) {
-  return fmt::format("[{}, {}, {}, {}]", v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
-}
+using detail::shape_text;
 
 void check_view(const TensorView& v, const char* name, const Schedule& schedule) {
-  if (!known(v.dtype)) {
-    throw Error(fmt::format("{}.dtype={} is not f32, f64, f16 or bf16", name, static_cast<int>(v.dtype)));
-  }
-  static constexpr const char* dim_names[4] = {"batch", "seq", "heads", "head_dim"};
-  for (int d = 0; d < 4; ++d) {
-    if (v.shape[d] < 0) {
-      throw Error(fmt::format("{}.{}={} must be >= 0", name, dim_names[d], v.shape[d]));
-    }
-  }
+  detail::check_view(v, name);
   if (v.head_dim() != schedule.head_dim) {
     throw Error(fmt::format("{}.head_dim={} differs from the schedule's head_dim={}", name,
                             v.head_dim(), schedule.head_dim));
   }
-  if (detail::reach_overflows(v)) {
-    throw Error(fmt::format("{} strides [{}, {}, {}, {}] with shape {} reach beyond 2^60 elements",
-                            name, v.strides[0], v.strides[1], v.strides[2], v.strides[3],
-                            shape_text(v)));
-  }
 }
 
+// `out` is an explicit output (checked as a view first) or the input itself, in place.
 void check_output(const TensorView& out, const char* name, const TensorView& in,
-                  const char* in_name) {
+                  const char* in_name, const Schedule& schedule) {
+  if (!same_view(out, in)) check_view(out, name, schedule);
   if (out.dtype != in.dtype) {
     throw Error(fmt::format("{}.dtype={} differs from {}.dtype={}", name, to_string(out.dtype),
                             in_name, to_string(in.dtype)));
@@ -70,9 +52,9 @@ void check_position_value(int64_t position, int64_t index, const Table* table) {
   }
 }
 
+// batch and seq are >= 0 (checked); their product may still leave int64 for an empty view.
 void check_positions(const Positions& positions, int64_t batch, int64_t seq, const Table* table) {
   using Kind = Positions::Kind;
-  const int64_t tokens = batch * seq;
   switch (positions.kind) {
     case Kind::sequential: {
       if (positions.offset < 0 || positions.offset >= max_position_limit ||
@@ -80,12 +62,17 @@ void check_positions(const Positions& positions, int64_t batch, int64_t seq, con
         throw Error(fmt::format("offset={} with seq={} must keep positions in [0, 2^31)",
                                 positions.offset, seq));
       }
-      if (table == nullptr || tokens == 0) return;
+      if (table == nullptr || batch == 0) return;
       for (int64_t s = 0; s < seq; ++s) check_position_value(positions.offset + s, s, table);
       return;
     }
     case Kind::per_token_i32:
     case Kind::per_token_i64: {
+      int64_t tokens = 0;
+      if (__builtin_mul_overflow(batch, seq, &tokens)) {
+        throw Error(fmt::format("positions has {} entries but batch*seq={}*{} exceeds 2^63",
+                                positions.count, batch, seq));
+      }
       if (positions.count != tokens) {
         throw Error(fmt::format("positions has {} entries but batch*seq={}", positions.count, tokens));
       }
@@ -113,7 +100,7 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
 void validate(const Schedule& schedule, const ApplyArgs& args) {
   const bool table_matches = args.table != nullptr && same_schedule(*args.table, schedule);
   if (!table_matches) validate(schedule);
-  if (!args.q.is_set()) throw Error("q is not set (q.data is null)");
+  if (!args.q.is_set()) throw Error("q is not set (q is TensorView{}: data null, shape all 0)");
   check_view(args.q, "q", schedule);
   const bool has_k = args.k.is_set();
   if (has_k) {
@@ -129,7 +116,9 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
   } else if (args.k_out.is_set()) {
     throw Error("k_out is set but k is not");
   }
-  if (args.threads < 0) throw Error(fmt::format("threads={} must be >= 0", args.threads));
+  if (args.threads < 0 || args.threads > max_threads) {
+    throw Error(fmt::format("threads={} must be in [0, {}]", args.threads, max_threads));
+  }
   if (args.direction != Direction::forward && args.direction != Direction::inverse) {
     throw Error(fmt::format("direction={} is not forward or inverse", static_cast<int>(args.direction)));
   }
@@ -140,13 +129,11 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
 
   // Effective outputs: the input itself when in place.
   const TensorView q_out = args.q_out.is_set() ? args.q_out : args.q;
-  if (args.q_out.is_set()) check_output(args.q_out, "q_out", args.q, "q");
-  else check_output(args.q, "q (in place)", args.q, "q");
+  check_output(q_out, args.q_out.is_set() ? "q_out" : "q (in place)", args.q, "q", schedule);
   TensorView k_out{};
   if (has_k) {
     k_out = args.k_out.is_set() ? args.k_out : args.k;
-    if (args.k_out.is_set()) check_output(args.k_out, "k_out", args.k, "k");
-    else check_output(args.k, "k (in place)", args.k, "k");
+    check_output(k_out, args.k_out.is_set() ? "k_out" : "k (in place)", args.k, "k", schedule);
   }
   // Aliasing: an output may coincide exactly with its own input (in place); otherwise it must not
   // share an element with any input or with the other output.
@@ -206,7 +193,8 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
   };
   add(args.q, args.q_out);
   if (args.k.is_set()) add(args.k, args.k_out);
-  if (plan.batch == 0 || plan.seq == 0) return;
+  // Empty q and k: nothing to do (and batch * seq, which no output bounds then, is never formed).
+  if (args.q.is_empty() && (!args.k.is_set() || args.k.is_empty())) return;
   if (args.backend == Backend::reference) {
     detail::reference_apply(plan);
   } else {

@@ -19,7 +19,8 @@ struct Operand {
 };
 
 /// A validated call. Every pointer is non-null for non-empty operands; every position is in range
-/// (and in the table, when there is one).
+/// (and in the table, when there is one); at least one operand is non-empty, and every view spans
+/// < max_view_bytes, so no element or byte offset a kernel forms overflows int64.
 struct Plan {
   DType dtype = DType::f32;
   int64_t batch = 0;
@@ -36,6 +37,12 @@ struct Plan {
   const Schedule* schedule = nullptr;
   int threads = 0;
 };
+
+/// The team for one OpenMP loop over `blocks` independent blocks: `requested` threads (0:
+/// omp_get_max_threads()), cut to at most omp_get_num_procs() (counted at the first call),
+/// max_threads and `blocks`, and at least 1. Every OpenMP team the library starts is sized by
+/// this, so no count a caller passes (or OMP_NUM_THREADS sets) asks for more threads than can run.
+int useful_threads(int requested, int64_t blocks);
 
 /// The scalar oracle: loops written from the formulas, double arithmetic, single-threaded.
 void reference_apply(const Plan& plan);

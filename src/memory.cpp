@@ -2,32 +2,44 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "rotary/error.hpp"
 
 namespace rotary::detail {
 namespace {
 
-constexpr int64_t kReachLimit = int64_t{1} << 60;
-
-bool empty(const TensorView& v) {
-  return v.shape[0] == 0 || v.shape[1] == 0 || v.shape[2] == 0 || v.shape[3] == 0;
+bool known(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
+// |x| without overflow, INT64_MIN included.
+uint64_t magnitude(int64_t x) {
+  return x < 0 ? uint64_t{0} - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+}
+
+// Byte addresses as 128-bit integers: a view within max_view_bytes of any pointer value, even a
+// bogus one near the top of the address space, neither wraps nor overflows.
+using Address = __int128;
+
 struct Range {
-  intptr_t lo;
-  intptr_t hi;  // exclusive
+  Address lo;
+  Address hi;  // exclusive
 };
 
+// Requires: non-empty and within max_view_bytes (so every product below is < 2^60).
 Range byte_range(const TensorView& v) {
   const int64_t es = size_of(v.dtype);
   int64_t lo = 0;
   int64_t hi = 0;
   for (int d = 0; d < 4; ++d) {
+    if (v.shape[d] <= 1) continue;
     const int64_t span = v.strides[d] * (v.shape[d] - 1);
     (span < 0 ? lo : hi) += span;
   }
-  const auto base = reinterpret_cast<intptr_t>(v.data);
-  return {base + lo * es, base + (hi + 1) * es};
+  const auto base = static_cast<Address>(reinterpret_cast<uintptr_t>(v.data));
+  return {base + Address{lo} * es, base + Address{hi + 1} * es};
 }
 
 // Normalised view: strides made non-negative (moving the base), unit dims dropped.
@@ -38,6 +50,7 @@ struct Dims {
   int64_t base = 0;  // element offset of the lowest element relative to data
 };
 
+// Requires: within max_view_bytes.
 Dims normalise(const TensorView& v) {
   Dims out;
   for (int d = 0; d < 4; ++d) {
@@ -57,6 +70,8 @@ Dims normalise(const TensorView& v) {
 // Does delta = sum_k d_k * stride[k] have a solution with lo[k] <= d_k <= hi[k]?
 // Dimensions sorted by stride, largest first; at each the feasible d_k form an interval given the
 // reach of the smaller ones (one or two values when strides are nested). `budget` caps the search.
+// Bounds (callers): |delta| and every |lo[k] * stride[k]|, |hi[k] * stride[k]| and their sums are
+// below 2^61, so nothing here overflows.
 bool representable(int64_t delta, const std::array<int64_t, 4>& stride,
                    const std::array<int64_t, 4>& lo, const std::array<int64_t, 4>& hi, int k,
                    int count, int64_t& budget) {
@@ -83,20 +98,50 @@ bool representable(int64_t delta, const std::array<int64_t, 4>& stride,
 
 }  // namespace
 
-bool reach_overflows(const TensorView& v) {
-  int64_t total = 0;
-  for (int d = 0; d < 4; ++d) {
-    if (v.shape[d] <= 1) continue;
-    const int64_t s = std::llabs(v.strides[d]);
-    if (s != 0 && v.shape[d] - 1 > kReachLimit / s) return true;
-    total += s * (v.shape[d] - 1);
-    if (total > kReachLimit) return true;
+std::string shape_text(const TensorView& v) {
+  return fmt::format("[{}, {}, {}, {}]", v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
+}
+
+void check_view(const TensorView& v, std::string_view name) {
+  if (!known(v.dtype)) {
+    throw Error(fmt::format("{}.dtype={} is not f32, f64, f16 or bf16", name, static_cast<int>(v.dtype)));
   }
-  return false;
+  static constexpr const char* dim_names[4] = {"batch", "seq", "heads", "head_dim"};
+  for (int d = 0; d < 4; ++d) {
+    if (v.shape[d] < 0) {
+      throw Error(fmt::format("{}.{}={} must be >= 0", name, dim_names[d], v.shape[d]));
+    }
+  }
+  if (v.data == nullptr && !v.is_empty()) {
+    throw Error(fmt::format("{}.data is null but {} shape {} is not empty", name, name, shape_text(v)));
+  }
+  if (exceeds_max_view_bytes(v)) {
+    throw Error(fmt::format("{} strides [{}, {}, {}, {}] with shape {} span 2^60 bytes or more "
+                            "(max_view_bytes)",
+                            name, v.strides[0], v.strides[1], v.strides[2], v.strides[3],
+                            shape_text(v)));
+  }
+}
+
+bool exceeds_max_view_bytes(const TensorView& v) {
+  if (v.is_empty()) return false;
+  uint64_t reach = 1;  // elements from the lowest to the highest, inclusive
+  for (int d = 0; d < 4; ++d) {
+    if (v.shape[d] < 0) return true;
+    uint64_t term = 0;
+    if (__builtin_mul_overflow(magnitude(v.strides[d]), static_cast<uint64_t>(v.shape[d] - 1), &term) ||
+        __builtin_add_overflow(reach, term, &reach)) {
+      return true;
+    }
+  }
+  uint64_t bytes = 0;
+  return __builtin_mul_overflow(reach, static_cast<uint64_t>(size_of(v.dtype)), &bytes) ||
+         bytes >= static_cast<uint64_t>(max_view_bytes);
 }
 
 bool self_overlaps(const TensorView& v) {
-  if (empty(v)) return false;
+  if (v.is_empty()) return false;
+  if (exceeds_max_view_bytes(v)) return true;
   Dims dims = normalise(v);
   // Insertion sort of the (at most 4) dimensions by stride, ascending.
   std::array<int, 4> order{0, 1, 2, 3};
@@ -119,36 +164,48 @@ bool same_view(const TensorView& a, const TensorView& b) {
 }
 
 bool may_overlap(const TensorView& a, const TensorView& b) {
-  if (empty(a) || empty(b)) return false;
+  if (a.is_empty() || b.is_empty()) return false;
+  if (exceeds_max_view_bytes(a) || exceeds_max_view_bytes(b)) return true;
   const Range ra = byte_range(a);
   const Range rb = byte_range(b);
   if (ra.hi <= rb.lo || rb.hi <= ra.lo) return false;
   if (a.dtype != b.dtype || a.strides != b.strides) return true;
   const int64_t es = size_of(a.dtype);
-  const intptr_t byte_delta = reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data);
+  // The ranges intersect and each spans < 2^60 bytes: |byte_delta| < 2^61.
+  const auto byte_delta = static_cast<int64_t>(static_cast<Address>(reinterpret_cast<uintptr_t>(b.data)) -
+                                               static_cast<Address>(reinterpret_cast<uintptr_t>(a.data)));
   if (byte_delta % es != 0) return true;
-  // Element i of a meets element j of b when sum_k (i_k - j_k) stride_k = delta.
+  // Element i of a meets element j of b when sum_k (i_k - j_k) stride_k = delta, with
+  // -(b.shape[k] - 1) <= i_k - j_k <= a.shape[k] - 1. A dimension of extent 1 in both adds nothing,
+  // whatever its stride (which the span bound leaves unconstrained); any other stride is bounded.
   const int64_t delta = byte_delta / es;
   std::array<int64_t, 4> stride{};
   std::array<int64_t, 4> lo{};
   std::array<int64_t, 4> hi{};
-  std::array<int, 4> order{0, 1, 2, 3};
-  std::sort(order.begin(), order.end(),
-            [&](int x, int y) { return std::llabs(a.strides[x]) > std::llabs(a.strides[y]); });
-  for (int i = 0; i < 4; ++i) {
-    const int d = order[i];
-    stride[i] = a.strides[d];
-    lo[i] = -(b.shape[d] - 1);
-    hi[i] = a.shape[d] - 1;
-    if (stride[i] < 0) {  // flip sign so strides are non-negative
-      stride[i] = -stride[i];
-      std::swap(lo[i], hi[i]);
-      lo[i] = -lo[i];
-      hi[i] = -hi[i];
+  for (int d = 0; d < 4; ++d) {
+    if (a.shape[d] == 1 && b.shape[d] == 1) continue;
+    stride[d] = a.strides[d];
+    lo[d] = -(b.shape[d] - 1);
+    hi[d] = a.shape[d] - 1;
+    if (stride[d] < 0) {  // flip sign so strides are non-negative
+      stride[d] = -stride[d];
+      std::swap(lo[d], hi[d]);
+      lo[d] = -lo[d];
+      hi[d] = -hi[d];
     }
   }
+  std::array<int, 4> order{0, 1, 2, 3};
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return stride[x] > stride[y]; });
+  std::array<int64_t, 4> sorted_stride{};
+  std::array<int64_t, 4> sorted_lo{};
+  std::array<int64_t, 4> sorted_hi{};
+  for (int i = 0; i < 4; ++i) {
+    sorted_stride[i] = stride[order[i]];
+    sorted_lo[i] = lo[order[i]];
+    sorted_hi[i] = hi[order[i]];
+  }
   int64_t budget = 4096;
-  return representable(delta, stride, lo, hi, 0, 4, budget);
+  return representable(delta, sorted_stride, sorted_lo, sorted_hi, 0, 4, budget);
 }
 
 }  // namespace rotary::detail

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "kernel.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
 
@@ -14,6 +15,22 @@ namespace {
 void check_position(int64_t position, const char* what) {
   if (position < 0 || position >= max_position_limit) {
     throw Error(fmt::format("{}={} must be in [0, 2^31)", what, position));
+  }
+}
+
+void check_mode(AngleMode mode) {
+  if (mode != AngleMode::exact && mode != AngleMode::hf_float32) {
+    throw Error(fmt::format("mode={} is not exact or hf_float32", static_cast<int>(mode)));
+  }
+}
+
+// 8 * rows * pairs bytes within max_table_bytes, before anything is allocated.
+void check_size(int64_t rows, int64_t pairs) {
+  int64_t values = 0;
+  if (__builtin_mul_overflow(rows, pairs, &values) || values > max_table_bytes / 8) {
+    throw Error(fmt::format("a table of {} rows x {} pairs exceeds max_table_bytes=2^36 (8 bytes per "
+                            "pair and row); build one of the positions in use, or use no table",
+                            rows, pairs));
   }
 }
 
@@ -44,12 +61,14 @@ void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float*
 
 Table::Table(const Schedule& schedule, int64_t rows) : schedule_(schedule), rows_(rows) {
   validate(schedule);
+  check_size(rows, schedule.pairs());
   const auto size = static_cast<size_t>(rows * schedule.pairs());
   cos_.resize(size);
   sin_.resize(size);
 }
 
 Table Table::range(const Schedule& schedule, int64_t first, int64_t count, AngleMode mode) {
+  check_mode(mode);
   check_position(first, "first");
   if (count < 0 || count > max_position_limit - first) {
     throw Error(fmt::format("count={} must be in [0, 2^31 - first] with first={}", count, first));
@@ -62,6 +81,7 @@ Table Table::range(const Schedule& schedule, int64_t first, int64_t count, Angle
 }
 
 Table Table::at(const Schedule& schedule, std::span<const int64_t> positions, AngleMode mode) {
+  check_mode(mode);
   for (int64_t p : positions) check_position(p, "position");
   Table table(schedule, static_cast<int64_t>(positions.size()));
   table.mode_ = mode;
@@ -88,7 +108,8 @@ std::optional<int64_t> Table::row_of(int64_t position) const {
 
 void Table::fill() {
   const int64_t pairs = schedule_.pairs();
-#pragma omp parallel for schedule(static)
+  const int team = detail::useful_threads(0, rows_);
+#pragma omp parallel for schedule(static) num_threads(team)
   for (int64_t row = 0; row < rows_; ++row) {
     fill_row(schedule_, position(row), cos_.data() + row * pairs, sin_.data() + row * pairs, mode_);
   }
@@ -97,7 +118,9 @@ void Table::fill() {
 void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
                AngleMode mode) {
   validate(schedule);
+  check_mode(mode);
   check_position(position, "position");
+  if (cos_out == nullptr || sin_out == nullptr) throw Error("table_row: cos_out or sin_out is null");
   fill_row(schedule, position, cos_out, sin_out, mode);
 }
 

@@ -594,7 +594,21 @@ TEST(ApplyErrors, EveryRuleNamesTheValueAndWritesNothing) {
          TensorView o = b.ov(); o.shape[2] = 2; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
       {"q_out.dtype=f64 differs from q.dtype=f32", [](Buffers& b) {
          TensorView o = b.ov(); o.dtype = DType::f64; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
-      {"threads=-1 must be >= 0", [](Buffers& b) { return ApplyArgs{.q = b.qv(), .threads = -1}; }},
+      {"threads=-1 must be in [0, 1024]", [](Buffers& b) { return ApplyArgs{.q = b.qv(), .threads = -1}; }},
+      {"threads=100000 must be in [0, 1024]", [](Buffers& b) { return ApplyArgs{.q = b.qv(), .threads = 100000}; }},
+      {"direction=5 is not forward or inverse", [](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .direction = static_cast<Direction>(5)}; }},
+      {"backend=9 is not automatic, reference or cpu", [](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .backend = static_cast<Backend>(9)}; }},
+      {"q.data is null but q shape [2, 3, 4, 16] is not empty", [](Buffers& b) {
+         TensorView q = b.qv(); q.data = nullptr; return ApplyArgs{.q = q}; }},
+      {"k.data is null but k shape [2, 3, 2, 16] is not empty", [](Buffers& b) {
+         TensorView k = b.kv(); k.data = nullptr; return ApplyArgs{.q = b.qv(), .k = k}; }},
+      // Once "unset" (so: in place); an output with a shape but no data is an error now.
+      {"q_out.data is null but q_out shape [2, 3, 4, 16] is not empty", [](Buffers& b) {
+         TensorView o = b.ov(); o.data = nullptr; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
+      {"q_out.dtype=7 is not f32, f64, f16 or bf16", [](Buffers& b) {
+         TensorView o = b.ov(); o.dtype = static_cast<DType>(7); return ApplyArgs{.q = b.qv(), .q_out = o}; }},
       {"positions has 4 entries but batch*seq=6", [&](Buffers& b) {
          return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(four_positions)}; }},
       {"positions[3]=-5 must be in [0, 2^31)", [&](Buffers& b) {
@@ -625,8 +639,11 @@ TEST(ApplyErrors, EveryRuleNamesTheValueAndWritesNothing) {
          TensorView o = b.ov(); o.strides = {96, 16, 0, 1}; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
       {"q.seq=-3 must be >= 0", [](Buffers& b) {
          TensorView q = b.qv(); q.shape[1] = -3; return ApplyArgs{.q = q}; }},
-      {"reach beyond 2^60 elements", [](Buffers& b) {
+      {"q strides [4611686018427387904, 64, 16, 1] with shape [2, 3, 4, 16] span 2^60 bytes or more", [](Buffers& b) {
          TensorView q = b.qv(); q.strides[0] = int64_t{1} << 62; return ApplyArgs{.q = q}; }},
+      // Outputs are held to the same bound (their strides were never checked before).
+      {"q_out strides [-9223372036854775808, 64, 16, 1] with shape [2, 3, 4, 16] span", [](Buffers& b) {
+         TensorView o = b.ov(); o.strides[0] = INT64_MIN; return ApplyArgs{.q = b.qv(), .q_out = o}; }},
       {"q.dtype=9 is not f32, f64, f16 or bf16", [](Buffers& b) {
          TensorView q = b.qv(); q.dtype = static_cast<DType>(9); return ApplyArgs{.q = q}; }},
       {"rotary_dim=15 must be even", [](Buffers& b) { return ApplyArgs{.q = b.qv()}; }, &odd},
@@ -650,6 +667,137 @@ TEST(ApplyErrors, DisjointInterleavedSlicesAreAccepted) {
   EXPECT_NO_THROW(apply(s, {.q = q, .k = k}));
   k.data = buffer.data() + 8;
   EXPECT_ROTARY_ERROR(apply(s, {.q = q, .k = k}), "q (in place) overlaps input k");
+}
+
+// ---- threads, empty tensors, extreme views ----
+
+TEST(ApplyThreads, MaxThreadsRunsAndGivesTheBitsOfOneThread) {
+  static_assert(max_threads == 1024);
+  // 64 tokens x 8 heads x 128 f32 = 256 KiB: past the one-thread threshold, so a team is formed
+  // (of at most one thread per processor, whatever was asked).
+  const Schedule s = make_schedule(Spec{.head_dim = 128});
+  const std::vector<float> x = test::random_floats(64 * 8 * 128, 91);
+  auto run = [&](int threads) {
+    std::vector<float> v = x;
+    apply(s, {.q = TensorView::bshd(v.data(), DType::f32, 1, 64, 8, 128),
+              .positions = Positions::sequential(1000), .threads = threads});
+    return v;
+  };
+  const std::vector<float> one = run(1);
+  EXPECT_NE(one, x);
+  EXPECT_EQ(run(max_threads), one);
+  EXPECT_EQ(run(0), one);
+}
+
+TEST(ApplyEmpty, EmptyTensorsWithNullDataAreANoOp) {
+  const Schedule s = make_schedule(Spec{.head_dim = 64});
+  // As torch passes empty tensors: data null, a real shape with a zero extent.
+  const TensorView q{.data = nullptr, .shape = {2, 0, 8, 64}, .strides = {0, 512, 64, 1}};
+  const TensorView k{.data = nullptr, .shape = {2, 0, 2, 64}, .strides = {0, 128, 64, 1}};
+  const TensorView q_out{.data = nullptr, .shape = {2, 0, 8, 64}, .strides = {7, -7, 7, 7}};
+  const TensorView k_out{.data = nullptr, .shape = {2, 0, 2, 64}, .strides = {}};
+  const std::vector<int64_t> none;
+  EXPECT_NO_THROW(apply(s, {.q = q}));
+  EXPECT_NO_THROW(apply(s, {.q = q, .k = k}));
+  EXPECT_NO_THROW(apply(s, {.q = q, .k = k, .q_out = q_out, .k_out = k_out}));
+  EXPECT_NO_THROW(apply(s, {.q = q, .k = k, .positions = Positions::per_token(none), .backend = Backend::reference}));
+  // Huge extents beside a zero one: nothing is looped over, no product formed.
+  EXPECT_NO_THROW(apply(s, {.q = {.data = nullptr, .shape = {INT64_MAX, 1, 0, 64},
+                                  .strides = {INT64_MIN, INT64_MAX, 0, 1}}}));
+  // q without heads, k with: k is rotated as it would be alone.
+  std::vector<float> k_data = test::random_floats(3 * 2 * 64, 92), expected = k_data;
+  apply(s, {.q = {.data = nullptr, .shape = {1, 3, 0, 64}},
+            .k = TensorView::bshd(k_data.data(), DType::f32, 1, 3, 2, 64), .positions = Positions::sequential(5)});
+  apply(s, {.q = TensorView::bshd(expected.data(), DType::f32, 1, 3, 2, 64), .positions = Positions::sequential(5)});
+  EXPECT_EQ(k_data, expected);
+  // Absent is TensorView{} only; a null q with tokens is an error naming q.
+  EXPECT_ROTARY_ERROR(apply(s, {.q = {.data = nullptr, .shape = {2, 3, 8, 64}}}),
+                      "q.data is null but q shape [2, 3, 8, 64] is not empty");
+  EXPECT_ROTARY_ERROR(apply(s, {.q = TensorView{}}), "q is not set");
+  EXPECT_ROTARY_ERROR(apply(s, {.q = q, .k_out = k_out}), "k_out is set but k is not");
+}
+
+// Views no memory could back, each answered without overflow (this file also runs under UBSan):
+// validate only, nothing is read or written.
+TEST(ApplyExtremeViews, EachValidatesToAClearErrorOrPasses) {
+  const Schedule s = make_schedule(Spec{.head_dim = 16});
+  std::vector<float> buffer(64, 1.0f);
+  float* p = buffer.data();
+  const auto at = [](const void* base, int64_t bytes) {
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(bytes));
+  };
+  void* top = reinterpret_cast<void*>(~uintptr_t{0} - 63);
+  void* low = reinterpret_cast<void*>(uintptr_t{64});
+  constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  constexpr int64_t k2p56 = int64_t{1} << 56;
+  constexpr int64_t kF64Limit = (int64_t{1} << 57) - 16;  // f64 [2,1,1,16]: (1 + s + 15) * 8 = 2^60 bytes
+  using A = std::array<int64_t, 4>;
+  const auto f32 = [](void* data, A shape, A strides) {
+    return TensorView{.data = data, .dtype = DType::f32, .shape = shape, .strides = strides};
+  };
+  const auto f64 = [](void* data, A shape, A strides) {
+    return TensorView{.data = data, .dtype = DType::f64, .shape = shape, .strides = strides};
+  };
+  const std::vector<int64_t> none;
+  struct Case {
+    const char* name;
+    ApplyArgs args;
+    const char* needle;  // null: accepted
+  };
+  const std::vector<Case> cases = {
+      {"empty, huge batch, extreme strides", {.q = f32(nullptr, {kMax, 0, 1, 16}, {kMin, kMax, kMin, kMin})}, nullptr},
+      {"empty, batch*seq beyond int64, sequential",
+       {.q = f32(nullptr, {kMax, kMax, 0, 16}, {})}, "offset=0 with seq=9223372036854775807 must keep"},
+      {"empty, batch*seq beyond int64, per token",
+       {.q = f32(nullptr, {kMax, 2, 0, 16}, {}), .positions = Positions::per_token(none)},
+       "positions has 0 entries but batch*seq=9223372036854775807*2 exceeds 2^63"},
+      {"unit dims with INT64_MIN strides", {.q = f32(p, {1, 1, 1, 16}, {kMin, kMin, kMin, 1})}, nullptr},
+      {"INT64_MIN stride", {.q = f32(p, {2, 1, 1, 16}, {kMin, 16, 16, 1})},
+       "q strides [-9223372036854775808, 16, 16, 1] with shape [2, 1, 1, 16] span 2^60 bytes or more"},
+      {"INT64_MAX channel stride", {.q = f32(p, {1, 1, 1, 16}, {16, 16, 16, kMax})}, "span 2^60 bytes or more"},
+      {"INT64_MIN channel stride", {.q = f32(p, {1, 1, 1, 16}, {16, 16, 16, kMin})}, "span 2^60 bytes or more"},
+      {"extent times stride beyond 2^64", {.q = f32(p, {kMax, 1, 1, 16}, {kMax, 16, 16, 1})}, "span 2^60 bytes"},
+      {"sum of reaches beyond 2^64", {.q = f32(p, {3, 3, 3, 16}, {kMax / 2, kMin / 2, kMax / 2, 1})}, "span 2^60 bytes"},
+      {"f64 one element under 2^60 bytes", {.q = f64(p, {2, 1, 1, 16}, {kF64Limit - 1, 16, 16, 1})}, nullptr},
+      {"f64 at 2^60 bytes", {.q = f64(p, {2, 1, 1, 16}, {kF64Limit, 16, 16, 1})}, "span 2^60 bytes or more"},
+      {"f64 2^60 elements (2^63 bytes)", {.q = f64(p, {2, 1, 1, 16}, {int64_t{1} << 60, 16, 16, 1})}, "span 2^60"},
+      {"k beyond the bound", {.q = f32(p, {2, 1, 1, 16}, {16, 16, 16, 1}), .k = f32(p + 32, {2, 1, 1, 16}, {kMin + 1, 16, 16, 1})},
+       "k strides [-9223372036854775807, 16, 16, 1]"},
+      {"huge in-place output with zero strides", {.q = f32(p, {kMax, kMax, 1, 16}, {0, 0, 16, 1})},
+       "q (in place) strides [0, 0, 16, 1] make elements overlap"},
+      {"a broadcast input into a huge output",
+       {.q = f32(p, {kMax, 1, 1, 16}, {0, 16, 16, 1}), .q_out = f32(p + 16, {kMax, 1, 1, 16}, {16, 16, 16, 1})},
+       "q_out strides [16, 16, 16, 1] with shape [9223372036854775807, 1, 1, 16] span"},
+      {"q and k 2^58 bytes apart, disjoint",
+       {.q = f32(p, {2, 1, 1, 16}, {k2p56, 16, 16, 1}), .k = f32(p + 16, {2, 1, 1, 16}, {k2p56, 16, 16, 1})}, nullptr},
+      {"q and k 2^58 bytes apart, meeting",
+       {.q = f32(p, {2, 1, 1, 16}, {k2p56, 16, 16, 1}), .k = f32(at(p, 4 * k2p56), {2, 1, 1, 16}, {k2p56, 16, 16, 1})},
+       "q (in place) overlaps input k"},
+      {"negative strides from the top of the address space",
+       {.q = f32(top, {1, 2, 1, 16}, {0, -(int64_t{1} << 57), 16, 1}), .k = f32(p, {1, 2, 1, 16}, {0, 16, 16, 1})}, nullptr},
+      {"a view that would wrap past the top",
+       {.q = f32(top, {1, 2, 1, 16}, {0, int64_t{1} << 50, 16, 1}), .k = f32(p, {1, 2, 1, 16}, {0, 16, 16, 1})}, nullptr},
+      {"a view that would reach below address 0",
+       {.q = f32(low, {1, 2, 1, 16}, {0, -(int64_t{1} << 50), 16, 1}), .k = f32(top, {1, 2, 1, 16}, {0, 16, 16, 1})}, nullptr},
+      {"the same, out of place into the top",
+       {.q = f32(low, {1, 2, 1, 16}, {0, -(int64_t{1} << 50), 16, 1}), .q_out = f32(top, {1, 2, 1, 16}, {0, -16, 16, 1})}, nullptr},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    if (c.needle == nullptr) {
+      EXPECT_NO_THROW(validate(s, c.args));
+    } else {
+      EXPECT_ROTARY_ERROR(validate(s, c.args), c.needle);
+    }
+  }
+  // The accepted views backed by memory also run, and unit dimensions' strides change nothing.
+  const std::vector<float> x0 = test::random_floats(16, 93);
+  std::vector<float> x = x0, y = x0;
+  apply(s, {.q = f32(x.data(), {1, 1, 1, 16}, {kMin, kMin, kMin, 1}), .positions = Positions::sequential(3)});
+  apply(s, {.q = TensorView::bshd(y.data(), DType::f32, 1, 1, 1, 16), .positions = Positions::sequential(3)});
+  EXPECT_NE(x, x0);
+  EXPECT_EQ(x, y);
+  EXPECT_NO_THROW(apply(s, cases[0].args));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include <thread>
 
 #include "cpu/cpu.hpp"
 #include "half.hpp"
@@ -402,7 +403,7 @@ TEST_P(CpuKernels, BitIdenticalForAnyThreadCount) {
           else { const uint16_t h = detail::f32_to_bf16(kf[j]); std::memcpy(&k0[j * 2], &h, 2); }
         }
         std::vector<unsigned char> q1, k1;
-        for (int threads : {1, 2, 3, 7}) {
+        for (int threads : {1, 2, 3, 7, max_threads}) {
           std::vector<unsigned char> q = q0, k = k0;
           apply(s, {.q = TensorView::bshd(q.data(), dtype, shape.b, shape.s, shape.hq, shape.d),
                     .k = TensorView::bshd(k.data(), dtype, shape.b, shape.s, shape.hk, shape.d),
@@ -420,6 +421,19 @@ TEST_P(CpuKernels, BitIdenticalForAnyThreadCount) {
       }
     }
   }
+}
+
+// Every OpenMP team is cut to what can help: processors and blocks, never what was asked blindly.
+TEST(CpuThreads, TeamNeverExceedsProcessorsOrBlocks) {
+  const int processors = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_LE(detail::useful_threads(max_threads, int64_t{1} << 40), processors);
+  EXPECT_LE(detail::useful_threads(100000, int64_t{1} << 40), std::min(processors, max_threads));
+  EXPECT_LE(detail::useful_threads(0, int64_t{1} << 40), processors);
+  EXPECT_EQ(detail::useful_threads(max_threads, 1), 1);
+  EXPECT_EQ(detail::useful_threads(max_threads, 0), 1);
+  EXPECT_EQ(detail::useful_threads(1, int64_t{1} << 40), 1);
+  EXPECT_LE(detail::useful_threads(3, 2), 2);
+  EXPECT_GE(detail::useful_threads(3, 2), 1);
 }
 
 }  // namespace

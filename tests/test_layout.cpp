@@ -80,5 +80,36 @@ TEST(Layout, Errors) {
   EXPECT_EQ(out, std::vector<float>(64, 7.0f));
 }
 
+TEST(Layout, SizesAndViewsAreCheckedWithoutOverflow) {
+  std::vector<float> w(64), out(64, 7.0f);
+  // rows * row_bytes beyond int64: refused before any pointer arithmetic or copy.
+  EXPECT_ROTARY_ERROR(permute_rows(w.data(), out.data(), {.num_heads = INT64_MAX / 8 + 1, .head_dim = 8, .row_bytes = 4}),
+                      "num_heads=1152921504606846976 * head_dim=8 * row_bytes=4 must be < 2^60 bytes");
+  EXPECT_ROTARY_ERROR(permute_rows(w.data(), out.data(), {.num_heads = int64_t{1} << 40, .head_dim = 8, .row_bytes = int64_t{1} << 20}),
+                      "must be < 2^60 bytes");
+  // No rows: nothing to copy, null buffers allowed.
+  EXPECT_NO_THROW(permute_rows(nullptr, nullptr, {.num_heads = 0, .head_dim = 8, .row_bytes = 4}));
+  EXPECT_ROTARY_ERROR(pairing_permutation(8, 0, static_cast<Pairing>(7), Pairing::half), "from=7 is not interleaved or half");
+  EXPECT_ROTARY_ERROR(pairing_permutation(8, 0, Pairing::half, static_cast<Pairing>(-1)), "to=-1 is not interleaved or half");
+  // Views: the rules of apply, named in or out.
+  const auto in_view = TensorView::bshd(w.data(), DType::f32, 1, 2, 4, 8);
+  auto wild = TensorView::bshd(out.data(), DType::f32, 1, 2, 4, 8);
+  wild.strides[1] = INT64_MIN;
+  EXPECT_ROTARY_ERROR(permute_channels(in_view, wild, 8, Pairing::half, Pairing::interleaved),
+                      "out strides [64, -9223372036854775808, 8, 1] with shape [1, 2, 4, 8] span 2^60 bytes or more");
+  TensorView null_in = in_view;
+  null_in.data = nullptr;
+  EXPECT_ROTARY_ERROR(permute_channels(null_in, TensorView::bshd(out.data(), DType::f32, 1, 2, 4, 8), 8, Pairing::half,
+                                       Pairing::interleaved),
+                      "in.data is null but in shape [1, 2, 4, 8] is not empty");
+  TensorView odd = in_view;
+  odd.dtype = static_cast<DType>(9);
+  EXPECT_ROTARY_ERROR(permute_channels(odd, odd, 8, Pairing::half, Pairing::interleaved), "in.dtype=9 is not f32");
+  EXPECT_EQ(out, std::vector<float>(64, 7.0f));
+  // Empty views (torch's: data null) copy nothing, however large their other extents.
+  const TensorView empty{.data = nullptr, .shape = {INT64_MAX, 0, INT64_MAX, 8}, .strides = {INT64_MIN, 1, INT64_MAX, 1}};
+  EXPECT_NO_THROW(permute_channels(empty, empty, 8, Pairing::half, Pairing::interleaved));
+}
+
 }  // namespace
 }  // namespace rotary

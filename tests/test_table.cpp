@@ -155,6 +155,29 @@ TEST(Table, Errors) {
   EXPECT_EQ(Table::range(schedule, 5, 0).rows(), 0);
 }
 
+TEST(Table, RefusesTablesBeyondTheSizeLimitBeforeAllocating) {
+  static_assert(max_table_bytes == int64_t{1} << 36);
+  // Every position of a 128-wide head: 2^31 rows x 64 pairs x 8 bytes = 1 TiB.
+  const Schedule wide = make_schedule(Spec{.head_dim = 128});
+  EXPECT_ROTARY_ERROR(Table::range(wide, 0, max_position_limit),
+                      "a table of 2147483648 rows x 64 pairs exceeds max_table_bytes=2^36");
+  // At the limit: 2^36 / 8 = 2^33 values; 2^27 rows of 64 pairs is exactly that, one more is not.
+  EXPECT_ROTARY_ERROR(Table::range(wide, 0, (int64_t{1} << 27) + 1), "134217729 rows x 64 pairs");
+  // The widest head a Spec allows.
+  EXPECT_ROTARY_ERROR(Table::range(make_schedule(Spec{.head_dim = 1 << 20}), 0, 1 << 30),
+                      "1073741824 rows x 524288 pairs exceeds");
+}
+
+TEST(Table, EnumsOutOfRangeAreNamedByNumber) {
+  const Schedule schedule = make_schedule(Spec{.head_dim = 16});
+  const auto bad = static_cast<AngleMode>(7);
+  EXPECT_ROTARY_ERROR(Table::range(schedule, 0, 4, bad), "mode=7 is not exact or hf_float32");
+  EXPECT_ROTARY_ERROR(Table::at(schedule, std::vector<int64_t>{1, 2}, bad), "mode=7 is not exact or hf_float32");
+  std::vector<float> c(8), s(8);
+  EXPECT_ROTARY_ERROR(table_row(schedule, 3, c.data(), s.data(), bad), "mode=7");
+  EXPECT_ROTARY_ERROR(table_row(schedule, 3, nullptr, s.data()), "cos_out or sin_out is null");
+}
+
 }  // namespace
 }  // namespace rotary
 

@@ -21,6 +21,42 @@ TEST(TensorView, Factories) {
   EXPECT_EQ(to_string(DType::bf16), "bf16");
 }
 
+TEST(TensorView, FactoriesAndElementsRefuseOverflow) {
+  constexpr int64_t kMax = INT64_MAX;
+  float x[1];
+  EXPECT_ROTARY_ERROR(TensorView::bshd(x, DType::f32, 1, kMax, 2, 64),
+                      "TensorView::bshd: seq*heads*head_dim=9223372036854775807*2*64 overflows int64");
+  EXPECT_ROTARY_ERROR(TensorView::bshd(x, DType::f32, 1, 0, kMax, 64),
+                      "TensorView::bshd: heads*head_dim=9223372036854775807*64 overflows int64");
+  EXPECT_ROTARY_ERROR(TensorView::bhsd(x, DType::f32, 1, 2, kMax, 64),
+                      "TensorView::bhsd: heads*seq*head_dim=2*9223372036854775807*64 overflows int64");
+  EXPECT_ROTARY_ERROR(TensorView::bhsd(x, DType::f32, 1, 0, kMax, 64),
+                      "TensorView::bhsd: seq*head_dim=9223372036854775807*64 overflows int64");
+  // A zero extent makes every product it enters 0, whatever the others.
+  const TensorView empty = TensorView::bshd(nullptr, DType::f32, kMax, 0, 1, 64);
+  EXPECT_EQ(empty.strides, (std::array<int64_t, 4>{0, 64, 64, 1}));
+  EXPECT_EQ(TensorView::bhsd(nullptr, DType::f32, kMax, 0, 1, 64).strides, (std::array<int64_t, 4>{0, 64, 64, 1}));
+  EXPECT_EQ(empty.elements(), 0);
+  EXPECT_EQ((TensorView{.shape = {kMax, kMax, kMax, 0}}).elements(), 0);
+  EXPECT_EQ(TensorView::bshd(x, DType::f32, 2, 3, 4, 5).elements(), 120);
+  EXPECT_ROTARY_ERROR((TensorView{.shape = {kMax, 2, 1, 1}}).elements(),
+                      "shape [9223372036854775807, 2, 1, 1] has more than 2^63 elements");
+}
+
+TEST(TensorView, AbsentEmptyAndSet) {
+  float x[1];
+  EXPECT_FALSE(TensorView{}.is_set());
+  EXPECT_TRUE(TensorView{}.is_empty());
+  // torch's empty tensor: data null, a real shape. Set, and empty.
+  const TensorView torch_empty{.data = nullptr, .shape = {2, 0, 8, 64}};
+  EXPECT_TRUE(torch_empty.is_set());
+  EXPECT_TRUE(torch_empty.is_empty());
+  const TensorView full = TensorView::bshd(x, DType::f32, 1, 1, 1, 1);
+  EXPECT_TRUE(full.is_set());
+  EXPECT_FALSE(full.is_empty());
+  EXPECT_TRUE((TensorView{.data = x}).is_set());  // data but no shape: set (and empty)
+}
+
 TEST(TensorView, PositionsAccessors) {
   const std::vector<int32_t> p32 = {5, 6, 7, 8};
   const std::vector<int64_t> p64 = {9, 10};
@@ -95,6 +131,65 @@ TEST(Aliasing, ConservativeOtherwiseAndEmptyViews) {
   EXPECT_TRUE(self_overlaps(zero_stride));
   EXPECT_FALSE(self_overlaps(a));
   EXPECT_FALSE(self_overlaps(TensorView::bhsd(buffer.data(), DType::f32, 2, 3, 4, 5)));
+}
+
+// Extreme views: answered without overflow (this file also runs under UBSan), conservatively.
+TEST(Aliasing, ExtremeViewsAreAnsweredWithoutOverflow) {
+  using detail::exceeds_max_view_bytes;
+  constexpr int64_t kMax = INT64_MAX, kMin = INT64_MIN;
+  std::vector<float> buffer(64);
+  float* p = buffer.data();
+  const auto view = [](void* data, DType dtype, std::array<int64_t, 4> shape, std::array<int64_t, 4> strides) {
+    return TensorView{.data = data, .dtype = dtype, .shape = shape, .strides = strides};
+  };
+  // The bound, in bytes: (1 + sum |stride| (extent - 1)) * element size < 2^60.
+  const int64_t f32_limit = (int64_t{1} << 58) - 1;  // [2,1,1,1] f32: (1 + s) * 4 = 2^60
+  EXPECT_FALSE(exceeds_max_view_bytes(view(p, DType::f32, {2, 1, 1, 1}, {f32_limit - 1, 1, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {2, 1, 1, 1}, {f32_limit, 1, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {2, 1, 1, 1}, {-f32_limit, 1, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f64, {2, 1, 1, 1}, {int64_t{1} << 60, 1, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {2, 1, 1, 1}, {kMin, 1, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {kMax, kMax, 1, 1}, {kMax, kMax, 1, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {3, 3, 3, 1}, {kMax / 2, kMin / 2, kMax / 2, 1})));
+  EXPECT_TRUE(exceeds_max_view_bytes(view(p, DType::f32, {-1, 1, 1, 1}, {1, 1, 1, 1})));
+  EXPECT_FALSE(exceeds_max_view_bytes(view(nullptr, DType::f32, {kMax, 0, 1, 64}, {kMin, kMin, kMin, kMin})));
+  EXPECT_FALSE(exceeds_max_view_bytes(view(p, DType::f32, {1, 1, 1, 1}, {kMin, kMin, kMin, kMin})));
+  EXPECT_FALSE(exceeds_max_view_bytes(view(p, DType::f32, {kMax, kMax, 1, 1}, {0, 0, 1, 1})));
+
+  // Beyond the bound: conservative answers, no arithmetic on the strides.
+  const TensorView wild = view(p, DType::f32, {2, 2, 1, 16}, {kMin, kMin, 16, 1});
+  EXPECT_TRUE(self_overlaps(wild));
+  EXPECT_TRUE(may_overlap(wild, wild));
+  EXPECT_TRUE(may_overlap(view(p, DType::f32, {1, 1, 2, 16}, {1, 1, kMax, 1}), TensorView::bshd(p, DType::f32, 1, 1, 1, 16)));
+  // Unit dimensions' strides (INT64_MIN included) take no part.
+  const TensorView unit = view(p, DType::f32, {1, 1, 1, 16}, {kMin, kMin, kMin, 1});
+  EXPECT_FALSE(self_overlaps(unit));
+  EXPECT_TRUE(may_overlap(unit, unit));
+  EXPECT_FALSE(may_overlap(unit, view(p + 16, DType::f32, {1, 1, 1, 16}, {kMin, kMin, kMin, 1})));
+  // Empty views touch nothing, whatever their other extents and strides.
+  const TensorView empty = view(nullptr, DType::f64, {kMax, 0, kMax, 64}, {kMin, kMax, kMin, kMax});
+  EXPECT_FALSE(self_overlaps(empty));
+  EXPECT_FALSE(may_overlap(empty, wild));
+  EXPECT_FALSE(may_overlap(unit, empty));
+  // Addresses at both ends of the address space neither wrap nor overflow.
+  void* top = reinterpret_cast<void*>(~uintptr_t{0} - 63);
+  void* low = reinterpret_cast<void*>(uintptr_t{64});
+  const TensorView up = view(top, DType::f32, {1, 2, 1, 16}, {0, int64_t{1} << 50, 16, 1});
+  const TensorView down = view(low, DType::f32, {1, 2, 1, 16}, {0, -(int64_t{1} << 50), 16, 1});
+  EXPECT_FALSE(may_overlap(up, down));
+  EXPECT_FALSE(may_overlap(down, up));
+  EXPECT_TRUE(may_overlap(up, up));
+  // low's second row lies 2^52 bytes up, far below top: no overlap though the strides agree.
+  EXPECT_FALSE(may_overlap(up, view(low, DType::f32, {1, 2, 1, 16}, {0, int64_t{1} << 50, 16, 1})));
+  // Equal strides 2^58 bytes apart: the exact search, one element apart or none.
+  const int64_t far = int64_t{1} << 56;
+  const TensorView a = view(p, DType::f32, {2, 1, 1, 16}, {far, 16, 16, 1});
+  TensorView b = a;
+  b.data = p + 16;
+  EXPECT_FALSE(may_overlap(a, b));
+  b.data = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) + 4 * static_cast<uintptr_t>(far));
+  EXPECT_TRUE(may_overlap(a, b));
+  EXPECT_FALSE(self_overlaps(a));
 }
 
 }  // namespace

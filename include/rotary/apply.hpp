@@ -19,6 +19,9 @@ enum class Direction { forward, inverse };
 /// scalar oracle written from the formulas (single-threaded, double arithmetic).
 enum class Backend { automatic, reference, cpu };
 
+/// The most threads an apply call takes (ApplyArgs::threads); the CLI's and Python's limit too.
+inline constexpr int max_threads = 1024;
+
 /// One call rotates q and (optionally) k, sharing each token's angles between all heads.
 ///
 /// For pair (a, b) of a head at position p, with φ = p * inv_freq[i] and g = attention_factor:
@@ -37,9 +40,16 @@ enum class Backend { automatic, reference, cpu };
 /// Reproducibility: with a Table, results are bit-identical on every SIMD target, for any thread
 /// count, and to the scalar reference (Backend::reference); on the fly, the vectorised cos/sin
 /// round to the Table's float in all but (rare) values within ~2 double ulps of a rounding boundary.
+///
+/// Views: "unset" is the absent view TensorView{} (data null, shape all 0); an empty view (some
+/// extent 0, data possibly null, as torch passes an empty tensor) is set and rotates nothing, so a
+/// call whose q and k are empty is a no-op. Every set view spans < max_view_bytes (tensor.hpp).
+/// Threads: `threads` in [0, max_threads], 0 meaning omp_get_max_threads(); the team is then cut
+/// to what helps: never more threads than omp_get_num_procs(), nor than (token, head) blocks, and
+/// one thread below 256 KiB moved. The count never changes the results.
 struct ApplyArgs {
   TensorView q{};      ///< input [batch, seq, heads_q, head_dim]; also the output when q_out unset
-  TensorView k{};      ///< optional input [batch, seq, heads_k, head_dim]
+  TensorView k{};      ///< optional input [batch, seq, heads_k, head_dim]; unset = q only
   TensorView q_out{};  ///< optional output, same shape and dtype as q; unset = in place
   TensorView k_out{};  ///< optional output, same shape and dtype as k; unset = in place
   Positions positions{};
@@ -47,22 +57,26 @@ struct ApplyArgs {
   const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
                                  ///< null: computed exactly on the fly, once per token
   bool copy_tail = true;         ///< out of place: copy channels rotary_dim..head_dim
-  int threads = 0;               ///< 0: all OpenMP threads; results are bit-identical for any value
+  int threads = 0;               ///< 0: all OpenMP threads, else at most max_threads; results
+                                 ///< are bit-identical for any value
   Backend backend = Backend::automatic;
 };
 
 /// Checks everything apply checks, writes nothing. Throws rotary::Error naming the argument, e.g.
 /// "q.head_dim=64 differs from the schedule's head_dim=128". Rules: schedule valid; q set; k, outputs
 /// and dtypes consistent (all four share q's dtype); batch and seq agree; head_dim matches; no
-/// negative extents; outputs do not overlap themselves, each other, or an input they do not alias
-/// exactly (in place means the same data pointer and strides); per-token positions count ==
-/// batch*seq and every position in [0, 2^31) (and in the table when one is given); the table was
-/// built from an equal schedule; threads >= 0.
+/// negative extents; a non-empty view has non-null data and spans < max_view_bytes (checked
+/// without overflow for any extents and strides); outputs do not overlap themselves, each other,
+/// or an input they do not alias exactly (in place means the same data pointer and strides);
+/// per-token positions count == batch*seq and every position in [0, 2^31) (and in the table when
+/// one is given); the table was built from an equal schedule; threads in [0, max_threads];
+/// direction and backend named enumerators.
 void validate(const Schedule& schedule, const ApplyArgs& args);
 
 /// Rotates. Validates first (see validate); on error nothing was written. Does not allocate: each
 /// thread keeps its token's angles on the stack (heap only when rotary_dim > 1024). Thread-safe for
-/// calls on disjoint outputs; uses `threads` OpenMP threads (0: all) and gives the same bits for any.
+/// calls on disjoint outputs; uses up to `threads` OpenMP threads (0: all; see ApplyArgs) and gives
+/// the same bits for any.
 void apply(const Schedule& schedule, const ApplyArgs& args);
 
 }  // namespace rotary

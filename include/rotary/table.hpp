@@ -17,6 +17,11 @@ namespace rotary {
 ///               cos of the float angle correctly rounded. Off by up to ~1e-2 rad near p = 2^20.
 enum class AngleMode { exact, hf_float32 };
 
+/// The largest Table: 8 * rows * pairs bytes (cos and sin, float32) must not exceed this, 64 GiB
+/// (2^31 positions of a 128-wide head would take 1 TiB). Above it, build a table of the positions
+/// in use (Table::at) or compute angles on the fly.
+inline constexpr int64_t max_table_bytes = int64_t{1} << 36;
+
 /// cos(p * inv_freq[i]) * attention_factor and sin(...) * attention_factor, float32, one row of
 /// `pairs()` values per position, cos and sin in separate arrays (pair order, whatever the pairing):
 ///
@@ -25,16 +30,18 @@ enum class AngleMode { exact, hf_float32 };
 ///
 /// Accuracy: every value is within 1 ulp of the exact real value (checked against MPFR at 256 bits
 /// for positions up to 2^31 - 1); in practice it is the correctly rounded float or a neighbour at
-/// 0.5 + 2^-28 ulp. Building allocates 8 * rows * pairs bytes and uses all OpenMP threads; a built
-/// Table is immutable and safe to share between threads.
+/// 0.5 + 2^-28 ulp. Building allocates 8 * rows * pairs bytes (at most max_table_bytes) and uses
+/// all OpenMP threads (at most one per processor and per row); a built Table is immutable and safe
+/// to share between threads.
 class Table {
  public:
   /// Positions first, first+1, ..., first+count-1. Throws rotary::Error unless
-  /// 0 <= first, 0 <= count and first + count <= 2^31.
+  /// 0 <= first, 0 <= count, first + count <= 2^31, the table fits max_table_bytes and mode is
+  /// a named AngleMode.
   static Table range(const Schedule& schedule, int64_t first, int64_t count,
                      AngleMode mode = AngleMode::exact);
   /// One row per listed position, in the given order (duplicates allowed). Throws rotary::Error
-  /// naming the first position outside [0, 2^31).
+  /// naming the first position outside [0, 2^31), or as range does.
   static Table at(const Schedule& schedule, std::span<const int64_t> positions,
                   AngleMode mode = AngleMode::exact);
 
@@ -68,7 +75,8 @@ class Table {
 };
 
 /// Fills cos_out[i], sin_out[i] (i < schedule.pairs()) for one position, with the same values a
-/// Table holds. Throws rotary::Error if position is outside [0, 2^31). No allocation.
+/// Table holds. Throws rotary::Error if position is outside [0, 2^31), mode is not a named
+/// AngleMode or an output is null. No allocation.
 void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
                AngleMode mode = AngleMode::exact);
 

@@ -15,9 +15,23 @@ std::string_view to_string(DType dtype);
 /// Bytes per element.
 int64_t size_of(DType dtype);
 
+/// The most bytes one view may span: validate (apply, permute_channels) rejects a non-empty view
+/// whose elements reach, from the lowest to the highest byte, max_view_bytes or more, i.e.
+///   (1 + sum over dims of |stride| * (extent - 1)) * size_of(dtype) >= 2^60.
+/// No memory is that large; the bound keeps every offset the kernels and the aliasing checks
+/// form, in elements or in bytes, far from int64 overflow.
+inline constexpr int64_t max_view_bytes = int64_t{1} << 60;
+
 /// A strided view of activations, logical shape [batch, seq, heads, head_dim], strides in elements
 /// (any sign), so [b,s,h,d], [b,h,s,d], fused-QKV slices and transposed tensors need no copy.
 /// Non-owning; the caller keeps the memory alive and sized for every index the strides reach.
+///
+/// Three states, as torch has them:
+///   absent: data null and shape all 0, as `TensorView{}` (!is_set()): how apply's k, q_out and
+///           k_out say "not given".
+///   empty:  some extent 0 (is_empty()): no element, nothing read or written, data may be null and
+///           the strides are anything (torch gives an empty tensor a null data pointer).
+///   set and non-empty: data must not be null, and the view must span < max_view_bytes.
 struct TensorView {
   void* data = nullptr;
   DType dtype = DType::f32;
@@ -28,13 +42,20 @@ struct TensorView {
   int64_t seq() const { return shape[1]; }
   int64_t heads() const { return shape[2]; }
   int64_t head_dim() const { return shape[3]; }
-  int64_t elements() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
-  bool is_set() const { return data != nullptr; }
+  /// Number of elements: 0 when any extent is 0, whatever the others. Throws rotary::Error when
+  /// the product leaves int64 (a view that validate accepts never does).
+  int64_t elements() const;
+  /// Some extent is 0: the view has no element (data may be null).
+  bool is_empty() const { return shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0; }
+  /// Given at all: false only for an absent view, data null and shape all 0 (TensorView{}).
+  bool is_set() const { return data != nullptr || shape != std::array<int64_t, 4>{}; }
 
-  /// Memory laid out [batch, seq, heads, head_dim], contiguous.
+  /// Memory laid out [batch, seq, heads, head_dim], contiguous. Throws rotary::Error when a
+  /// stride (a product of extents) leaves int64; a product with a zero extent is 0.
   static TensorView bshd(void* data, DType dtype, int64_t batch, int64_t seq, int64_t heads,
                          int64_t head_dim);
   /// Memory laid out [batch, heads, seq, head_dim], contiguous, seen as [batch, seq, heads, head_dim].
+  /// Throws rotary::Error as bshd does.
   static TensorView bhsd(void* data, DType dtype, int64_t batch, int64_t heads, int64_t seq,
                          int64_t head_dim);
 };
@@ -60,7 +81,9 @@ struct Positions {
     return Positions{.kind = Kind::per_token_i64, .data = positions.data(),
                      .count = static_cast<int64_t>(positions.size())};
   }
-  /// Position of token (b, s), where index = b * seq + s.
+  /// Position of token (b, s), where index = b * seq + s. Unchecked (the kernels call it once per
+  /// token): per_token needs 0 <= index < count and so non-null data, which apply's validate
+  /// checks; call it only on positions that passed validate.
   int64_t at(int64_t index, int64_t s) const {
     switch (kind) {
       case Kind::per_token_i32: return static_cast<const int32_t*>(data)[index];

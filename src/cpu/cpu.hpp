@@ -49,8 +49,9 @@ void cos_sin_row(int64_t position, const double* inv_freq, int64_t pairs, double
 void cos_sin_row_f32(int64_t position, const double* inv_freq, int64_t pairs, double factor, float sign,
                      float* cos_out, float* sin_out);
 
-/// The threaded CPU path: one OpenMP loop over (token, head-range) blocks. Results do not depend
-/// on the thread count.
+/// The threaded CPU path: one OpenMP loop over (token, head-range) blocks, its team sized by
+/// useful_threads (kernel.hpp). Results do not depend on the thread count. Requires a validated
+/// plan with at least one non-empty operand (so batch * seq * heads fits in int64).
 void cpu_apply(const Plan& plan);
 
 }  // namespace rotary::detail

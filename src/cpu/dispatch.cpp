@@ -218,6 +218,14 @@ void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t spl
 
 }  // namespace
 
+int useful_threads(int requested, int64_t blocks) {
+  // Counted once: omp_get_num_procs() asks the kernel for the affinity mask (~1.5 µs a call).
+  static const int processors = omp_get_num_procs();
+  const int64_t wanted = requested > 0 ? requested : omp_get_max_threads();
+  const int64_t team = std::min<int64_t>({wanted, processors, max_threads, blocks});
+  return static_cast<int>(std::max<int64_t>(team, 1));
+}
+
 void cpu_apply(const Plan& plan) {
   const int64_t tokens = plan.batch * plan.seq;
   int64_t elements = 0;
@@ -227,8 +235,8 @@ void cpu_apply(const Plan& plan) {
     max_heads = std::max(max_heads, plan.operands[static_cast<size_t>(o)].heads);
   }
   const int64_t bytes = 2 * elements * size_of(plan.dtype);
-  int threads = plan.threads > 0 ? plan.threads : omp_get_max_threads();
-  if (bytes < kParallelBytes) threads = 1;
+  // At most tokens * max_heads threads, so that blocks >= threads whatever the split below.
+  const int threads = bytes < kParallelBytes ? 1 : useful_threads(plan.threads, tokens * max_heads);
   // Few tokens (decode): split heads too, so every thread gets a block.
   int64_t split = 1;
   if (threads > 1 && tokens < 4 * threads) {
