@@ -53,6 +53,11 @@ void apply_yarn(const Spec& spec, std::vector<double>& inv_freq, double& attenti
   }
 }
 
+// transformers' _compute_llama3_parameters, band by band, with its comparisons (λ = 2π/f):
+//   λ < L/hf (strict): kept;  λ > L/lf (strict): divided by s;  L/hf <= λ <= L/lf: smoothed.
+// A wavelength equal to L/lf is smoothed with t = 0, i.e. divided by s like the band above it; one
+// equal to L/hf has t = 1, i.e. kept. With lf == hf the smoothing band shrinks to λ == L/lf alone,
+// where transformers divides 0 by 0 (NaN) and Meta's reference asserts: that exact case is refused.
 void apply_llama3(const Spec& spec, std::vector<double>& inv_freq) {
   const double s = *spec.factor;
   const double lf = *spec.low_freq_factor;
@@ -60,16 +65,29 @@ void apply_llama3(const Spec& spec, std::vector<double>& inv_freq) {
   const double original = static_cast<double>(spec.original_length());
   const double low_freq_wavelength = original / lf;
   const double high_freq_wavelength = original / hf;
-  for (double& f : inv_freq) {
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    double& f = inv_freq[i];
     const double wavelength = two_pi / f;
     if (wavelength < high_freq_wavelength) continue;  // high frequency: kept
     if (wavelength > low_freq_wavelength) {
       f = f / s;  // low frequency: interpolated
-    } else {
-      const double t = (original / wavelength - lf) / (hf - lf);
-      f = (1.0 - t) * f / s + t * f;
+      continue;
     }
+    if (lf == hf) {
+      throw Error(fmt::format(
+          "low_freq_factor={} equals high_freq_factor and pair {}'s wavelength 2*pi/inv_freq equals "
+          "original_max_position/low_freq_factor={} exactly: transformers' llama3 smoothing divides 0 "
+          "by 0 there (NaN)",
+          lf, i, low_freq_wavelength));
+    }
+    const double t = (original / wavelength - lf) / (hf - lf);
+    f = (1.0 - t) * f / s + t * f;
   }
+}
+
+// NaN fails both comparisons.
+bool attention_factor_in_range(double factor) {
+  return factor >= min_attention_factor && factor <= max_attention_factor;
 }
 
 double ntk_base(double base, double scale, int64_t rotary_dim) {
@@ -167,11 +185,13 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
     default:
       break;
   }
-  if (spec.attention_factor) attention_factor = *spec.attention_factor;
-  if (!std::isfinite(attention_factor) || attention_factor <= 0) {
-    throw Error(fmt::format("attention_factor={} (from mscale={}, mscale_all_dim={}) must be > 0",
-                            attention_factor, spec.mscale.value_or(0.0),
-                            spec.mscale_all_dim.value_or(0.0)));
+  if (spec.attention_factor) {
+    attention_factor = *spec.attention_factor;  // range checked by validate(spec)
+  } else if (!attention_factor_in_range(attention_factor)) {
+    throw Error(fmt::format("schedule {} computes attention_factor={} from factor={}, mscale={}, "
+                            "mscale_all_dim={}: it must be in [2^-126, 3.4028235e+38], a normal float32",
+                            to_string(spec.schedule), attention_factor, spec.factor.value_or(0.0),
+                            spec.mscale.value_or(0.0), spec.mscale_all_dim.value_or(0.0)));
   }
   out.attention_factor = attention_factor;
   validate(out);
@@ -186,6 +206,13 @@ void validate(const Schedule& schedule) {
       schedule.rotary_dim > schedule.head_dim) {
     throw Error(fmt::format("rotary_dim={} must be even, > 0 and <= head_dim={}",
                             schedule.rotary_dim, schedule.head_dim));
+  }
+  if (schedule.pairing != Pairing::interleaved && schedule.pairing != Pairing::half) {
+    throw Error(fmt::format("pairing={} is not interleaved or half", static_cast<int>(schedule.pairing)));
+  }
+  if (static_cast<int>(schedule.type) < static_cast<int>(ScheduleType::default_) ||
+      static_cast<int>(schedule.type) > static_cast<int>(ScheduleType::monotone)) {
+    throw Error(fmt::format("type={} is not a schedule type", static_cast<int>(schedule.type)));
   }
   if (static_cast<int64_t>(schedule.inv_freq.size()) != schedule.pairs()) {
     throw Error(fmt::format("inv_freq has {} values but rotary_dim/2={}", schedule.inv_freq.size(),
@@ -205,6 +232,11 @@ void validate(const Schedule& schedule) {
   }
   if (!std::isfinite(schedule.attention_factor) || schedule.attention_factor <= 0) {
     throw Error(fmt::format("attention_factor={} must be finite and > 0",
+                            schedule.attention_factor));
+  }
+  if (!attention_factor_in_range(schedule.attention_factor)) {
+    throw Error(fmt::format("attention_factor={} must be in [2^-126, 3.4028235e+38], a normal float32 "
+                            "(cos and sin times it are stored as float32)",
                             schedule.attention_factor));
   }
 }

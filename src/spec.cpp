@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "rotary/error.hpp"
+#include "text.hpp"
 
 namespace rotary {
 namespace {
@@ -32,6 +33,14 @@ void require_positive(const std::optional<double>& value, const char* name) {
   if (!value) return;
   require_finite(*value, name);
   if (*value <= 0) throw Error(fmt::format("{}={} must be > 0", name, *value));
+}
+
+// cos and sin times the factor are stored as float32: it must be a normal float32.
+void require_float32_factor(const std::optional<double>& value, const char* name) {
+  if (!value || (*value >= min_attention_factor && *value <= max_attention_factor)) return;
+  throw Error(fmt::format("{}={} must be in [2^-126, 3.4028235e+38], a normal float32 (cos and sin "
+                          "times it are stored as float32)",
+                          name, *value));
 }
 
 void require_length(const std::optional<int64_t>& value, const char* name) {
@@ -67,7 +76,7 @@ std::string_view to_string(ScheduleType schedule) {
 Pairing parse_pairing(std::string_view text, std::string_view what) {
   if (text == "interleaved") return Pairing::interleaved;
   if (text == "half") return Pairing::half;
-  throw Error(fmt::format("{}='{}' must be interleaved or half", what, text));
+  throw Error(fmt::format("{}='{}' must be interleaved or half", what, detail::excerpt(text)));
 }
 
 ScheduleType parse_schedule(std::string_view text, std::string_view what) {
@@ -78,7 +87,7 @@ ScheduleType parse_schedule(std::string_view text, std::string_view what) {
   }
   throw Error(fmt::format(
       "{}='{}' must be one of default, linear, ntk, dynamic, yarn, llama3, longrope, monotone", what,
-      text));
+      detail::excerpt(text)));
 }
 
 void validate(const Spec& spec) {
@@ -121,6 +130,7 @@ void validate(const Spec& spec) {
 
   require_positive(spec.factor, "factor");
   require_positive(spec.attention_factor, "attention_factor");
+  require_float32_factor(spec.attention_factor, "attention_factor");
   require_positive(spec.beta_fast, "beta_fast");
   require_positive(spec.beta_slow, "beta_slow");
   require_positive(spec.low_freq_factor, "low_freq_factor");
@@ -153,8 +163,9 @@ void validate(const Spec& spec) {
   if (type == llama3) {
     if (!spec.low_freq_factor) throw Error("schedule llama3 needs low_freq_factor");
     if (!spec.high_freq_factor) throw Error("schedule llama3 needs high_freq_factor");
-    if (*spec.low_freq_factor >= *spec.high_freq_factor) {
-      throw Error(fmt::format("low_freq_factor={} must be < high_freq_factor={}",
+    // Equal factors are allowed (Llama 4 Scout): two bands, no smoothing (see make_schedule).
+    if (*spec.low_freq_factor > *spec.high_freq_factor) {
+      throw Error(fmt::format("low_freq_factor={} must be <= high_freq_factor={}",
                               *spec.low_freq_factor, *spec.high_freq_factor));
     }
   }

@@ -172,6 +172,61 @@ TEST(Schedule, Llama3BandEdges) {
   EXPECT_NEAR(blend(1.0, 8192.0), 1.0 / 8, 1e-15);
 }
 
+// The low_freq_factor for which L / low_freq_factor equals `wavelength` exactly in double.
+double factor_on_wavelength(double original, double wavelength) {
+  double f = original / wavelength;
+  for (int step = 0; step < 64 && original / f != wavelength; ++step) {
+    f = std::nextafter(f, original / f > wavelength ? INFINITY : 0.0);
+  }
+  return f;
+}
+
+// Which band a wavelength exactly on an edge falls in, as transformers' comparisons decide:
+// λ < L/hf (strict) kept, λ > L/lf (strict) divided, otherwise smoothed.
+TEST(Schedule, Llama3WavelengthExactlyOnABandEdge) {
+  const double wavelength = 2 * kPi;  // pair 0: inv_freq = base^0 = 1 for any base
+  const double original = 8192;
+  const double on_edge = factor_on_wavelength(original, wavelength);
+  ASSERT_EQ(original / on_edge, wavelength);
+  Spec spec{.head_dim = 8, .schedule = ScheduleType::llama3, .factor = 8.0, .original_max_position = 8192};
+  // λ == L/lf, lf < hf: neither λ < L/hf nor λ > L/lf, so smoothed with t = 0: divided by s.
+  spec.low_freq_factor = on_edge;
+  spec.high_freq_factor = 4 * on_edge;
+  EXPECT_NEAR(make_schedule(spec).inv_freq[0], 1.0 / 8, 1e-15);
+  // λ == L/hf, lf < hf: smoothed with t = 1: kept.
+  spec.low_freq_factor = on_edge / 4;
+  spec.high_freq_factor = on_edge;
+  EXPECT_NEAR(make_schedule(spec).inv_freq[0], 1.0, 1e-15);
+  // lf == hf: the smoothing band is λ == L/lf alone, where transformers divides 0 by 0 (NaN).
+  spec.low_freq_factor = spec.high_freq_factor = on_edge;
+  EXPECT_ROTARY_ERROR(make_schedule(spec),
+                      " equals high_freq_factor and pair 0's wavelength 2*pi/inv_freq equals "
+                      "original_max_position/low_freq_factor=6.283185307179586 exactly");
+  // One ulp either side, lf == hf: two bands, kept below L/lf and divided above.
+  const double below = std::nextafter(on_edge, INFINITY), above = std::nextafter(on_edge, 0.0);
+  ASSERT_LT(original / below, wavelength);
+  ASSERT_GT(original / above, wavelength);
+  spec.low_freq_factor = spec.high_freq_factor = below;
+  EXPECT_EQ(make_schedule(spec).inv_freq[0], 1.0 / 8);
+  spec.low_freq_factor = spec.high_freq_factor = above;
+  EXPECT_EQ(make_schedule(spec).inv_freq[0], 1.0);
+}
+
+// A computed attention_factor must be a normal float32, as an explicit one must (test_spec).
+TEST(Schedule, ComputedAttentionFactorOutsideFloat32IsRefused) {
+  Spec spec{.head_dim = 64, .schedule = ScheduleType::yarn, .factor = 4.0, .original_max_position = 4096,
+            .mscale = 1e300, .mscale_all_dim = 1.0};
+  EXPECT_ROTARY_ERROR(make_schedule(spec), "schedule yarn computes attention_factor=1.21751143713058");
+  EXPECT_ROTARY_ERROR(make_schedule(spec), "e+299 from factor=4, mscale=1e+300, mscale_all_dim=1: it must be in "
+                                           "[2^-126, 3.4028235e+38], a normal float32");
+  spec.mscale = 1.0;
+  spec.mscale_all_dim = 1e300;  // 1.14 / 1.4e299: underflows float32
+  EXPECT_ROTARY_ERROR(make_schedule(spec), "from factor=4, mscale=1, mscale_all_dim=1e+300: it must be in");
+  spec.mscale_all_dim = 1e30;  // 1.14 / 1.4e29 = 8.2e-30: a normal float32
+  EXPECT_NEAR(make_schedule(spec).attention_factor, (0.1 * std::log(4.0) + 1) / (0.1 * 1e30 * std::log(4.0) + 1),
+              1e-44);
+}
+
 TEST(Schedule, LongropeShortLongAndAttentionFactor) {
   // Phi-3-mini-128k-instruct shape: L = 4096, M = 131072 -> sqrt(1 + ln 32 / ln 4096) = sqrt(17/12).
   Spec spec{.head_dim = 8, .schedule = ScheduleType::longrope, .original_max_position = 4096,
@@ -246,9 +301,21 @@ TEST(Schedule, ValidateHandBuiltSchedule) {
   s = make_schedule(Spec{.head_dim = 8});
   s.attention_factor = 0;
   EXPECT_ROTARY_ERROR(validate(s), "attention_factor=0 must be finite and > 0");
+  for (const double outside : {1e39, 1e-40, 1e-50}) {
+    s = make_schedule(Spec{.head_dim = 8});
+    s.attention_factor = outside;
+    EXPECT_ROTARY_ERROR(validate(s), "must be in [2^-126, 3.4028235e+38], a normal float32");
+  }
   s = make_schedule(Spec{.head_dim = 8});
   s.rotary_dim = 10;
   EXPECT_ROTARY_ERROR(validate(s), "rotary_dim=10 must be even, > 0 and <= head_dim=8");
+  // Enums from a hand-built (or C) schedule: a value outside the enum is named by number.
+  s = make_schedule(Spec{.head_dim = 8});
+  s.pairing = static_cast<Pairing>(7);
+  EXPECT_ROTARY_ERROR(validate(s), "pairing=7 is not interleaved or half");
+  s = make_schedule(Spec{.head_dim = 8});
+  s.type = static_cast<ScheduleType>(-1);
+  EXPECT_ROTARY_ERROR(validate(s), "type=-1 is not a schedule type");
 }
 
 TEST(Schedule, OutOfRangeFrequencyIsAnError) {

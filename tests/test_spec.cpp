@@ -1,7 +1,10 @@
 // Spec validation: every rule has a test that checks the message.
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <string>
 
+#include "rotary/error.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/spec.hpp"
 #include "support/oracle.hpp"
@@ -118,16 +121,37 @@ TEST(Spec, Yarn) {
   EXPECT_ROTARY_ERROR(validate(s), "attention_factor=nan must be finite");
 }
 
+// cos and sin times the factor are stored as float32: it must round to a normal float32.
+TEST(Spec, AttentionFactorIsANormalFloat32) {
+  Spec s = base_spec();
+  for (const double fine : {0x1p-126, 1.0, 0x1.fffffep+127}) {  // FLT_MIN, 1, FLT_MAX
+    s.attention_factor = fine;
+    EXPECT_NO_THROW(validate(s)) << fine;
+    EXPECT_EQ(make_schedule(s).attention_factor, fine);
+  }
+  const std::pair<double, const char*> refused[] = {
+      {1e39, "attention_factor=1e+39 must be in [2^-126, 3.4028235e+38], a normal float32"},
+      {0x1.ffffffp+127, "attention_factor=3.4028235677973366e+38 must be in"},  // rounds to float inf
+      {1e-50, "attention_factor=1e-50 must be in [2^-126, 3.4028235e+38]"},    // rounds to float 0
+      {1e-40, "attention_factor=1e-40 must be in"},                            // a float subnormal
+  };
+  for (const auto& [factor, needle] : refused) {
+    s.attention_factor = factor;
+    EXPECT_ROTARY_ERROR(validate(s), needle);
+    EXPECT_ROTARY_ERROR(make_schedule(s), needle);
+  }
+}
+
 TEST(Spec, Llama3) {
   Spec s{.head_dim = 128, .schedule = ScheduleType::llama3, .factor = 8.0,
          .original_max_position = 8192};
   EXPECT_ROTARY_ERROR(validate(s), "needs low_freq_factor");
   s.low_freq_factor = 1.0;
   EXPECT_ROTARY_ERROR(validate(s), "needs high_freq_factor");
-  s.high_freq_factor = 1.0;
-  EXPECT_ROTARY_ERROR(validate(s), "low_freq_factor=1 must be < high_freq_factor=1");
+  s.high_freq_factor = 1.0;  // Llama 4 Scout: equal factors, an empty smoothing band
+  EXPECT_NO_THROW(validate(s));
   s.high_freq_factor = 0.5;
-  EXPECT_ROTARY_ERROR(validate(s), "low_freq_factor=1 must be < high_freq_factor=0.5");
+  EXPECT_ROTARY_ERROR(validate(s), "low_freq_factor=1 must be <= high_freq_factor=0.5");
   s.high_freq_factor = kNaN;
   EXPECT_ROTARY_ERROR(validate(s), "high_freq_factor=nan must be finite");
 }
@@ -168,6 +192,19 @@ TEST(Spec, ParseNames) {
     EXPECT_EQ(to_string(parse_schedule(name)), name);
   }
   EXPECT_ROTARY_ERROR(parse_schedule("su"), "schedule='su' must be one of");
+  // A long or binary value is echoed as an excerpt, not whole.
+  const std::string long_text(100000, 'x');
+  for (const auto& parse : {std::function<void()>([&] { parse_pairing(long_text); }),
+                            std::function<void()>([&] { parse_schedule(long_text); })}) {
+    try {
+      parse();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u);
+      EXPECT_NE(std::string(e.what()).find("... (100000 bytes)"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_ROTARY_ERROR(parse_pairing(std::string("ha\0lf", 5)), "pairing='ha\\x00lf'");
 }
 
 TEST(Spec, SeqLenRange) {

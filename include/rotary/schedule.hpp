@@ -17,7 +17,7 @@ struct Schedule {
   Pairing pairing = Pairing::half;
   ScheduleType type = ScheduleType::default_;
   std::vector<double> inv_freq;    ///< rotary_dim/2 angular frequencies, radians per position, finite, > 0
-  double attention_factor = 1.0;   ///< multiplied into cos and sin, finite, > 0
+  double attention_factor = 1.0;   ///< multiplied into cos and sin, a normal float32 (spec.hpp)
 
   int64_t pairs() const { return rotary_dim / 2; }
   bool operator==(const Schedule&) const = default;
@@ -33,13 +33,18 @@ std::vector<double> default_inv_freq(double base, int64_t rotary_dim);
 /// Computes inv_freq and attention_factor in double exactly as DESIGN.md §2 writes them.
 /// `seq_len` is n for the schedules that depend on the current sequence length (dynamic: NTK base
 /// grows when n > L; longrope: long factors when n > L); unset means n <= L. Other schedules ignore it.
-/// Throws rotary::Error (validate(spec), seq_len < 0, a non-finite or out-of-range result).
-/// Allocates; thread-safe.
+/// llama3 follows transformers' comparisons, with λ_i = 2π/default_i: λ_i < L/hf kept, λ_i > L/lf
+/// divided by s, L/hf <= λ_i <= L/lf smoothed — so λ_i == L/lf gets t = 0 (divided by s, as the band
+/// above) and λ_i == L/hf gets t = 1 (kept). lf == hf (Llama 4 Scout) leaves two bands; a wavelength
+/// then exactly equal to L/lf is an error (transformers computes 0/0 = NaN there).
+/// Throws rotary::Error (validate(spec), seq_len < 0, a non-finite or out-of-range result, a computed
+/// attention_factor outside [min_attention_factor, max_attention_factor]). Allocates; thread-safe.
 Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len = std::nullopt);
 
 /// Checks a Schedule built by hand (or received from elsewhere): head_dim > 0, rotary_dim even and
 /// <= head_dim, rotary_dim/2 inv_freq values each finite, > 0 and <= max_inv_freq, attention_factor
-/// finite and > 0. Throws rotary::Error naming the first broken rule.
+/// in [min_attention_factor, max_attention_factor] (a normal float32). Throws rotary::Error naming
+/// the first broken rule.
 void validate(const Schedule& schedule);
 
 /// The monotone schedule's default constant c for window N and first default frequency f0:

@@ -42,21 +42,22 @@ struct Spec {
   Pairing pairing = Pairing::half;
   ScheduleType schedule = ScheduleType::default_;
 
-  std::optional<double> factor;                   ///< scaling factor s > 0
-  std::optional<int64_t> original_max_position;   ///< L: original_max_position_embeddings
-  std::optional<int64_t> max_position;            ///< M: max_position_embeddings
-  std::optional<double> beta_fast;                ///< yarn, default 32
-  std::optional<double> beta_slow;                ///< yarn, default 1
-  std::optional<double> mscale;                   ///< yarn
-  std::optional<double> mscale_all_dim;           ///< yarn
-  std::optional<bool> truncate;                   ///< yarn, default true
-  std::optional<double> attention_factor;         ///< explicit factor multiplied into cos and sin
-  std::optional<double> low_freq_factor;          ///< llama3
-  std::optional<double> high_freq_factor;         ///< llama3
-  std::vector<double> short_factor;               ///< longrope, rotary_dim/2 values
-  std::vector<double> long_factor;                ///< longrope, rotary_dim/2 values
-  std::optional<int64_t> max_length;              ///< monotone: N, the longest window the model sees
-  std::optional<double> monotone_scale;           ///< monotone: c; default: largest c with a 2^-10 margin
+  std::optional<double> factor{};                   ///< scaling factor s > 0
+  std::optional<int64_t> original_max_position{};   ///< L: original_max_position_embeddings
+  std::optional<int64_t> max_position{};            ///< M: max_position_embeddings
+  std::optional<double> beta_fast{};                ///< yarn, default 32
+  std::optional<double> beta_slow{};                ///< yarn, default 1
+  std::optional<double> mscale{};                   ///< yarn
+  std::optional<double> mscale_all_dim{};           ///< yarn
+  std::optional<bool> truncate{};                   ///< yarn, default true
+  std::optional<double> attention_factor{};         ///< explicit factor multiplied into cos and sin,
+                                                  ///< in [min_attention_factor, max_attention_factor]
+  std::optional<double> low_freq_factor{};          ///< llama3, > 0 and <= high_freq_factor
+  std::optional<double> high_freq_factor{};         ///< llama3 (equal factors: two bands, Llama 4)
+  std::vector<double> short_factor{};               ///< longrope, rotary_dim/2 values
+  std::vector<double> long_factor{};                ///< longrope, rotary_dim/2 values
+  std::optional<int64_t> max_length{};              ///< monotone: N, the longest window the model sees
+  std::optional<double> monotone_scale{};           ///< monotone: c; default: largest c with a 2^-10 margin
 
   /// rotary_dim with 0 resolved to head_dim.
   int64_t resolved_rotary_dim() const { return rotary_dim == 0 ? head_dim : rotary_dim; }
@@ -66,6 +67,13 @@ struct Spec {
 
 /// Positions are int32-sized: 0 <= position < max_position_limit.
 inline constexpr int64_t max_position_limit = int64_t{1} << 31;
+
+/// attention_factor range, explicit or computed: cos and sin times the factor are stored as float32,
+/// so the factor must be a normal float32 — at least FLT_MIN = 2^-126 (below, it rounds to a
+/// subnormal or to 0) and at most FLT_MAX = (2 - 2^-23) 2^127 (above, it rounds to infinity).
+/// Within it, |cos * factor| and |sin * factor| never leave float range.
+inline constexpr double min_attention_factor = 0x1p-126;
+inline constexpr double max_attention_factor = 0x1.fffffep+127;
 
 /// Throws rotary::Error naming the first broken rule. Called by make_schedule.
 void validate(const Spec& spec);
