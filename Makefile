@@ -50,7 +50,7 @@ fuzz:
 	cmake --build $(BUILD_FUZZ) -j $(JOBS)
 	for target in config npy safetensors; do \
 	  mkdir -p $(BUILD_FUZZ)/corpus-$$target && \
-	  $(BUILD_FUZZ)/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=10 \
+	  $(BUILD_FUZZ)/fuzz_$$target -max_total_time=$(FUZZ_SECONDS) -max_len=1048576 -timeout=10 \
 	    -print_final_stats=1 $(BUILD_FUZZ)/corpus-$$target tests/fuzz/corpus/$$target || exit 1; \
 	done
 
