@@ -1,9 +1,15 @@
 // The command-line contract: info/table JSON, readable output, errors (exit 2, one line).
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <fstream>
+#include <random>
 #include <sstream>
 
 #include "cli.hpp"
+#include "parse.hpp"
 #include "rotary/schedule.hpp"
 #include "support/oracle.hpp"
 
@@ -123,6 +129,14 @@ TEST(Cli, BadInputExitsTwoWithOneLineNamingTheOption) {
       {{"table", "--head-dim", "8", "--positions", "2147483648"}, "position=2147483648"},
       {{"table", "--head-dim", "8"}, "--positions is required"},
       {{}, "subcommand"},
+      {{"foo", "--head-dim", "8"}, "unknown subcommand 'foo' (known: info, table, presets, apply"},
+      {{"info", "--head-dim", "64", "--json", "extra"}, "extra"},
+      {{"table", "--head-dim", "8", "--positions", "0", "--angles", "float"}, "--angles='float' must be exact or hf-float32"},
+      {{"apply", "--head-dim", "8", "--angles", "x", "--q", "q.npy", "--out", "o.npy"}, "--angles='x'"},
+      {{"bench", "--dtypes", "f8"}, "--dtypes='f8' must be one of f32, bf16, f16"},
+      {{"bench", "--threads", "100000"}, "--threads=100000 must be in [0, 1024]"},
+      {{"convert-weights", "--in", "a.safetensors", "--out", "b.safetensors", "--to", "half", "--num-heads", "2.5",
+        "--num-kv-heads", "1", "--q-name", "q", "--k-name", "k"}, "--num-heads='2.5' is not an integer"},
   };
   for (const auto& [args, needle] : cases) {
     const Result r = run(args);
@@ -132,6 +146,106 @@ TEST(Cli, BadInputExitsTwoWithOneLineNamingTheOption) {
     ASSERT_FALSE(r.err.empty());
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
   }
+}
+
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 2) << needle;
+  EXPECT_TRUE(r.out.empty()) << needle;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr '" << r.err.substr(0, 500) << "' lacks '" << needle << "'";
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err.substr(0, 500);
+}
+
+// A 2-million-item --short-factor once made a 4 MB error line; every value is excerpted.
+TEST(Cli, ErrorsEchoAtMostAnExcerptOfTheValue) {
+  std::string factors;
+  for (int i = 0; i < 2'000'000; ++i) factors += "1,";  // ends in an empty item
+  const std::string huge(1 << 20, '7');
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"info", "--head-dim", "8", "--schedule", "longrope", "--max-position", "10", "--short-factor", factors},
+       "--short-factor='1,1,1,"},
+      {{"info", "--head-dim", "8", "--schedule", "longrope", "--max-position", "10", "--short-factor",
+        factors + "1", "--long-factor", "1,1,1,1"}, "short_factor has 2000001 values but rotary_dim/2=4"},
+      {{"table", "--head-dim", "8", "--positions", "1," + huge + "x"}, "--positions='7777"},
+      {{"info", "--head-dim", huge}, "--head-dim='7777"},
+      {{"info", "--head-dim", "8", "--base", "1e" + huge}, "--base='1e777"},
+      {{"apply", "--head-dim", "8", "--q", "q.npy", "--out", "o.npy", "--layout", huge}, "--layout='7777"},
+      {{"apply", "--head-dim", "8", "--q", huge + ".npy", "--out", "o.npy"}, "--q '7777"},
+      {{"bench", "--cases", huge}, "--cases='7777"},
+      {{"info", "--head-dim", "8", "--" + huge}, "777"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const Result r = run(args);
+    expect_one_line_error(r, needle);
+    EXPECT_LT(r.err.size(), 500u) << needle;
+  }
+}
+
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("rotary-cli-test-" + std::to_string(std::random_device{}()));
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string file = (path / name).string();
+    std::ofstream(file, std::ios::binary) << text;
+    return file;
+  }
+};
+
+// Errors name what the user gave: the option of a spec field, or the --config / --preset the
+// settings came from (an inv_freq error from a config's factor used to blame --factor).
+TEST(Cli, ErrorsBlameTheOptionTheUserGave) {
+  TempDir dir;
+  const std::string tiny = dir.write("tiny.json", R"({"model_type": "llama", "hidden_size": 512,
+      "num_attention_heads": 32, "rope_scaling": {"rope_type": "linear", "factor": 1e-10}})");
+  const std::string dynamic = dir.write("dynamic.json", R"({"model_type": "llama", "hidden_size": 512,
+      "num_attention_heads": 32, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 1e300}})");
+  Result r = run({"info", "--config", tiny});
+  expect_one_line_error(r, "--config '" + tiny + "': inv_freq[0]=10000000000 must be finite");
+  EXPECT_EQ(r.err.find("--factor"), std::string::npos) << r.err;
+  r = run({"info", "--config", dynamic, "--seq-len", "2000000000"});
+  expect_one_line_error(r, "--config '" + dynamic + "': base after dynamic scaling is inf");
+  EXPECT_EQ(r.err.find("--base"), std::string::npos) << r.err;
+  expect_one_line_error(run({"info", "--config", dynamic, "--seq-len", "-1"}), "--seq-len: seq_len=-1 must be in");
+  expect_one_line_error(run({"info", "--config", dir.write("bad.json", "{")}), "--config '");
+  expect_one_line_error(run({"info", "--config", (dir.path / "none.json").string()}), "--config '");
+  expect_one_line_error(run({"info", "--preset", "no-such-model"}), "--preset 'no-such-model' is unknown");
+  // Spec options: the option named, and only when given.
+  expect_one_line_error(run({"info", "--head-dim", "8", "--schedule", "yarn"}), "--schedule: schedule yarn needs factor");
+  r = run({"info", "--head-dim", "8", "--schedule", "linear", "--factor", "1e-10"});
+  expect_one_line_error(r, "inv_freq[0]=10000000000");
+  // Positions: a list for table, a file for apply.
+  expect_one_line_error(run({"table", "--head-dim", "8", "--positions", "5,-1"}), "--positions: position=-1");
+}
+
+// A note of a config is printed only when the command succeeds: a failing command prints one line.
+TEST(Cli, NotesDoNotJoinAnError) {
+  TempDir dir;
+  const std::string config = dir.write("config.json", R"({"hidden_size": 512, "num_attention_heads": 32})");
+  const Result ok = run({"info", "--config", config});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.err.find("rotary: note: config has no model_type"), std::string::npos) << ok.err;
+  expect_one_line_error(run({"apply", "--config", config}), "--q is required");
+  expect_one_line_error(run({"table", "--config", config, "--positions", "-1"}), "--positions: position=-1");
+}
+
+// JSON has no inf: a factor whose cos/sin overflow float32 is an error, never `inf` in the output.
+TEST(Cli, JsonNeverPrintsInfOrNan) {
+  for (const char* factor : {"1e39", "3.5e38"}) {
+    const Result r = run({"table", "--head-dim", "8", "--attention-factor", factor, "--positions", "0,1", "--json"});
+    expect_one_line_error(r, "attention");
+    EXPECT_EQ(r.out.find("inf"), std::string::npos);
+  }
+  const Result big = run({"table", "--head-dim", "8", "--attention-factor", "3.4e38", "--positions", "0", "--json"});
+  ASSERT_EQ(big.status, 0) << big.err;
+  EXPECT_EQ(big.out.find("inf"), std::string::npos) << big.out;
+  EXPECT_TRUE(nlohmann::json::accept(big.out));
+  // The check every JSON number passes first (info, table, bench).
+  EXPECT_ROTARY_ERROR(cli::require_finite_for_json(std::numeric_limits<double>::infinity(), "cos at position 0 pair 1"),
+                      "cos at position 0 pair 1=inf is not finite; --json prints only finite numbers");
+  EXPECT_ROTARY_ERROR(cli::require_finite_for_json(std::nan(""), "median_ns"), "median_ns=nan is not finite");
+  EXPECT_NO_THROW(cli::require_finite_for_json(3.4e38, "cos"));
 }
 
 }  // namespace

@@ -1,12 +1,22 @@
 // .npy / .safetensors readers and writers, the file commands, and every malformed-file case.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "cli.hpp"
 #include "commands.hpp"
 #include "rotary/apply.hpp"
+#include "rotary/error.hpp"
 #include "rotary/layout.hpp"
 #include "support/oracle.hpp"
 #include "tensor_file.hpp"
@@ -53,6 +63,28 @@ RunResult run(std::vector<std::string> args) {
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int files_in(const fs::path& dir) {
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) { (void)entry; ++files; }
+  return files;
+}
+
+// Every error of the CLI: exit status 2, nothing on stdout, one line on stderr holding `needle`.
+void expect_user_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 2) << needle << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << needle;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr '" << r.err << "' lacks '" << needle << "'";
+  EXPECT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
 }
 
 TEST(TensorFile, NpyRoundTripAndHeaderLayout) {
@@ -127,6 +159,10 @@ TEST(TensorFile, MalformedFilesGiveErrorsNotCrashes) {
       {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (999999999999, 999999999), }\n", 0), "more than 2^40 elements"},
       {npy_with_header("{'descr': '<f4', 'shap", 0), "malformed"},
       {npy_with_header("{'descr': '<f4', 'fortran_order': False}", 0), "missing descr, fortran_order or shape"},
+      // Python would not read these as a dict of a tuple; nor does the reader.
+      {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }\n", 24), "expected ',' or ')'"},
+      {npy_with_header("{'descr': '<f4' 'fortran_order': False, 'shape': (2,), }\n", 8), "expected ',' or '}'"},
+      {std::string("\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12) + "{}", ".npy header is truncated"},
   };
   for (const auto& [bytes, needle] : npy_cases) EXPECT_ROTARY_ERROR(cli::parse_npy(bytes), needle);
   const std::vector<std::pair<std::string, std::string>> st_cases = {
@@ -145,8 +181,56 @@ TEST(TensorFile, MalformedFilesGiveErrorsNotCrashes) {
       {safetensors_with_header(R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8), "bytes no tensor covers"},
       {safetensors_with_header(R"({"__metadata__": {"a": 1}})", 0), "__metadata__.a must be a string"},
       {safetensors_with_header(R"({"x": {"dtype": 5, "shape": [1], "data_offsets": [0, 4]}})", 4), "dtype must be a string"},
+      {safetensors_with_header(std::string(100, '[') + std::string(100, ']'), 0), "deeper than 64 levels"},
+      // A user's text in a message: excerpted, NUL and newline escaped.
+      {safetensors_with_header("{\"" + std::string(5000, 'n') + "\": 1}", 0), "'nnnnn"},
+      {safetensors_with_header(R"({"a\u0000\nb": {"dtype": "F32", "shape": [1]}})", 0), "tensor 'a\\x00\\x0ab' needs"},
   };
   for (const auto& [bytes, needle] : st_cases) EXPECT_ROTARY_ERROR(cli::parse_safetensors(bytes), needle);
+  try {
+    cli::parse_safetensors(safetensors_with_header("{\"" + std::string(5000, 'n') + "\": 1}", 0));
+    ADD_FAILURE() << "no error";
+  } catch (const rotary::Error& e) {
+    EXPECT_LT(std::strlen(e.what()), 300u) << e.what();  // not the 5000-character name
+  }
+}
+
+// The reference writer gives a zero-size tensor the offset where the next one starts; sorting by
+// begin alone could put the zero-size tensor after its neighbour and call the pair overlapping.
+TEST(TensorFile, ZeroSizeTensorSharesItsOffsetWithTheNext) {
+  const std::string json = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]},)"
+                           R"( "b": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},)"
+                           R"( "first": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                           R"( "z": {"dtype": "F16", "shape": [3, 0], "data_offsets": [16, 16]}})";
+  const TensorFile file = cli::parse_safetensors(safetensors_with_header(json, 16));
+  std::vector<std::string> names;
+  for (const HostTensor& t : file.tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"first", "b", "a", "z"}));  // offset order, zero-size first
+  EXPECT_EQ(cli::parse_safetensors(cli::format_safetensors(file)).tensors.size(), 4u);
+  EXPECT_ROTARY_ERROR(cli::parse_safetensors(safetensors_with_header(
+                          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                          R"( "b": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}})", 8)),
+                      "tensor 'b' overlaps another tensor");  // zero-size, but inside 'a'
+}
+
+// Reading and writing take O(n log n) in the number of tensors: 30000 tensors took over 20 s when
+// the final sort looked each tensor's offset up by linear search (and writing was quadratic too).
+TEST(TensorFile, ThirtyThousandTensorsRoundTripInOffsetOrder) {
+  constexpr int kTensors = 30000;
+  TensorFile file;
+  for (int i = 0; i < kTensors; ++i) {
+    // Names in the reverse of file order, so that name order (the JSON object's) is not offset order.
+    HostTensor t{fmt::format("layer.{:05}", kTensors - 1 - i), "I32", {i % 3}, {}};
+    t.data.resize(t.bytes());
+    for (size_t b = 0; b < t.data.size(); ++b) t.data[b] = static_cast<unsigned char>(i + b);
+    file.tensors.push_back(std::move(t));
+  }
+  const TensorFile back = cli::parse_safetensors(cli::format_safetensors(file));
+  ASSERT_EQ(back.tensors.size(), file.tensors.size());
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    ASSERT_EQ(back.tensors[i].name, file.tensors[i].name) << i;
+    ASSERT_EQ(back.tensors[i].data, file.tensors[i].data) << i;
+  }
 }
 
 TEST(TensorFile, AtomicWriteLeavesNothingBehindOnFailure) {
@@ -260,7 +344,9 @@ TEST(CliFiles, ConvertWeightsRoundTripAndEqualScoresWithGqa) {
   ASSERT_EQ(r.status, 0) << r.err;
   const TensorFile hf = cli::read_tensor_file(dir / "hf.safetensors");
   const TensorFile back = cli::read_tensor_file(dir / "back.safetensors");
-  EXPECT_EQ(back.metadata, model.metadata);
+  // The pairing each conversion wrote is recorded, the rest of the metadata kept.
+  EXPECT_EQ(hf.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"rotary.pairing", "half"}}));
+  EXPECT_EQ(back.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"rotary.pairing", "interleaved"}}));
   for (size_t i = 0; i < model.tensors.size(); ++i) EXPECT_EQ(back.tensors[i].data, model.tensors[i].data) << i;
   EXPECT_EQ(hf.tensors[2].data, model.tensors[2].data);  // v untouched
   EXPECT_NE(hf.tensors[0].data, model.tensors[0].data);
@@ -286,6 +372,392 @@ TEST(CliFiles, ConvertWeightsRoundTripAndEqualScoresWithGqa) {
   const auto a = scores(model, Pairing::interleaved);
   const auto b = scores(hf, Pairing::half);
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(a[i]))) << i;
+}
+
+
+// Loads a .npy or .safetensors tensor and rotates it in memory with the library, for comparison.
+std::vector<unsigned char> rotated_in_memory(HostTensor t, const Schedule& schedule, bool bhsd,
+                                             const std::vector<int64_t>& token_positions, AngleMode angles) {
+  const DType dtype = t.dtype == "F64" ? DType::f64 : DType::f32;
+  const auto& s = t.shape;
+  const TensorView view = bhsd ? TensorView::bhsd(t.data.data(), dtype, s[0], s[1], s[2], s[3])
+                               : TensorView::bshd(t.data.data(), dtype, s[0], s[1], s[2], s[3]);
+  std::optional<Table> table;
+  if (angles == AngleMode::hf_float32) table = Table::at(schedule, token_positions, angles);
+  apply(schedule, ApplyArgs{.q = view, .positions = Positions::per_token(token_positions),
+                            .table = table ? &*table : nullptr});
+  return t.data;
+}
+
+// Inputs larger than a block (4 MiB) are rotated a block at a time; the bits equal one in-memory
+// call for every way a tensor is cut: whole tokens (bshd), some heads of one token (bshd, a token
+// over 4 MiB), whole planes (bhsd) and part of a plane (bhsd, a [seq, head_dim] plane over 4 MiB),
+// with exact and hf-float32 angles and positions shared by the batch rows.
+TEST(CliFiles, ApplyInBlocksEqualsOneCallInMemory) {
+  TempDir dir;
+  struct Case {
+    std::string dtype, layout;
+    std::vector<int64_t> shape;  // as stored
+    std::string angles;
+  };
+  const std::vector<Case> cases = {{"F32", "bshd", {3, 2100, 8, 64}, "exact"},
+                                   {"F64", "bshd", {1, 2, 8200, 64}, "exact"},
+                                   {"F32", "bhsd", {2, 5, 700, 64}, "hf-float32"},
+                                   {"F32", "bhsd", {2, 1, 17000, 64}, "exact"},
+                                   {"F32", "bshd", {2, 17000, 2, 64}, "hf-float32"}};
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64, .base = 500000});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.layout + " " + c.dtype + " " + c.angles);
+    const HostTensor q = tensor("array", c.dtype, c.shape, 21);
+    write_bytes(dir / "q.npy", cli::format_npy(q));
+    const int64_t batch = c.shape[0], seq = c.layout == "bshd" ? c.shape[1] : c.shape[2];
+    HostTensor pos{"array", "I32", {seq}, std::vector<unsigned char>(static_cast<size_t>(4 * seq))};
+    std::vector<int64_t> token_positions;
+    std::mt19937 rng(7);
+    for (int64_t i = 0; i < seq; ++i) {
+      const auto v = static_cast<int32_t>(rng() % 200000);  // repeats, out of order
+      std::memcpy(&pos.data[static_cast<size_t>(4 * i)], &v, 4);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i = 0; i < seq; ++i) {
+        int32_t v;
+        std::memcpy(&v, &pos.data[static_cast<size_t>(4 * i)], 4);
+        token_positions.push_back(v);
+      }
+    }
+    write_bytes(dir / "pos.npy", cli::format_npy(pos));
+    const RunResult r = run({"apply", "--head-dim", "64", "--base", "500000", "--q", dir / "q.npy", "--layout",
+                             c.layout, "--positions", dir / "pos.npy", "--angles", c.angles, "--out", dir / "out.npy"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const HostTensor out = cli::read_tensor_file(dir / "out.npy").tensors.at(0);
+    const AngleMode mode = c.angles == "exact" ? AngleMode::exact : AngleMode::hf_float32;
+    EXPECT_TRUE(out.data == rotated_in_memory(q, schedule, c.layout == "bhsd", token_positions, mode));
+  }
+}
+
+TEST(CliFiles, OutputsNamingOneFileOrAnInputAreRefusedInAnySpelling) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  write_bytes(dir / "k.npy", cli::format_npy(tensor("array", "F32", {1, 3, 1, 8}, 2)));
+  write_bytes(dir / "old.npy", "old");
+  fs::create_directory(dir.path / "sub");
+  fs::create_symlink(dir.path / "q.npy", dir.path / "link-to-q.npy");
+  fs::create_hard_link(dir.path / "old.npy", dir.path / "hard-old.npy");
+  write_bytes(dir / "config.npy", R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8})");
+  const std::string q = dir / "q.npy", k = dir / "k.npy";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      // Two outputs, one file: a new file spelled twice, a hard link, a folder and back.
+      {{"--q", q, "--k", k, "--out", dir / "new.npy", "--k-out", (dir.path / "sub/../new.npy").string()},
+       "name the same file"},
+      {{"--q", q, "--k", k, "--out", dir / "old.npy", "--k-out", dir / "hard-old.npy"}, "name the same file"},
+      // An output that is an input: through a symbolic link, the positions, the config.
+      {{"--q", q, "--out", dir / "link-to-q.npy"}, "is also an input (--q="},
+      {{"--q", q, "--k", k, "--out", dir / "o.npy", "--k-out", (dir.path / "sub/../k.npy").string()},
+       "is also an input (--k="},
+      {{"--q", q, "--positions", dir / "old.npy", "--out", dir / "hard-old.npy"}, "is also an input (--positions="},
+  };
+  for (const auto& [args, needle] : cases) {
+    std::vector<std::string> full = {"apply", "--head-dim", "8"};
+    full.insert(full.end(), args.begin(), args.end());
+    expect_user_error(run(full), needle);
+  }
+  expect_user_error(run({"apply", "--config", dir / "config.npy", "--q", q, "--out", dir / "config.npy"}),
+                    "is also an input (--config=");
+  EXPECT_EQ(read_bytes(dir / "old.npy"), "old");
+  EXPECT_EQ(files_in(dir.path), 7);  // nothing written: q, k, old, sub, link-to-q, hard-old, config
+  // Reading one file as both q and k is fine.
+  const RunResult both = run({"apply", "--head-dim", "8", "--q", q, "--k", q, "--out", dir / "a.npy", "--k-out",
+                              dir / "b.npy"});
+  ASSERT_EQ(both.status, 0) << both.err;
+  EXPECT_EQ(read_bytes(dir / "a.npy"), read_bytes(dir / "b.npy"));
+}
+
+TEST(CliFiles, OutputsAreAllOrNothing) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  write_bytes(dir / "k.npy", cli::format_npy(tensor("array", "F32", {1, 3, 1, 8}, 2)));
+  write_bytes(dir / "q_out.npy", "the previous q output");
+  fs::create_directory(dir.path / "a-folder");
+  // The second output cannot be written (its folder is missing; it is a folder): the first,
+  // which exists, keeps its content, and no temporary file is left.
+  for (const std::string& k_out : {dir / "missing/k_out.npy", dir / "a-folder"}) {
+    const RunResult r = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--k", dir / "k.npy", "--out",
+                             dir / "q_out.npy", "--k-out", k_out});
+    expect_user_error(r, "--k-out '");
+    EXPECT_EQ(read_bytes(dir / "q_out.npy"), "the previous q output");
+    EXPECT_EQ(files_in(dir.path), 4);
+  }
+}
+
+TEST(CliFiles, ReplacedOutputKeepsItsPermissionBits) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  write_bytes(dir / "shared.npy", "old");
+  fs::permissions(dir.path / "shared.npy", fs::perms(0640));
+  const mode_t old_mask = ::umask(022);
+  const RunResult a = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--out", dir / "shared.npy"});
+  const RunResult b = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--out", dir / "new.npy"});
+  ::umask(old_mask);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(read_bytes(dir / "shared.npy"), "old");
+  EXPECT_EQ(fs::status(dir.path / "shared.npy").permissions(), fs::perms(0640));
+  EXPECT_EQ(fs::status(dir.path / "new.npy").permissions(), fs::perms(0644));  // 0666 less the umask
+}
+
+TEST(CliFiles, PositionsFileIsCheckedAndNamed) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {2, 3, 2, 8}, 1)));
+  auto positions = [&](const std::string& name, const std::string& dtype, std::vector<int64_t> values) {
+    HostTensor t{"array", dtype, {static_cast<int64_t>(values.size())}, {}};
+    for (int64_t v : values) {
+      if (dtype == "I32") {
+        const auto v32 = static_cast<int32_t>(v);
+        t.data.insert(t.data.end(), reinterpret_cast<const unsigned char*>(&v32), reinterpret_cast<const unsigned char*>(&v32) + 4);
+      } else {
+        t.data.insert(t.data.end(), reinterpret_cast<const unsigned char*>(&v), reinterpret_cast<const unsigned char*>(&v) + 8);
+      }
+    }
+    write_bytes(dir / name, cli::format_npy(t));
+    return dir / name;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // An empty file used to mean sequential positions, silently.
+      {positions("empty.npy", "I64", {}), "--positions '" + dir / "empty.npy" + "' has no entries"},
+      {positions("negative.npy", "I32", {0, 1, -2}),
+       "--positions '" + dir / "negative.npy" + "': positions[2]=-2 must be in [0, 2^31)"},
+      {positions("large.npy", "I64", {0, int64_t{1} << 31, 2, 3, 4, 5}), "positions[1]=2147483648 must be in [0, 2^31)"},
+      {positions("five.npy", "I64", {0, 1, 2, 3, 4}), "has 5 entries; the tensor needs batch*seq=6 or seq=3"},
+      {dir / "q.npy", "must be int32 or int64, not F32"},
+  };
+  for (const auto& [file, needle] : cases) {
+    expect_user_error(run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--positions", file, "--out", dir / "o.npy"}),
+                      needle);
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "o.npy"));
+}
+
+TEST(CliFiles, BadInputNamesTheOptionInOneLine) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  TensorFile st;
+  st.tensors = {tensor(std::string("name\0with\nnul", 13), "I64", {3}, 2)};
+  write_bytes(dir / "ids.safetensors", cli::format_safetensors(st));
+  fs::create_symlink("/dev/zero", dir.path / "zero.npy");
+  const std::string q = dir / "q.npy", o = dir / "o.npy";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"apply", "--head-dim", "8", "--q", q, "--out", o, "--threads", "100000"}, "--threads=100000 must be in [0, 1024]"},
+      {{"apply", "--head-dim", "8", "--q", q, "--out", o, "--threads", "-1"}, "--threads=-1 must be in [0, 1024]"},
+      {{"bench", "--threads", "1,100000"}, "--threads=100000 must be in [0, 1024]"},
+      {{"apply", "--head-dim", "8", "--q", "/missing/q.npy", "--out", o}, "--q '/missing/q.npy' cannot be read"},
+      {{"apply", "--head-dim", "8", "--q", dir / "zero.npy", "--out", o}, "is not a regular file and holds more than 64 MiB"},
+      {{"apply", "--head-dim", "8", "--q", dir / "ids.safetensors", "--out", o},
+       "--q '" + dir / "ids.safetensors" + "' tensor 'name\\x00with\\x0anul': has 1 dimensions"},
+      {{"apply", "--head-dim", "8", "--q", q, "--layout", std::string(5000, 'x'), "--out", o}, "--layout='xxxx"},
+      {{"apply", "--head-dim", "8", "--q", (dir.path / std::string(3000, 'p')).string() + ".npy", "--out", o},
+       "... ("},
+      {{"apply", "--head-dim", "16", "--q", q, "--out", o}, "--q '" + q + "' tensor 'array': q.head_dim=8 differs"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const RunResult r = run(args);
+    expect_user_error(r, needle);
+    EXPECT_LT(r.err.size(), 600u) << r.err.substr(0, 600);
+  }
+  EXPECT_FALSE(fs::exists(o));
+}
+
+// Peak resident memory of `rotary apply` stays near the size of what it rewrites: it used to hold
+// about three copies of the file, and over 1 GB of tables for 10^7 positions with hf-float32.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kMeasurableMemory = false;  // shadow memory and quarantine make peak RSS meaningless
+#else
+constexpr bool kMeasurableMemory = true;
+#endif
+
+struct ChildRun {
+  int status = -1;
+  int64_t peak_bytes = 0;
+};
+
+// VmHWM of a live process in bytes (0 once it has exited).
+int64_t peak_resident_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  1234 kB"
+  }
+  return 0;
+}
+
+// Runs the built `rotary` with args (stdout and stderr to /dev/null) and measures its peak
+// resident memory. Not wait4's ru_maxrss: a forked child starts with this test's pages and the
+// count survives exec. VmHWM of the exec'd image is polled every millisecond until the child
+// exits; it only grows, and the peak comes while rotating, not in the last millisecond.
+ChildRun run_tool(const std::string& tool, const std::vector<std::string>& args) {
+  std::vector<std::string> all = {tool};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int exec_pipe[2];
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(exec_pipe[1]);
+  char byte;
+  while (::read(exec_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }  // end of file: the child has exec'd (the pipe closes on exec) or exited
+  ::close(exec_pipe[0]);
+  ChildRun r;
+  if (pid < 0) return r;
+  for (int status = 0;;) {
+    r.peak_bytes = std::max(r.peak_bytes, peak_resident_bytes(pid));
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return r;
+    }
+    ::usleep(1000);
+  }
+}
+
+// A .npy of `shape` (F32) written a few MiB at a time, values a simple pattern.
+void write_large_npy(const std::string& path, const std::string& dtype, std::vector<int64_t> shape) {
+  HostTensor header{"array", dtype, shape, {}};
+  std::ofstream out(path, std::ios::binary);
+  out << cli::npy_header(header);
+  std::vector<char> chunk(size_t{4} << 20);
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 2654435761u) >> 13);
+  for (uint64_t left = header.bytes(); left > 0;) {
+    const uint64_t n = std::min<uint64_t>(left, chunk.size());
+    out.write(chunk.data(), static_cast<std::streamsize>(n));
+    left -= n;
+  }
+}
+
+TEST(CliMemory, ApplyPeakResidentMemoryStaysNearTheTensorBytes) {
+  if (!kMeasurableMemory) GTEST_SKIP() << "peak memory is not measurable under AddressSanitizer";
+#ifdef ROTARY_TOOL_PATH
+  const char* tool = ROTARY_TOOL_PATH;
+#else
+  const char* tool = std::getenv("ROTARY_TOOL");
+#endif
+  if (tool == nullptr) GTEST_SKIP() << "set ROTARY_TOOL to the built rotary binary (or define ROTARY_TOOL_PATH)";
+  TempDir dir;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  // 96 MiB of q (Llama-3-8B heads), exact angles: the old code peaked near 3 x 96 MiB.
+  write_large_npy(dir / "q.npy", "F32", {1, 6144, 32, 128});
+  const int64_t q_bytes = int64_t{6144} * 32 * 128 * 4;
+  ChildRun r = run_tool(tool, {"apply", "--preset", "llama-3-8b", "--q", dir / "q.npy", "--out", dir / "q_out.npy"});
+  ASSERT_EQ(r.status, 0);
+  ASSERT_GT(r.peak_bytes, 0);
+  EXPECT_EQ(fs::file_size(dir.path / "q_out.npy"), fs::file_size(dir.path / "q.npy"));
+  EXPECT_LE(r.peak_bytes, q_bytes * 6 / 5 + 16 * kMiB) << "peak " << r.peak_bytes / kMiB << " MiB";
+  fs::remove(dir.path / "q.npy");
+  fs::remove(dir.path / "q_out.npy");
+  // 2 x 10^6 tokens at distinct positions, hf-float32 angles: 16 MB of q, 8 MB of positions; the
+  // old code held a std::set and a table of every position besides three copies of q (~250 MB).
+  constexpr int64_t kTokens = 2'000'000;
+  write_large_npy(dir / "q.npy", "F32", {kTokens, 1, 2});
+  {
+    HostTensor header{"array", "I32", {kTokens}, {}};
+    std::ofstream out(dir / "pos.npy", std::ios::binary);
+    out << cli::npy_header(header);
+    std::vector<int32_t> chunk(1 << 20);
+    for (int64_t first = 0; first < kTokens; first += static_cast<int64_t>(chunk.size())) {
+      const int64_t n = std::min<int64_t>(kTokens - first, static_cast<int64_t>(chunk.size()));
+      for (int64_t i = 0; i < n; ++i) chunk[static_cast<size_t>(i)] = static_cast<int32_t>((first + i) * 97 % kTokens);
+      out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(n * 4));
+    }
+  }
+  r = run_tool(tool, {"apply", "--head-dim", "2", "--q", dir / "q.npy", "--positions", dir / "pos.npy", "--angles",
+                      "hf-float32", "--out", dir / "q_out.npy"});
+  ASSERT_EQ(r.status, 0);
+  ASSERT_GT(r.peak_bytes, 0);
+  EXPECT_LE(r.peak_bytes, kTokens * 8 * 6 / 5 + 16 * kMiB) << "peak " << r.peak_bytes / kMiB << " MiB";
+}
+
+TEST(CliFiles, ConvertWeightsTakesHeadCountsFromAConfigAndRefusesWrongOnes) {
+  TempDir dir;
+  const int64_t hq = 32, hk = 8, d = 16, hidden = 24;
+  TensorFile model;
+  model.tensors = {tensor("layers.0.q_proj.weight", "BF16", {hq * d, hidden}, 1),
+                   tensor("layers.0.k_proj.weight", "BF16", {hk * d, hidden}, 2),
+                   tensor("layers.0.k_proj.bias", "BF16", {hk * d}, 3)};
+  write_bytes(dir / "meta.safetensors", cli::format_safetensors(model));
+  write_bytes(dir / "config.json", R"({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 32,
+                                        "num_key_value_heads": 8, "head_dim": 16})");
+  write_bytes(dir / "config-mha.json", R"({"model_type": "llama", "hidden_size": 512, "num_attention_heads": 32})");
+  const std::vector<std::string> names = {"--q-name", "*.q_proj.*", "--k-name", "*.k_proj.*"};
+  auto convert = [&](const std::string& in, const std::string& out, const std::string& to,
+                     std::vector<std::string> extra) {
+    std::vector<std::string> args = {"convert-weights", "--in", dir / in, "--out", dir / out, "--to", to};
+    args.insert(args.end(), names.begin(), names.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  RunResult r = convert("meta.safetensors", "by-config.safetensors", "half", {"--config", dir / "config.json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = convert("meta.safetensors", "by-options.safetensors", "half", {"--num-heads", "32", "--num-kv-heads", "8"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_bytes(dir / "by-config.safetensors"), read_bytes(dir / "by-options.safetensors"));
+  EXPECT_EQ(cli::read_tensor_file(dir / "by-config.safetensors").metadata.at("rotary.pairing"), "half");
+
+  // Head counts that do not split the rows as one head_dim for q and k used to permute silently.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> wrong = {
+      {{"--num-heads", "32", "--num-kv-heads", "4"},
+       "tensor 'layers.0.k_proj.weight' has 128 rows, not --num-kv-heads=4 heads x head_dim 16 = 64"},
+      {{"--num-heads", "16", "--num-kv-heads", "8"},
+       "tensor 'layers.0.k_proj.weight' has 128 rows, not --num-kv-heads=8 heads x head_dim 32 = 256"},
+      {{"--num-heads", "32", "--num-kv-heads", "8", "--head-dim", "8"}, "has 512 rows, not --num-heads=32 heads x head_dim 8"},
+      {{"--num-heads", "30", "--num-kv-heads", "8"}, "--num-heads=30 is not a multiple of --num-kv-heads=8"},
+      {{"--num-heads", "0", "--num-kv-heads", "8"}, "--num-heads=0 must be > 0"},
+      {{"--num-heads", "x", "--num-kv-heads", "8"}, "--num-heads='x' is not an integer"},
+      {{"--num-kv-heads", "8"}, "--num-heads and --num-kv-heads are required (or --config)"},
+      {{"--config", dir / "config-mha.json"}, "has 128 rows, not num_key_value_heads=32 (--config '" + dir / "config-mha.json"},
+      {{"--config", dir / "config.json", "--num-heads", "32"}, "--num-heads cannot be combined with --config"},
+      {{"--config", dir / "missing.json"}, "--config '" + dir / "missing.json" + "' cannot be read"},
+      {{"--num-heads", "32", "--num-kv-heads", "8", "--rotary-dim", "15"}, "--rotary-dim: rotary_dim=15 must be even"},
+  };
+  for (const auto& [extra, needle] : wrong) {
+    expect_user_error(convert("meta.safetensors", "wrong.safetensors", "half", extra), needle);
+  }
+  EXPECT_FALSE(fs::exists(dir.path / "wrong.safetensors"));
+
+  // Converting a converted file again would scramble q and k: refused unless --force.
+  expect_user_error(convert("by-config.safetensors", "twice.safetensors", "half", {"--config", dir / "config.json"}),
+                    "is already converted (__metadata__ rotary.pairing=half)");
+  EXPECT_FALSE(fs::exists(dir.path / "twice.safetensors"));
+  r = convert("by-config.safetensors", "twice.safetensors", "half", {"--config", dir / "config.json", "--force"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = convert("by-config.safetensors", "back.safetensors", "interleaved", {"--config", dir / "config.json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const TensorFile back = cli::read_tensor_file(dir / "back.safetensors");
+  EXPECT_EQ(back.metadata.at("rotary.pairing"), "interleaved");
+  for (size_t i = 0; i < model.tensors.size(); ++i) EXPECT_EQ(back.tensors[i].data, model.tensors[i].data) << i;
+}
+
+// Rows wider than a block (4 MiB per head) are permuted row by row; the result is the same.
+TEST(CliFiles, ConvertWeightsPermutesHugeHeadsRowByRow) {
+  TempDir dir;
+  TensorFile model;
+  model.tensors = {tensor("q", "F32", {2 * 8, 70000}, 1), tensor("k", "F32", {8, 70000}, 2)};
+  write_bytes(dir / "in.safetensors", cli::format_safetensors(model));
+  const RunResult r = run({"convert-weights", "--in", dir / "in.safetensors", "--out", dir / "out.safetensors", "--to",
+                           "half", "--num-heads", "2", "--num-kv-heads", "1", "--q-name", "q", "--k-name", "k"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const TensorFile out = cli::read_tensor_file(dir / "out.safetensors");
+  for (size_t i = 0; i < 2; ++i) {
+    const HostTensor& t = model.tensors[i];
+    std::vector<unsigned char> expected(t.data.size());
+    permute_rows(t.data.data(), expected.data(),
+                 PermuteRowsArgs{.num_heads = i == 0 ? 2 : 1, .head_dim = 8, .row_bytes = 70000 * 4});
+    EXPECT_TRUE(out.tensors[i].data == expected) << i;
+  }
 }
 
 }  // namespace

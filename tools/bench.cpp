@@ -8,6 +8,9 @@
 #include <cstring>
 #include <random>
 
+#include "../src/text.hpp"
+#include "commands.hpp"
+#include "parse.hpp"
 #include "rotary/rotary.hpp"
 
 namespace rotary::cli {
@@ -76,7 +79,7 @@ void check_list(const std::vector<std::string>& given, const std::vector<std::st
   if (given.empty()) throw Error(fmt::format("{} is empty", option));
   for (const auto& g : given) {
     if (!contains(allowed, g)) {
-      throw Error(fmt::format("{}='{}' must be one of {}", option, g, fmt::join(allowed, ", ")));
+      throw Error(fmt::format("{}='{}' must be one of {}", option, detail::excerpt(g), fmt::join(allowed, ", ")));
     }
   }
 }
@@ -103,9 +106,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
     thread_counts = {1};
     if (all > 1) thread_counts.push_back(all);
   }
-  for (int t : thread_counts) {
-    if (t < 0 || t > 1024) throw Error(fmt::format("--threads={} must be in [0, 1024]", t));
-  }
+  for (int t : thread_counts) check_threads(t, "--threads");
 
   std::vector<Row> rows;
   std::mt19937_64 rng(o.seed);
@@ -212,17 +213,21 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   }
 
   if (o.json) {
-    out << "[\n";
+    std::string text = "[\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      out << fmt::format(
+      const std::pair<double, const char*> numbers[] = {
+          {r.median_ns, "median_ns"}, {r.gbps, "gbps"}, {r.memcpy_median_ns, "memcpy_median_ns"},
+          {r.ratio_to_memcpy, "ratio_to_memcpy"}, {r.speedup_vs_reference, "speedup_vs_reference"}};
+      for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
+      text += fmt::format(
           "{{\"case\":\"{}\",\"dtype\":\"{}\",\"pairing\":\"{}\",\"angles\":\"{}\",\"inplace\":{},"
           "\"threads\":{},\"median_ns\":{:.1f},\"gbps\":{:.3f},\"memcpy_median_ns\":{:.1f},"
           "\"ratio_to_memcpy\":{:.4f},\"speedup_vs_reference\":{:.2f}}}{}\n",
           r.case_name, r.dtype, r.pairing, r.angles, r.inplace ? "true" : "false", r.threads, r.median_ns,
           r.gbps, r.memcpy_median_ns, r.ratio_to_memcpy, r.speedup_vs_reference, i + 1 < rows.size() ? "," : "");
     }
-    out << "]\n";
+    out << text << "]\n";
     return 0;
   }
   out << fmt::format("rotary bench — Llama-3.1-8B shapes, head_dim 128; medians of {} interleaved "

@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <map>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../src/text.hpp"
 #include "bench.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
@@ -18,10 +21,22 @@
 namespace rotary::cli {
 namespace {
 
+using detail::excerpt;
+
+// What the spec options, --config or --preset come to.
+struct Resolved {
+  std::optional<ModelRope> model;
+  Spec spec;
+  Schedule schedule;
+};
+
 // Spec options, kept as text until parsed so that every error names the option and the value.
+// Each option is its spec field's name with '-' for '_' (--no-truncate sets `truncate`).
 struct SpecOptions {
   std::map<std::string, std::string> given;  // option name (without --) -> text
   bool no_truncate = false;
+  std::string config_path;
+  std::string preset_name;
 
   void attach(CLI::App& app) {
     static const char* const names[][2] = {
@@ -57,10 +72,20 @@ struct SpecOptions {
     app.add_option("--preset", preset_name, "a built-in model preset (see `rotary presets`)");
   }
 
-  std::string config_path;
-  std::string preset_name;
+  // Reads the config or preset (once), builds the spec and the schedule.
+  Resolved resolve() const {
+    Resolved r;
+    r.model = model();
+    r.spec = r.model ? r.model->spec : spec_from_options();
+    try {
+      r.schedule = make_schedule(r.spec, integer("seq-len"));
+    } catch (const Error& e) {
+      throw Error(blame(e.what()));
+    }
+    return r;
+  }
 
-  // The model, when --config or --preset is given.
+ private:
   std::optional<ModelRope> model() const {
     if (!config_path.empty() && !preset_name.empty()) throw Error("--config and --preset cannot both be given");
     if (config_path.empty() && preset_name.empty()) return std::nullopt;
@@ -70,7 +95,11 @@ struct SpecOptions {
       }
     }
     if (no_truncate) throw Error("--no-truncate cannot be combined with --config/--preset");
-    return config_path.empty() ? load_preset(preset_name) : read_hf_config_file(config_path);
+    try {
+      return config_path.empty() ? load_preset(preset_name) : read_hf_config_file(config_path);
+    } catch (const Error& e) {
+      throw Error(blame(e.what()));
+    }
   }
 
   std::optional<std::string> text(const std::string& key) const {
@@ -89,8 +118,7 @@ struct SpecOptions {
     return parse_int(*t, "--" + key);
   }
 
-  Spec spec() const {
-    if (auto m = model()) return m->spec;
+  Spec spec_from_options() const {
     Spec s;
     auto head_dim = integer("head-dim");
     if (!head_dim) throw Error("--head-dim is required");
@@ -118,43 +146,59 @@ struct SpecOptions {
     return s;
   }
 
-  Schedule schedule() const { return make_schedule(spec(), integer("seq-len")); }
+  // Library errors name what they check: a spec field ("factor=-2 must be > 0", "schedule yarn
+  // needs factor") or the config ("config 'x': ..."). Name what the user gave instead: the option
+  // of that field if given, else the --config or --preset the settings came from.
+  std::string blame(const std::string& message) const {
+    size_t end = 0;
+    while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_')) {
+      ++end;
+    }
+    std::string option = message.substr(0, end);
+    for (char& c : option) c = c == '_' ? '-' : c;
+    if (option == "truncate" ? no_truncate : given.contains(option)) return "--" + option + ": " + message;
+    if (!config_path.empty()) {
+      if (message.starts_with("config '")) return "--" + message;
+      return fmt::format("--config '{}': {}", excerpt(config_path), message);
+    }
+    if (!preset_name.empty()) {
+      if (message.starts_with("preset '")) return "--" + message;
+      return fmt::format("--preset '{}': {}", excerpt(preset_name), message);
+    }
+    return message;
+  }
 };
 
-// Errors from the library name spec fields (factor=...); on the command line they are options.
-std::string name_option(const std::string& message) {
-  static const std::map<std::string, std::string> option_of = {
-      {"head_dim", "--head-dim"}, {"rotary_dim", "--rotary-dim"}, {"base", "--base"},
-      {"factor", "--factor"}, {"original_max_position", "--original-max-position"},
-      {"max_position", "--max-position"}, {"seq_len", "--seq-len"}, {"beta_fast", "--beta-fast"},
-      {"beta_slow", "--beta-slow"}, {"mscale", "--mscale"}, {"mscale_all_dim", "--mscale-all-dim"},
-      {"truncate", "--no-truncate"}, {"attention_factor", "--attention-factor"},
-      {"low_freq_factor", "--low-freq-factor"}, {"high_freq_factor", "--high-freq-factor"},
-      {"short_factor", "--short-factor"}, {"long_factor", "--long-factor"},
-      {"max_length", "--max-length"}, {"monotone_scale", "--monotone-scale"},
-      {"inv_freq", "--factor"}, {"position", "--positions"}, {"partial_rotary_factor", "--config"}};
-  size_t end = 0;
-  while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) ||
-                                  message[end] == '_')) {
-    ++end;
-  }
-  auto it = option_of.find(message.substr(0, end));
-  if (it == option_of.end()) return message;
-  return it->second + ": " + message;
-}
-
-AngleMode parse_angles(const std::string& text) {
+AngleMode parse_angles(const std::string& text, std::string_view option) {
   if (text == "exact") return AngleMode::exact;
   if (text == "hf-float32") return AngleMode::hf_float32;
-  throw Error(fmt::format("--angles='{}' must be exact or hf-float32", text));
+  throw Error(fmt::format("{}='{}' must be exact or hf-float32", option, excerpt(text)));
 }
 
 std::string g17(double v) { return fmt::format("{:.17g}", v); }
-std::string g9(float v) { return fmt::format("{:.9g}", v); }
+
+// The longest line of an error message, whatever a library or system message holds.
+constexpr size_t kMaxMessageChars = 2000;
+
+// `message` as one line of bounded length: control bytes written as \xHH (a message keeps at most
+// ~100 characters of any user value, but a system's or a dependency's message may hold anything).
+std::string one_line(std::string_view message) {
+  std::string out;
+  for (size_t i = 0; i < message.size() && out.size() < kMaxMessageChars; ++i) {
+    const auto c = static_cast<unsigned char>(message[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (out.size() >= kMaxMessageChars) out += fmt::format("... ({} bytes)", message.size());
+  return out;
+}
 
 void print_notes(const std::optional<ModelRope>& model, std::ostream& err) {
   if (!model) return;
-  for (const auto& note : model->notes) err << "rotary: note: " << note << "\n";
+  for (const auto& note : model->notes) err << "rotary: note: " << one_line(note) << "\n";
 }
 
 void print_drift(const Schedule& schedule, int64_t max_position, std::ostream& out) {
@@ -166,25 +210,28 @@ void print_drift(const Schedule& schedule, int64_t max_position, std::ostream& o
                      p, d.max_angle_error, d.worst_pair, d.max_ulps);
 }
 
-void print_info(const Schedule& schedule, double base, bool json, std::ostream& out) {
-  if (json) {
-    std::string s = fmt::format(
-        "{{\"head_dim\":{},\"rotary_dim\":{},\"pairing\":\"{}\",\"schedule\":\"{}\",\"base\":{},"
-        "\"inv_freq\":[",
-        schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing),
-        to_string(schedule.type), g17(base));
-    for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
-      if (i) s += ',';
-      s += g17(schedule.inv_freq[i]);
-    }
-    s += fmt::format("],\"attention_factor\":{}}}\n", g17(schedule.attention_factor));
-    out << s;
-    return;
+void print_info_json(const Schedule& schedule, double base, std::ostream& out) {
+  require_finite_for_json(base, "base");
+  require_finite_for_json(schedule.attention_factor, "attention_factor");
+  std::string s = fmt::format(
+      "{{\"head_dim\":{},\"rotary_dim\":{},\"pairing\":\"{}\",\"schedule\":\"{}\",\"base\":{},\"inv_freq\":[",
+      schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing), to_string(schedule.type), g17(base));
+  for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
+    require_finite_for_json(schedule.inv_freq[i], fmt::format("inv_freq[{}]", i));
+    if (i) s += ',';
+    s += g17(schedule.inv_freq[i]);
   }
-  const std::vector<double> plain = default_inv_freq(base, schedule.rotary_dim);
+  s += fmt::format("],\"attention_factor\":{}}}\n", g17(schedule.attention_factor));
+  out << s;
+}
+
+void print_info(const Resolved& r, bool json, std::ostream& out) {
+  const Schedule& schedule = r.schedule;
+  if (json) return print_info_json(schedule, r.spec.base, out);
+  const std::vector<double> plain = default_inv_freq(r.spec.base, schedule.rotary_dim);
   out << fmt::format("schedule {}  pairing {}  head_dim {}  rotary_dim {}  base {}  attention_factor {}\n",
                      to_string(schedule.type), to_string(schedule.pairing), schedule.head_dim,
-                     schedule.rotary_dim, g17(base), g17(schedule.attention_factor));
+                     schedule.rotary_dim, g17(r.spec.base), g17(schedule.attention_factor));
   out << fmt::format("{:>5}  {:>24}  {:>24}  {:>12}\n", "pair", "inv_freq (rad/token)",
                      "wavelength (tokens)", "to default");
   for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
@@ -192,114 +239,252 @@ void print_info(const Schedule& schedule, double base, bool json, std::ostream& 
     out << fmt::format("{:>5}  {:>24.17g}  {:>24.6f}  {:>12.6g}\n", i, f, 2 * 3.141592653589793 / f,
                        f / plain[i]);
   }
+  if (r.model) {
+    out << fmt::format("model: {} query heads, {} key/value heads, max_position_embeddings {}\n",
+                       r.model->num_attention_heads, r.model->num_key_value_heads, r.model->max_position_embeddings);
+  }
+  print_drift(schedule, r.model ? r.model->max_position_embeddings : r.spec.max_position.value_or(0), out);
+}
+
+void print_table_json(const Table& table, std::ostream& out) {
+  std::string s = "{\"positions\":[";
+  for (int64_t r = 0; r < table.rows(); ++r) {
+    if (r) s += ',';
+    s += std::to_string(table.position(r));
+  }
+  for (int which = 0; which < 2; ++which) {
+    s += which == 0 ? "],\"cos\":[" : "],\"sin\":[";
+    for (int64_t r = 0; r < table.rows(); ++r) {
+      if (r) s += ',';
+      s += '[';
+      const float* row = which == 0 ? table.cos_row(r) : table.sin_row(r);
+      for (int64_t i = 0; i < table.pairs(); ++i) {
+        require_finite_for_json(row[i], fmt::format("{} at position {} pair {}", which == 0 ? "cos" : "sin",
+                                                    table.position(r), i));
+        if (i) s += ',';
+        s += fmt::format("{:.9g}", row[i]);
+      }
+      s += ']';
+    }
+  }
+  s += "]}\n";
+  out << s;
 }
 
 void print_table(const Table& table, bool json, std::ostream& out) {
-  const int64_t pairs = table.pairs();
-  if (json) {
-    std::string s = "{\"positions\":[";
-    for (int64_t r = 0; r < table.rows(); ++r) {
-      if (r) s += ',';
-      s += std::to_string(table.position(r));
-    }
-    for (int which = 0; which < 2; ++which) {
-      s += which == 0 ? "],\"cos\":[" : "],\"sin\":[";
-      for (int64_t r = 0; r < table.rows(); ++r) {
-        if (r) s += ',';
-        s += '[';
-        const float* row = which == 0 ? table.cos_row(r) : table.sin_row(r);
-        for (int64_t i = 0; i < pairs; ++i) {
-          if (i) s += ',';
-          s += g9(row[i]);
-        }
-        s += ']';
-      }
-    }
-    s += "]}\n";
-    out << s;
-    return;
-  }
+  if (json) return print_table_json(table, out);
   out << fmt::format("{:>12}  {:>5}  {:>16}  {:>16}\n", "position", "pair", "cos", "sin");
   for (int64_t r = 0; r < table.rows(); ++r) {
-    for (int64_t i = 0; i < pairs; ++i) {
+    for (int64_t i = 0; i < table.pairs(); ++i) {
       out << fmt::format("{:>12}  {:>5}  {:>16.9g}  {:>16.9g}\n", table.position(r), i,
                          table.cos_row(r)[i], table.sin_row(r)[i]);
     }
   }
 }
 
-}  // namespace
+// "a,b,c" -> {"a", "b", "c"}; empty text leaves `into` (the defaults) as it is.
+void split_list(const std::string& text, std::vector<std::string>& into) {
+  if (text.empty()) return;
+  into.clear();
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    into.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+}
 
-int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+// Every subcommand with the storage its options parse into.
+struct Commands {
   CLI::App app{"rotary: Rotary Position Embeddings, exact at any context length"};
-  app.name("rotary");
-  app.require_subcommand(1);
 
   SpecOptions info_spec;
   bool info_json = false;
-  CLI::App* info = app.add_subcommand("info", "print a schedule's frequencies");
-  info_spec.attach(*info);
-  info->add_flag("--json", info_json, "print JSON");
+  CLI::App* info = nullptr;
 
   SpecOptions table_spec;
   bool table_json = false;
-  std::string positions_text;
-  CLI::App* table = app.add_subcommand("table", "print cos/sin (times attention_factor) at positions");
-  table_spec.attach(*table);
-  table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
-  table->add_flag("--json", table_json, "print JSON");
+  std::string positions_text, table_angles = "exact";
+  CLI::App* table = nullptr;
 
-  std::string table_angles = "exact";
-  table->add_option("--angles", table_angles, "exact (default) or hf-float32");
-
-  CLI::App* presets = app.add_subcommand("presets", "list the built-in model presets");
+  CLI::App* presets = nullptr;
 
   SpecOptions apply_spec;
   ApplyFileOptions file_options;
-  std::string apply_angles = "exact", apply_offset;
-  CLI::App* apply_cmd = app.add_subcommand("apply", "rotate q (and k) tensors in .npy/.safetensors files");
-  apply_spec.attach(*apply_cmd);
-  apply_cmd->add_option("--q", file_options.q, "input tensor file (.npy or .safetensors)");
-  apply_cmd->add_option("--k", file_options.k, "second input tensor file");
-  apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
-  apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
-  apply_cmd->add_option("--positions", file_options.positions, ".npy of int32/int64 positions [batch, seq] or [seq]");
-  apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
-  apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
-  apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
-  apply_cmd->add_option("--threads", file_options.threads, "threads (0 = all)");
-  apply_cmd->add_option("--out", file_options.out, "output for q");
-  apply_cmd->add_option("--k-out", file_options.k_out, "output for k");
+  std::string apply_angles = "exact", apply_offset, apply_threads;
+  CLI::App* apply_cmd = nullptr;
 
   ConvertOptions convert_options;
-  CLI::App* convert = app.add_subcommand("convert-weights", "permute q/k projection rows between pairings");
-  convert->add_option("--in", convert_options.in, "input .safetensors");
-  convert->add_option("--out", convert_options.out, "output .safetensors");
-  convert->add_option("--to", convert_options.to, "half or interleaved");
-  convert->add_option("--num-heads", convert_options.num_heads, "query heads");
-  convert->add_option("--num-kv-heads", convert_options.num_kv_heads, "key/value heads");
-  convert->add_option("--q-name", convert_options.q_name, "wildcard for q projection tensors");
-  convert->add_option("--k-name", convert_options.k_name, "wildcard for k projection tensors");
-  convert->add_option("--head-dim", convert_options.head_dim, "head_dim (default rows / heads)");
-  convert->add_option("--rotary-dim", convert_options.rotary_dim, "rotary_dim (default head_dim)");
+  std::map<std::string, std::string> convert_counts;  // --num-heads etc., as text
+  CLI::App* convert = nullptr;
 
   DemoOptions demo_options;
-  CLI::App* demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
-  demo->add_option("--seed", demo_options.seed, "random seed");
+  CLI::App* demo = nullptr;
 
   BenchOptions bench_options;
   std::string bench_cases, bench_dtypes, bench_pairings, bench_angles, bench_placement, bench_threads;
-  CLI::App* bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
-  bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode (default all)");
-  bench->add_option("--dtypes", bench_dtypes, "f32,bf16,f16 (default f32,bf16)");
-  bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
-  bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
-  bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
-  bench->add_option("--threads", bench_threads, "thread counts, e.g. 1,2 (0 = all; default 1 and all)");
-  bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
-  bench->add_flag("--json", bench_options.json, "print JSON rows");
+  CLI::App* bench = nullptr;
 
-  try {
+  Commands() {
+    app.name("rotary");
+    app.require_subcommand(1);
+    add_info_and_table();
+    presets = app.add_subcommand("presets", "list the built-in model presets");
+    add_apply();
+    add_convert();
+    demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
+    demo->add_option("--seed", demo_options.seed, "random seed");
+    add_bench();
+  }
+
+  void add_info_and_table() {
+    info = app.add_subcommand("info", "print a schedule's frequencies");
+    info_spec.attach(*info);
+    info->add_flag("--json", info_json, "print JSON");
+    table = app.add_subcommand("table", "print cos/sin (times attention_factor) at positions");
+    table_spec.attach(*table);
+    table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
+    table->add_flag("--json", table_json, "print JSON");
+    table->add_option("--angles", table_angles, "exact (default) or hf-float32");
+  }
+
+  void add_apply() {
+    apply_cmd = app.add_subcommand("apply", "rotate q (and k) tensors in .npy/.safetensors files");
+    apply_spec.attach(*apply_cmd);
+    apply_cmd->add_option("--q", file_options.q, "input tensor file (.npy or .safetensors)");
+    apply_cmd->add_option("--k", file_options.k, "second input tensor file");
+    apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
+    apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
+    apply_cmd->add_option("--positions", file_options.positions,
+                          ".npy of int32/int64 positions [batch, seq] or [seq]");
+    apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
+    apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
+    apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
+    apply_cmd->add_option("--threads", apply_threads, fmt::format("threads in [0, {}] (0 = all)", max_threads));
+    apply_cmd->add_option("--out", file_options.out, "output for q");
+    apply_cmd->add_option("--k-out", file_options.k_out, "output for k");
+  }
+
+  void add_convert() {
+    convert = app.add_subcommand("convert-weights", "permute q/k projection rows between pairings");
+    convert->add_option("--in", convert_options.in, "input .safetensors");
+    convert->add_option("--out", convert_options.out, "output .safetensors");
+    convert->add_option("--to", convert_options.to, "half or interleaved");
+    convert->add_option("--config", convert_options.config,
+                        "config.json giving the head counts, head_dim and rotary_dim (instead of the four options)");
+    static const char* const counts[][2] = {{"num-heads", "query heads"},
+                                            {"num-kv-heads", "key/value heads"},
+                                            {"head-dim", "head_dim (default rows / heads)"},
+                                            {"rotary-dim", "rotary_dim (default head_dim)"}};
+    for (const auto& [name, help] : counts) {
+      std::string key = name;
+      convert->add_option_function<std::string>(
+          "--" + key, [this, key](const std::string& v) { convert_counts[key] = v; }, help);
+    }
+    convert->add_option("--q-name", convert_options.q_name, "wildcard for q projection tensors");
+    convert->add_option("--k-name", convert_options.k_name, "wildcard for k projection tensors");
+    convert->add_flag("--force", convert_options.force,
+                      fmt::format("convert even if the file's __metadata__ {} says it is done", kPairingMetadataKey));
+  }
+
+  void add_bench() {
+    bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
+    bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode (default all)");
+    bench->add_option("--dtypes", bench_dtypes, "f32,bf16,f16 (default f32,bf16)");
+    bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
+    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
+    bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
+    bench->add_option("--threads", bench_threads, "thread counts, e.g. 1,2 (0 = all; default 1 and all)");
+    bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
+    bench->add_flag("--json", bench_options.json, "print JSON rows");
+  }
+
+  // Before CLI11 sees the arguments: a first word that is no subcommand is named as such.
+  void refuse_unknown_subcommand(int argc, const char* const* argv) {
+    if (argc < 2 || argv[1][0] == '-') return;
+    const std::string word = argv[1];
+    std::string known;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == word) return;
+      known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    throw Error(fmt::format("unknown subcommand '{}' (known: {})", excerpt(word), known));
+  }
+
+  int run_info(std::ostream& out, std::ostream& err) {
+    const Resolved r = info_spec.resolve();
+    print_info(r, info_json, out);
+    print_notes(r.model, err);
+    return 0;
+  }
+
+  int run_table(std::ostream& out, std::ostream& err) {
+    const Resolved r = table_spec.resolve();
+    const AngleMode mode = parse_angles(table_angles, "--angles");
+    const std::vector<int64_t> positions = parse_int_list(positions_text, "--positions");
+    std::optional<Table> t;
+    try {
+      t = Table::at(r.schedule, positions, mode);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--positions: {}", e.what()));
+    }
+    print_table(*t, table_json, out);
+    print_notes(r.model, err);
+    return 0;
+  }
+
+  int run_presets(std::ostream& out) {
+    for (const auto& name : preset_names()) {
+      const ModelRope m = load_preset(name);
+      out << fmt::format("{:<26} {:<9} head_dim {:>3}  rotary_dim {:>3}  base {:<9} {}\n", name,
+                         to_string(m.spec.schedule), m.spec.head_dim, m.spec.resolved_rotary_dim(),
+                         fmt::format("{}", m.spec.base), to_string(m.spec.pairing));
+    }
+    return 0;
+  }
+
+  int run_apply(std::ostream& out, std::ostream& err) {
+    const Resolved r = apply_spec.resolve();
+    file_options.angles = parse_angles(apply_angles, "--angles");
+    file_options.config = apply_spec.config_path;
+    if (!apply_offset.empty()) file_options.offset = parse_int(apply_offset, "--offset");
+    if (!apply_threads.empty()) file_options.threads = parse_int(apply_threads, "--threads");
+    const int status = run_apply_files(r.schedule, file_options, out);
+    print_notes(r.model, err);
+    return status;
+  }
+
+  int run_convert(std::ostream& out) {
+    const std::pair<const char*, std::optional<int64_t>*> fields[] = {
+        {"num-heads", &convert_options.num_heads}, {"num-kv-heads", &convert_options.num_kv_heads},
+        {"head-dim", &convert_options.head_dim}, {"rotary-dim", &convert_options.rotary_dim}};
+    for (const auto& [name, field] : fields) {
+      if (auto it = convert_counts.find(name); it != convert_counts.end()) {
+        *field = parse_int(it->second, std::string("--") + name);
+      }
+    }
+    return run_convert_weights(convert_options, out);
+  }
+
+  int run_bench_command(std::ostream& out) {
+    split_list(bench_cases, bench_options.cases);
+    split_list(bench_dtypes, bench_options.dtypes);
+    split_list(bench_pairings, bench_options.pairings);
+    split_list(bench_angles, bench_options.angles);
+    split_list(bench_placement, bench_options.placement);
+    if (!bench_threads.empty()) {
+      for (int64_t t : parse_int_list(bench_threads, "--threads")) {
+        check_threads(t, "--threads");
+        bench_options.threads.push_back(static_cast<int>(t));
+      }
+    }
+    return run_bench(bench_options, out);
+  }
+
+  // Parses and runs; user errors throw rotary::Error.
+  int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+    refuse_unknown_subcommand(argc, argv);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -309,76 +494,35 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
       }
       std::string message = e.what();
       if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
-      err << "rotary: error: " << message << "\n";
-      return 2;
+      throw Error(excerpt(message, 300));  // CLI11 quotes the user's arguments
     }
-    if (info->parsed()) {
-      const auto model = info_spec.model();
-      const Schedule schedule = info_spec.schedule();
-      print_notes(model, err);
-      print_info(schedule, info_spec.spec().base, info_json, out);
-      if (!info_json) {
-        if (model) {
-          out << fmt::format("model: {} query heads, {} key/value heads, max_position_embeddings {}\n",
-                             model->num_attention_heads, model->num_key_value_heads, model->max_position_embeddings);
-        }
-        const int64_t max_pos = model ? model->max_position_embeddings : info_spec.spec().max_position.value_or(0);
-        print_drift(schedule, max_pos, out);
-      }
-    } else if (table->parsed()) {
-      print_notes(table_spec.model(), err);
-      const Schedule schedule = table_spec.schedule();
-      const std::vector<int64_t> positions = parse_int_list(positions_text, "--positions");
-      print_table(Table::at(schedule, positions, parse_angles(table_angles)), table_json, out);
-    } else if (presets->parsed()) {
-      for (const auto& name : preset_names()) {
-        const ModelRope m = load_preset(name);
-        out << fmt::format("{:<26} {:<9} head_dim {:>3}  rotary_dim {:>3}  base {:<9} {}\n", name,
-                           to_string(m.spec.schedule), m.spec.head_dim, m.spec.resolved_rotary_dim(),
-                           fmt::format("{}", m.spec.base), to_string(m.spec.pairing));
-      }
-    } else if (apply_cmd->parsed()) {
-      print_notes(apply_spec.model(), err);
-      file_options.angles = parse_angles(apply_angles);
-      if (!apply_offset.empty()) file_options.offset = parse_int(apply_offset, "--offset");
-      return run_apply_files(apply_spec.schedule(), file_options, out);
-    } else if (convert->parsed()) {
-      return run_convert_weights(convert_options, out);
-    } else if (demo->parsed()) {
-      return run_demo(demo_options, out);
-    } else if (bench->parsed()) {
-      auto split = [](const std::string& text, std::vector<std::string>& into) {
-        if (text.empty()) return;
-        into.clear();
-        size_t start = 0;
-        while (true) {
-          const size_t comma = text.find(',', start);
-          into.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-          if (comma == std::string::npos) break;
-          start = comma + 1;
-        }
-      };
-      split(bench_cases, bench_options.cases);
-      split(bench_dtypes, bench_options.dtypes);
-      split(bench_pairings, bench_options.pairings);
-      split(bench_angles, bench_options.angles);
-      split(bench_placement, bench_options.placement);
-      if (!bench_threads.empty()) {
-        for (int64_t t : parse_int_list(bench_threads, "--threads")) {
-          if (t < 0 || t > 1024) throw Error(fmt::format("--threads={} must be in [0, 1024]", t));
-          bench_options.threads.push_back(static_cast<int>(t));
-        }
-      }
-      return run_bench(bench_options, out);
-    }
+    if (info->parsed()) return run_info(out, err);
+    if (table->parsed()) return run_table(out, err);
+    if (presets->parsed()) return run_presets(out);
+    if (apply_cmd->parsed()) return run_apply(out, err);
+    if (convert->parsed()) return run_convert(out);
+    if (demo->parsed()) return run_demo(demo_options, out);
+    if (bench->parsed()) return run_bench_command(out);
+    return 0;
+  }
+};
+
+}  // namespace
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  try {
+    Commands commands;
+    return commands.run(argc, argv, out, err);
   } catch (const Error& e) {
-    err << "rotary: error: " << name_option(e.what()) << "\n";
+    err << "rotary: error: " << one_line(e.what()) << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    err << "rotary: error: out of memory\n";
+    return 1;
   } catch (const std::exception& e) {
-    err << "rotary: error: " << e.what() << "\n";
+    err << "rotary: error: " << one_line(e.what()) << "\n";
     return 1;
   }
-  return 0;
 }
 
 }  // namespace rotary::cli

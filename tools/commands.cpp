@@ -2,25 +2,77 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
-#include <filesystem>
-#include <set>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
 
+#include "../src/text.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/layout.hpp"
 #include "tensor_file.hpp"
 
 namespace rotary::cli {
 namespace {
 
-void refuse_same_file(const std::string& out, const std::string& in, const char* out_option) {
-  namespace fs = std::filesystem;
-  if (out.empty() || in.empty()) return;
-  std::error_code ec;
-  const bool same = fs::exists(out, ec) ? fs::equivalent(out, in, ec)
-                                        : fs::weakly_canonical(out, ec) == fs::weakly_canonical(in, ec);
-  if (same) throw Error(fmt::format("{}='{}' is also an input; write to a new file", out_option, out));
+using detail::excerpt;
+
+// Bytes read, rotated or permuted, and written at a time: whole heads, so more when one head is larger.
+constexpr int64_t kBlockBytes = int64_t{4} << 20;
+
+// Runs f(); a rotary::Error from it gets `prefix` in front (an option, a file, a tensor).
+template <class F>
+auto with_context(std::string_view prefix, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}{}", prefix, e.what()));
+  }
+}
+
+std::string tensor_label(const HostTensor& t) { return fmt::format("tensor '{}'", excerpt(t.name)); }
+
+struct NamedPath {
+  std::string_view option;
+  const std::string& path;
+};
+
+std::string shown(const NamedPath& p) { return fmt::format("{}='{}'", p.option, excerpt(p.path)); }
+
+// An output may name neither an input nor another output, however spelled (file_identity: the
+// same inode through a symbolic or hard link, or the same canonical folder and name).
+void refuse_clobbering(std::initializer_list<NamedPath> outputs, std::initializer_list<NamedPath> inputs) {
+  std::vector<std::pair<const NamedPath*, FileIdentity>> written;
+  for (const NamedPath& o : outputs) {
+    if (o.path.empty()) continue;
+    const FileIdentity id = file_identity(o.path);
+    for (const NamedPath& in : inputs) {
+      if (!in.path.empty() && file_identity(in.path) == id) {
+        throw Error(fmt::format("{} is also an input ({}); write to a new file", shown(o), shown(in)));
+      }
+    }
+    for (const auto& [other, other_id] : written) {
+      if (other_id == id) throw Error(fmt::format("{} and {} name the same file", shown(*other), shown(o)));
+    }
+    written.emplace_back(&o, id);
+  }
+}
+
+// Copies bytes [offset, offset + bytes) of input to output through buffer.
+void copy_bytes(const InputFile& input, uint64_t offset, uint64_t bytes, AtomicOutputs::File& output,
+                std::vector<unsigned char>& buffer) {
+  if (buffer.size() < static_cast<size_t>(kBlockBytes)) buffer.resize(static_cast<size_t>(kBlockBytes));
+  while (bytes > 0) {
+    const uint64_t n = std::min<uint64_t>(bytes, buffer.size());
+    input.read(offset, buffer.data(), n);
+    output.write(buffer.data(), n);
+    offset += n;
+    bytes -= n;
+  }
 }
 
 DType dtype_of(const HostTensor& t) {
@@ -28,32 +80,275 @@ DType dtype_of(const HostTensor& t) {
   if (t.dtype == "F64") return DType::f64;
   if (t.dtype == "F16") return DType::f16;
   if (t.dtype == "BF16") return DType::bf16;
-  throw Error(fmt::format("tensor '{}' has dtype {}; RoPE needs F32, F64, F16 or BF16", t.name, t.dtype));
+  throw Error(fmt::format("dtype {} is not F32, F64, F16 or BF16, which RoPE needs", t.dtype));
 }
 
-// [b,s,h,d] / [b,h,s,d], or 3-D [s,h,d] / [h,s,d] with batch 1.
-TensorView view_of(HostTensor& t, const std::string& layout) {
+// A tensor to rotate: [batch, seq, heads, head_dim] stored bshd or bhsd; 3-D means batch 1.
+struct Geometry {
+  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::f32;
+  bool bhsd = false;
+
+  int64_t tokens() const { return batch * seq; }
+  int64_t head_bytes() const { return head_dim * size_of(dtype); }
+};
+
+Geometry geometry_of(const HostTensor& t, const std::string& layout) {
   std::vector<int64_t> s = t.shape;
   if (s.size() == 3) s.insert(s.begin(), 1);
   if (s.size() != 4) {
-    throw Error(fmt::format("tensor '{}' has {} dimensions; expected [batch, seq, heads, head_dim] ({})", t.name,
-                            t.shape.size(), layout));
+    throw Error(fmt::format("has {} dimensions; expected [batch, seq, heads, head_dim] ({})", t.shape.size(), layout));
   }
-  const DType dtype = dtype_of(t);
-  if (layout == "bshd") return TensorView::bshd(t.data.data(), dtype, s[0], s[1], s[2], s[3]);
-  return TensorView::bhsd(t.data.data(), dtype, s[0], s[1], s[2], s[3]);
+  Geometry g{.batch = s[0], .head_dim = s[3], .dtype = dtype_of(t), .bhsd = layout == "bhsd"};
+  g.seq = g.bhsd ? s[2] : s[1];
+  g.heads = g.bhsd ? s[1] : s[2];
+  return g;  // every product of extents stays below 2^40 (HostTensor::elements)
 }
 
-std::string format_for(const std::string& path, const TensorFile& file) {
-  if (is_safetensors_path(path)) return format_safetensors(file);
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
-    if (file.tensors.size() != 1) throw Error(fmt::format("'{}': a .npy file holds one tensor, not {}", path, file.tensors.size()));
-    return format_npy(file.tensors[0]);
+// apply's own checks of a tensor against the schedule (dtype, head_dim, threads), run on an empty
+// view of its shape: nothing is read or written.
+void check_against_schedule(const Schedule& schedule, const Geometry& g, int64_t threads) {
+  validate(schedule, ApplyArgs{.q = TensorView::bshd(nullptr, g.dtype, 1, 0, g.heads, g.head_dim),
+                               .threads = static_cast<int>(threads)});
+}
+
+// A contiguous run of a tensor rotated by one apply call: `tokens` consecutive tokens (flattened
+// index b * seq + s, from first_token) times `heads` heads, seen as [1, tokens, heads, head_dim]
+// (bshd) or [1, heads, tokens, head_dim] (bhsd, then within one batch row).
+struct Block {
+  uint64_t first_byte = 0;
+  int64_t first_token = 0, tokens = 0, heads = 0;
+};
+
+// Calls f(block) over the whole tensor in memory order. A block holds at most max_tokens tokens
+// and kBlockBytes bytes, or a single head of a single token when that is larger.
+template <class F>
+void for_each_block(const Geometry& g, int64_t max_tokens, F f) {
+  if (g.batch == 0 || g.seq == 0 || g.heads == 0 || g.head_dim == 0) return;
+  const int64_t rows = std::max<int64_t>(1, kBlockBytes / g.head_bytes());  // heads per block
+  const auto at = [&](int64_t head_index) { return static_cast<uint64_t>(head_index * g.head_bytes()); };
+  if (!g.bhsd && g.heads <= rows) {  // whole tokens
+    const int64_t step = std::min(max_tokens, rows / g.heads);
+    for (int64_t t = 0; t < g.tokens(); t += step) f(Block{at(t * g.heads), t, std::min(step, g.tokens() - t), g.heads});
+  } else if (!g.bhsd) {  // some heads of one token
+    for (int64_t t = 0; t < g.tokens(); ++t) {
+      for (int64_t h = 0; h < g.heads; h += rows) f(Block{at(t * g.heads + h), t, 1, std::min(rows, g.heads - h)});
+    }
+  } else if (g.seq <= std::min(rows, max_tokens)) {  // whole [seq, head_dim] planes of one batch row
+    const int64_t step = rows / g.seq;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t h = 0; h < g.heads; h += step) {
+        f(Block{at((b * g.heads + h) * g.seq), b * g.seq, g.seq, std::min(step, g.heads - h)});
+      }
+    }
+  } else {  // part of one plane
+    const int64_t step = std::min(rows, max_tokens);
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t h = 0; h < g.heads; ++h) {
+        for (int64_t s = 0; s < g.seq; s += step) {
+          f(Block{at((b * g.heads + h) * g.seq + s), b * g.seq + s, std::min(step, g.seq - s), 1});
+        }
+      }
+    }
   }
-  throw Error(fmt::format("'{}' must end in .npy or .safetensors", path));
+}
+
+void require_tensor_extension(const std::string& path) {
+  if (!is_npy_path(path) && !is_safetensors_path(path)) {
+    throw Error(fmt::format("'{}' must end in .npy or .safetensors", excerpt(path)));
+  }
+}
+
+// An input tensor file and its index (no data read); errors start with `option`.
+struct OpenedTensors {
+  std::unique_ptr<InputFile> file;
+  TensorFile index;
+};
+OpenedTensors open_tensors(std::string_view option, const std::string& path) {
+  return with_context(fmt::format("{} ", option), [&] {
+    require_tensor_extension(path);  // before reading anything: /dev/zero is read into memory
+    OpenedTensors opened{std::make_unique<InputFile>(path), {}};
+    opened.index = read_tensor_index(*opened.file);
+    return opened;
+  });
+}
+
+// The header an output gets (its extension decides the format); throws if it cannot hold the file.
+std::string header_for(const std::string& path, const TensorFile& file) {
+  require_tensor_extension(path);
+  return with_context(fmt::format("'{}': ", excerpt(path)), [&] {
+    if (is_safetensors_path(path)) return safetensors_header(file);
+    if (file.tensors.size() != 1) throw Error(fmt::format("a .npy file holds one tensor, not {}", file.tensors.size()));
+    return npy_header(file.tensors[0]);
+  });
+}
+
+// Each token's position: --offset + s for token s of every batch row, or a --positions file of
+// int32/int64 entries, one per token (batch * seq) or one per s, shared by every batch row. The
+// file is read a block at a time, never whole.
+class TokenPositions {
+ public:
+  explicit TokenPositions(int64_t offset) : offset_(offset) {}
+
+  explicit TokenPositions(const std::string& path) : shown_(fmt::format("--positions '{}'", excerpt(path))) {
+    OpenedTensors opened = open_tensors("--positions", path);
+    file_ = std::move(opened.file);
+    const TensorFile& index = opened.index;
+    if (index.tensors.size() != 1) {
+      throw Error(fmt::format("{} must hold one tensor, not {}", shown_, index.tensors.size()));
+    }
+    entry_ = index.tensors[0];
+    if (entry_.dtype != "I32" && entry_.dtype != "I64") {
+      throw Error(fmt::format("{} must be int32 or int64, not {}", shown_, entry_.dtype));
+    }
+    count_ = entry_.elements();
+    if (count_ == 0) throw Error(fmt::format("{} has no entries (leave it out for positions from --offset)", shown_));
+    std::vector<int64_t> chunk;
+    for (int64_t first = 0; first < count_; first += kBlockBytes / 8) {
+      chunk.resize(static_cast<size_t>(std::min(kBlockBytes / 8, count_ - first)));
+      read_entries(first, chunk.size(), chunk.data());
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (chunk[i] < 0 || chunk[i] >= max_position_limit) {
+          throw Error(fmt::format("{}: positions[{}]={} must be in [0, 2^31)", shown_, first + static_cast<int64_t>(i),
+                                  chunk[i]));
+        }
+      }
+    }
+  }
+
+  // Throws unless the positions suit a tensor of this geometry.
+  void check(const Geometry& g) const {
+    if (!file_) {
+      if (offset_ < 0 || offset_ > max_position_limit - g.seq) {
+        throw Error(fmt::format("--offset={} with seq={} must keep positions in [0, 2^31)", offset_, g.seq));
+      }
+    } else if (count_ != g.tokens() && count_ != g.seq) {
+      throw Error(fmt::format("{} has {} entries; the tensor needs batch*seq={} or seq={}", shown_, count_,
+                              g.tokens(), g.seq));
+    }
+  }
+
+  // out = the positions of tokens first .. first + n - 1 (index b * seq + s) of a checked tensor.
+  void fill(const Geometry& g, int64_t first, int64_t n, std::vector<int64_t>& out) const {
+    out.resize(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n;) {
+      const int64_t s = (first + k) % g.seq;
+      if (file_ && count_ == g.tokens()) {
+        read_entries(first + k, static_cast<size_t>(n - k), out.data() + k);
+        return;
+      }
+      const int64_t run = std::min(n - k, g.seq - s);  // up to the end of this batch row
+      if (file_) {
+        read_entries(s, static_cast<size_t>(run), out.data() + k);
+      } else {
+        for (int64_t i = 0; i < run; ++i) out[static_cast<size_t>(k + i)] = offset_ + s + i;
+      }
+      k += run;
+    }
+  }
+
+ private:
+  // Entries first .. first + n - 1 of the file, widened to int64 in place.
+  void read_entries(int64_t first, size_t n, int64_t* out) const {
+    const uint64_t size = entry_.dtype == "I32" ? 4 : 8;
+    auto* bytes = reinterpret_cast<unsigned char*>(out);
+    file_->read(entry_.offset + static_cast<uint64_t>(first) * size, bytes, n * size);
+    if (size == 8) return;
+    for (size_t i = n; i-- > 0;) {  // backwards: entry i moves from bytes 4i.. to 8i.., never over an unread one
+      int32_t v = 0;
+      std::memcpy(&v, bytes + 4 * i, 4);
+      out[i] = v;
+    }
+  }
+
+  int64_t offset_ = 0;
+  std::string shown_;
+  std::unique_ptr<InputFile> file_;
+  HostTensor entry_;
+  int64_t count_ = 0;
+};
+
+// Rotates one tensor of `input` into `output` a block at a time; hf-float32 tables hold only the
+// block's distinct positions.
+void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const TokenPositions& positions,
+                   const Geometry& g, const InputFile& input, const HostTensor& t, AtomicOutputs::File& output,
+                   std::vector<unsigned char>& buffer) {
+  const bool hf = o.angles == AngleMode::hf_float32;
+  // Per token: its position (8 bytes) and, for hf-float32, a table row (8 bytes per pair) and its lookup.
+  const int64_t max_tokens = std::max<int64_t>(1, kBlockBytes / (hf ? 8 * schedule.pairs() + 32 : 8));
+  std::vector<int64_t> token_positions, distinct;
+  for_each_block(g, max_tokens, [&](const Block& b) {
+    const int64_t bytes = b.tokens * b.heads * g.head_bytes();
+    if (buffer.size() < static_cast<size_t>(bytes)) buffer.resize(static_cast<size_t>(bytes));
+    input.read(t.offset + b.first_byte, buffer.data(), static_cast<uint64_t>(bytes));
+    positions.fill(g, b.first_token, b.tokens, token_positions);
+    std::optional<Table> table;
+    if (hf) {
+      distinct = token_positions;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      table = Table::at(schedule, distinct, AngleMode::hf_float32);
+    }
+    const TensorView view = g.bhsd ? TensorView::bhsd(buffer.data(), g.dtype, 1, b.heads, b.tokens, g.head_dim)
+                                   : TensorView::bshd(buffer.data(), g.dtype, 1, b.tokens, b.heads, g.head_dim);
+    apply(schedule, ApplyArgs{.q = view, .positions = Positions::per_token(token_positions),
+                              .direction = o.inverse ? Direction::inverse : Direction::forward,
+                              .table = table ? &*table : nullptr, .threads = static_cast<int>(o.threads)});
+    output.write(buffer.data(), static_cast<uint64_t>(bytes));
+  });
+}
+
+// One input and its output: the tensors, and how each is rotated (or copied when unset).
+struct ApplyJob {
+  std::string out_option, out_path;
+  std::unique_ptr<InputFile> input;
+  TensorFile index;
+  std::vector<std::optional<Geometry>> rotate;
+  std::string header;
+};
+
+ApplyJob plan_job(const Schedule& schedule, const ApplyFileOptions& o, const TokenPositions& positions,
+                  const NamedPath& in, const NamedPath& out) {
+  ApplyJob job{.out_option = std::string(out.option), .out_path = out.path};
+  OpenedTensors opened = open_tensors(in.option, in.path);
+  job.input = std::move(opened.file);
+  job.index = std::move(opened.index);
+  bool any = false;
+  for (const HostTensor& t : job.index.tensors) {
+    job.rotate.emplace_back();
+    if (!o.tensor.empty() && t.name != o.tensor && job.index.tensors.size() > 1) continue;
+    any = true;
+    with_context(fmt::format("{} '{}' {}: ", in.option, excerpt(in.path), tensor_label(t)), [&] {
+      const Geometry g = geometry_of(t, o.layout);
+      check_against_schedule(schedule, g, o.threads);
+      positions.check(g);
+      job.rotate.back() = g;
+    });
+  }
+  if (!any) throw Error(fmt::format("--tensor='{}' is not in {}='{}'", excerpt(o.tensor), in.option, excerpt(in.path)));
+  job.header = with_context(fmt::format("{} ", out.option), [&] { return header_for(out.path, job.index); });
+  return job;
+}
+
+void check_apply_options(const ApplyFileOptions& o) {
+  if (o.q.empty()) throw Error("--q is required");
+  if (o.out.empty()) throw Error("--out is required");
+  if (o.layout != "bshd" && o.layout != "bhsd") {
+    throw Error(fmt::format("--layout='{}' must be bshd or bhsd", excerpt(o.layout)));
+  }
+  if (!o.k.empty() && o.k_out.empty()) throw Error("--k-out is required with --k");
+  if (o.k.empty() && !o.k_out.empty()) throw Error("--k-out is set but --k is not");
+  if (!o.positions.empty() && o.offset) throw Error("--positions and --offset cannot both be given");
+  check_threads(o.threads, "--threads");
 }
 
 }  // namespace
+
+void check_threads(int64_t threads, std::string_view option) {
+  if (threads < 0 || threads > max_threads) {
+    throw Error(fmt::format("{}={} must be in [0, {}] (0: all processors)", option, threads, max_threads));
+  }
+}
 
 bool wildcard_match(std::string_view pattern, std::string_view text) {
   size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
@@ -76,135 +371,204 @@ bool wildcard_match(std::string_view pattern, std::string_view text) {
 }
 
 int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::ostream& out) {
-  if (o.q.empty()) throw Error("--q is required");
-  if (o.out.empty()) throw Error("--out is required");
-  if (o.layout != "bshd" && o.layout != "bhsd") throw Error(fmt::format("--layout='{}' must be bshd or bhsd", o.layout));
-  if (!o.k.empty() && o.k_out.empty()) throw Error("--k-out is required with --k");
-  if (o.k.empty() && !o.k_out.empty()) throw Error("--k-out is set but --k is not");
-  if (!o.positions.empty() && o.offset) throw Error("--positions and --offset cannot both be given");
-  for (const std::string* in : {&o.q, &o.k, &o.positions}) {
-    refuse_same_file(o.out, *in, "--out");
-    refuse_same_file(o.k_out, *in, "--k-out");
-  }
-  if (!o.k_out.empty() && o.k_out == o.out) throw Error("--k-out must differ from --out");
+  check_apply_options(o);
+  refuse_clobbering({{"--out", o.out}, {"--k-out", o.k_out}},
+                    {{"--q", o.q}, {"--k", o.k}, {"--positions", o.positions}, {"--config", o.config}});
+  const TokenPositions positions =
+      o.positions.empty() ? TokenPositions(o.offset.value_or(0)) : TokenPositions(o.positions);
+  std::vector<ApplyJob> jobs;
+  jobs.push_back(plan_job(schedule, o, positions, {"--q", o.q}, {"--out", o.out}));
+  if (!o.k.empty()) jobs.push_back(plan_job(schedule, o, positions, {"--k", o.k}, {"--k-out", o.k_out}));
 
-  struct Job {
-    TensorFile file;
-    std::string out;
-  };
-  std::vector<Job> jobs;
-  jobs.push_back({read_tensor_file(o.q), o.out});
-  if (!o.k.empty()) jobs.push_back({read_tensor_file(o.k), o.k_out});
-
-  std::vector<int64_t> positions;
-  if (!o.positions.empty()) {
-    const TensorFile p = read_tensor_file(o.positions);
-    const HostTensor& t = p.tensors.at(0);
-    if (p.tensors.size() != 1) throw Error(fmt::format("--positions '{}' must hold one tensor", o.positions));
-    if (t.dtype != "I32" && t.dtype != "I64") throw Error(fmt::format("--positions '{}' must be int32 or int64, not {}", o.positions, t.dtype));
-    const int64_t n = t.elements();
-    for (int64_t i = 0; i < n; ++i) {
-      if (t.dtype == "I32") {
-        int32_t v;
-        std::memcpy(&v, t.data.data() + i * 4, 4);
-        positions.push_back(v);
-      } else {
-        int64_t v;
-        std::memcpy(&v, t.data.data() + i * 8, 8);
-        positions.push_back(v);
-      }
-    }
+  // Every check passed. Each output is written to its temporary, then all are renamed together.
+  AtomicOutputs outputs;
+  std::vector<AtomicOutputs::File*> files;
+  for (const ApplyJob& job : jobs) {
+    files.push_back(with_context(job.out_option + " ", [&] { return &outputs.add(job.out_path); }));
   }
-  // Every tensor to rotate, checked and rotated in memory before anything is written.
+  std::vector<unsigned char> buffer;
   int rotated = 0;
-  for (Job& job : jobs) {
-    bool any = false;
-    for (HostTensor& t : job.file.tensors) {
-      if (!o.tensor.empty() && t.name != o.tensor && job.file.tensors.size() > 1) continue;
-      any = true;
-      TensorView view = view_of(t, o.layout);
-      const int64_t tokens = view.batch() * view.seq();
-      Positions pos = Positions::sequential(o.offset.value_or(0));
-      std::vector<int64_t> expanded;
-      if (!positions.empty()) {
-        if (static_cast<int64_t>(positions.size()) == tokens) {
-          expanded = positions;
-        } else if (static_cast<int64_t>(positions.size()) == view.seq()) {  // one row for every batch
-          for (int64_t b = 0; b < view.batch(); ++b) expanded.insert(expanded.end(), positions.begin(), positions.end());
-        } else {
-          throw Error(fmt::format("--positions has {} entries; tensor '{}' needs batch*seq={} or seq={}",
-                                  positions.size(), t.name, tokens, view.seq()));
-        }
-        pos = Positions::per_token(expanded);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const ApplyJob& job = jobs[j];
+    files[j]->write(job.header);
+    for (size_t i = 0; i < job.index.tensors.size(); ++i) {
+      const HostTensor& t = job.index.tensors[i];
+      if (!job.rotate[i]) {
+        copy_bytes(*job.input, t.offset, t.bytes(), *files[j], buffer);
+        continue;
       }
-      std::optional<Table> table;
-      if (o.angles == AngleMode::hf_float32) {
-        std::vector<int64_t> needed;
-        for (int64_t i = 0; i < tokens; ++i) needed.push_back(pos.at(i, i % std::max<int64_t>(view.seq(), 1)));
-        std::set<int64_t> unique(needed.begin(), needed.end());
-        std::vector<int64_t> rows(unique.begin(), unique.end());
-        for (int64_t r : rows) {
-          if (r < 0 || r >= max_position_limit) throw Error(fmt::format("position {} must be in [0, 2^31)", r));
-        }
-        table = Table::at(schedule, rows, AngleMode::hf_float32);
-      }
-      apply(schedule, ApplyArgs{.q = view, .positions = pos,
-                                .direction = o.inverse ? Direction::inverse : Direction::forward,
-                                .table = table ? &*table : nullptr, .threads = o.threads});
+      with_context(fmt::format("'{}' {}: ", excerpt(job.input->path()), tensor_label(t)), [&] {
+        rotate_tensor(schedule, o, positions, *job.rotate[i], *job.input, t, *files[j], buffer);
+      });
       ++rotated;
     }
-    if (!any) throw Error(fmt::format("--tensor='{}' is not in the input", o.tensor));
   }
-  std::vector<std::string> encoded;
-  for (const Job& job : jobs) encoded.push_back(format_for(job.out, job.file));
-  for (size_t j = 0; j < jobs.size(); ++j) write_file_atomically(jobs[j].out, encoded[j]);
+  outputs.commit();
   out << fmt::format("rotated {} tensor(s); wrote {}{}\n", rotated, o.out, o.k_out.empty() ? "" : " and " + o.k_out);
   return 0;
 }
 
-int run_convert_weights(const ConvertOptions& o, std::ostream& out) {
-  if (o.in.empty() || o.out.empty()) throw Error("--in and --out are required");
-  if (!is_safetensors_path(o.in)) throw Error(fmt::format("--in='{}' must be a .safetensors file", o.in));
-  if (!is_safetensors_path(o.out)) throw Error(fmt::format("--out='{}' must be a .safetensors file", o.out));
-  refuse_same_file(o.out, o.in, "--out");
-  const Pairing to = parse_pairing(o.to, "--to");
-  const Pairing from = to == Pairing::half ? Pairing::interleaved : Pairing::half;
-  if (o.num_heads <= 0) throw Error(fmt::format("--num-heads={} must be > 0", o.num_heads));
-  if (o.num_kv_heads <= 0) throw Error(fmt::format("--num-kv-heads={} must be > 0", o.num_kv_heads));
-  if (o.q_name.empty() || o.k_name.empty()) throw Error("--q-name and --k-name are required");
-  TensorFile file = read_tensor_file(o.in);
-  int q_count = 0, k_count = 0;
-  std::vector<HostTensor> converted;
+namespace {
+
+// How q and k projection rows split into heads: from --config, or from the options.
+struct HeadCounts {
+  int64_t q_heads = 0, k_heads = 0;
+  int64_t head_dim = 0;    // 0: rows of the first q/k tensor / its heads
+  int64_t rotary_dim = 0;  // 0: head_dim
+  std::string config;      // "--config 'path'" when the counts come from there
+
+  // "--num-heads=32", or "num_attention_heads=32 (--config 'x')".
+  std::string heads_label(bool q) const {
+    const int64_t n = q ? q_heads : k_heads;
+    if (config.empty()) return fmt::format("{}={}", q ? "--num-heads" : "--num-kv-heads", n);
+    return fmt::format("{}={} ({})", q ? "num_attention_heads" : "num_key_value_heads", n, config);
+  }
+};
+
+HeadCounts counts_from_config(const ConvertOptions& o) {
+  const std::pair<const char*, const std::optional<int64_t>*> given[] = {
+      {"--num-heads", &o.num_heads}, {"--num-kv-heads", &o.num_kv_heads}, {"--head-dim", &o.head_dim},
+      {"--rotary-dim", &o.rotary_dim}};
+  for (const auto& [option, value] : given) {
+    if (*value) throw Error(fmt::format("{} cannot be combined with --config (the config gives it)", option));
+  }
+  const ModelRope model = with_context("--", [&] { return read_hf_config_file(o.config); });
+  HeadCounts c{.q_heads = model.num_attention_heads, .k_heads = model.num_key_value_heads,
+               .head_dim = model.spec.head_dim, .rotary_dim = model.spec.resolved_rotary_dim(),
+               .config = fmt::format("--config '{}'", excerpt(o.config))};
+  if (c.q_heads <= 0 || c.k_heads <= 0 || c.head_dim <= 0) {
+    throw Error(fmt::format("{} gives num_attention_heads={}, num_key_value_heads={}, head_dim={}; each must be > 0",
+                            c.config, c.q_heads, c.k_heads, c.head_dim));
+  }
+  return c;
+}
+
+HeadCounts head_counts(const ConvertOptions& o) {
+  HeadCounts c;
+  if (!o.config.empty()) {
+    c = counts_from_config(o);
+  } else {
+    if (!o.num_heads || !o.num_kv_heads) throw Error("--num-heads and --num-kv-heads are required (or --config)");
+    const std::pair<const char*, const std::optional<int64_t>*> given[] = {
+        {"--num-heads", &o.num_heads}, {"--num-kv-heads", &o.num_kv_heads}, {"--head-dim", &o.head_dim},
+        {"--rotary-dim", &o.rotary_dim}};
+    for (const auto& [option, value] : given) {
+      if (*value && **value <= 0) throw Error(fmt::format("{}={} must be > 0", option, **value));
+    }
+    c = HeadCounts{.q_heads = *o.num_heads, .k_heads = *o.num_kv_heads, .head_dim = o.head_dim.value_or(0),
+                   .rotary_dim = o.rotary_dim.value_or(0)};
+  }
+  if (c.q_heads % c.k_heads != 0) {
+    throw Error(fmt::format("{} is not a multiple of {} (each key/value head serves a whole group of query heads)",
+                            c.heads_label(true), c.heads_label(false)));
+  }
+  return c;
+}
+
+// Which tensors are q and k projections (weights [rows, cols] or biases [rows]), every one with
+// rows = heads * head_dim for one head_dim shared by q and k. Fills c.head_dim when it was 0.
+std::vector<char> classify(const ConvertOptions& o, const TensorFile& file, HeadCounts& c) {
+  std::vector<char> role;  // 'q', 'k' or 0 (copied)
+  std::string head_dim_from = c.config.empty() ? "--head-dim" : c.config;
   for (const HostTensor& t : file.tensors) {
     const bool is_q = wildcard_match(o.q_name, t.name);
     const bool is_k = wildcard_match(o.k_name, t.name);
-    if (is_q && is_k) throw Error(fmt::format("tensor '{}' matches both --q-name and --k-name", t.name));
-    if (!is_q && !is_k) {
-      converted.push_back(t);
-      continue;
-    }
-    const int64_t heads = is_q ? o.num_heads : o.num_kv_heads;
+    role.push_back(is_q ? 'q' : is_k ? 'k' : 0);
+    if (is_q && is_k) throw Error(fmt::format("{} matches both --q-name and --k-name", tensor_label(t)));
+    if (!is_q && !is_k) continue;
     if (t.shape.empty() || t.shape.size() > 2) {
-      throw Error(fmt::format("tensor '{}' has shape of {} dimensions; expected a weight [rows, cols] or bias [rows]",
-                              t.name, t.shape.size()));
+      throw Error(fmt::format("{} has {} dimensions; expected a weight [rows, cols] or a bias [rows]", tensor_label(t),
+                              t.shape.size()));
     }
     const int64_t rows = t.shape[0];
-    const int64_t head_dim = o.head_dim > 0 ? o.head_dim : (rows % heads == 0 ? rows / heads : 0);
-    if (head_dim <= 0 || rows != heads * head_dim) {
-      throw Error(fmt::format("tensor '{}' has {} rows, not {} heads x head_dim", t.name, rows, heads));
+    const int64_t heads = is_q ? c.q_heads : c.k_heads;
+    if (c.head_dim == 0 && rows % heads == 0 && rows > 0) {
+      c.head_dim = rows / heads;
+      head_dim_from = tensor_label(t);
     }
-    const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    HostTensor p = t;
-    permute_rows(t.data.data(), p.data.data(),
-                 PermuteRowsArgs{.num_heads = heads, .head_dim = head_dim, .rotary_dim = o.rotary_dim,
-                                 .row_bytes = cols * dtype_size(t.dtype), .from = from, .to = to});
-    converted.push_back(std::move(p));
-    (is_q ? q_count : k_count)++;
+    if (c.head_dim == 0 || rows != heads * c.head_dim) {
+      throw Error(fmt::format("{} has {} rows, not {} heads x head_dim {} = {} (head_dim from {}; q and k share it)",
+                              tensor_label(t), rows, c.heads_label(is_q), c.head_dim, heads * c.head_dim,
+                              head_dim_from));
+    }
   }
-  if (q_count == 0) throw Error(fmt::format("--q-name='{}' matches no tensor", o.q_name));
-  if (k_count == 0) throw Error(fmt::format("--k-name='{}' matches no tensor", o.k_name));
-  file.tensors = std::move(converted);
-  write_file_atomically(o.out, format_safetensors(file));
+  return role;
+}
+
+// Permutes the rows of projection tensor t, `heads` heads at a time, into output.
+void permute_tensor(const InputFile& input, const HostTensor& t, int64_t heads, const PermuteRowsArgs& args,
+                    AtomicOutputs::File& output, std::vector<unsigned char>& src, std::vector<unsigned char>& dst) {
+  const int64_t row_bytes = (t.shape.size() == 2 ? t.shape[1] : 1) * dtype_size(t.dtype);
+  const int64_t head_bytes = args.head_dim * row_bytes;
+  if (head_bytes == 0) return;
+  if (head_bytes > kBlockBytes) {  // one head at a time, row by row
+    const std::vector<int64_t> source = pairing_permutation(args.head_dim, args.rotary_dim, args.from, args.to);
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t j = 0; j < args.head_dim; ++j) {
+        const int64_t row = h * args.head_dim + source[static_cast<size_t>(j)];
+        copy_bytes(input, t.offset + static_cast<uint64_t>(row * row_bytes), static_cast<uint64_t>(row_bytes), output,
+                   src);
+      }
+    }
+    return;
+  }
+  const int64_t group = kBlockBytes / head_bytes;
+  src.resize(static_cast<size_t>(kBlockBytes));
+  dst.resize(static_cast<size_t>(kBlockBytes));
+  for (int64_t h = 0; h < heads; h += group) {
+    const int64_t n = std::min(group, heads - h);
+    input.read(t.offset + static_cast<uint64_t>(h * head_bytes), src.data(), static_cast<uint64_t>(n * head_bytes));
+    PermuteRowsArgs part = args;
+    part.num_heads = n;
+    part.row_bytes = row_bytes;
+    permute_rows(src.data(), dst.data(), part);
+    output.write(dst.data(), static_cast<uint64_t>(n * head_bytes));
+  }
+}
+
+}  // namespace
+
+int run_convert_weights(const ConvertOptions& o, std::ostream& out) {
+  if (o.in.empty() || o.out.empty()) throw Error("--in and --out are required");
+  if (!is_safetensors_path(o.in)) throw Error(fmt::format("--in='{}' must be a .safetensors file", excerpt(o.in)));
+  if (!is_safetensors_path(o.out)) throw Error(fmt::format("--out='{}' must be a .safetensors file", excerpt(o.out)));
+  if (o.q_name.empty() || o.k_name.empty()) throw Error("--q-name and --k-name are required");
+  refuse_clobbering({{"--out", o.out}}, {{"--in", o.in}, {"--config", o.config}});
+  const Pairing to = parse_pairing(o.to, "--to");
+  const Pairing from = to == Pairing::half ? Pairing::interleaved : Pairing::half;
+  HeadCounts counts = head_counts(o);
+  OpenedTensors opened = open_tensors("--in", o.in);
+  const InputFile& input = *opened.file;
+  TensorFile& file = opened.index;
+  const std::string target(to_string(to));
+  if (auto said = file.metadata.find(kPairingMetadataKey);
+      said != file.metadata.end() && said->second == target && !o.force) {
+    throw Error(fmt::format("--in='{}' is already converted (__metadata__ {}={}); converting again would scramble "
+                            "q and k (--force converts anyway)", excerpt(o.in), kPairingMetadataKey, target));
+  }
+  const std::vector<char> role = classify(o, file, counts);
+  const int64_t q_count = std::count(role.begin(), role.end(), 'q');
+  const int64_t k_count = std::count(role.begin(), role.end(), 'k');
+  if (q_count == 0) throw Error(fmt::format("--q-name='{}' matches no tensor", excerpt(o.q_name)));
+  if (k_count == 0) throw Error(fmt::format("--k-name='{}' matches no tensor", excerpt(o.k_name)));
+  const PermuteRowsArgs args{.head_dim = counts.head_dim, .rotary_dim = counts.rotary_dim, .from = from, .to = to};
+  const std::string rotary_dim_from = !counts.config.empty() ? counts.config + ": " : o.rotary_dim ? "--rotary-dim: " : "";
+  with_context(rotary_dim_from, [&] { pairing_permutation(args.head_dim, args.rotary_dim, from, to); });
+  file.metadata[kPairingMetadataKey] = target;
+
+  AtomicOutputs outputs;
+  AtomicOutputs::File& output = *with_context("--out ", [&] { return &outputs.add(o.out); });
+  output.write(safetensors_header(file));
+  std::vector<unsigned char> src, dst;
+  for (size_t i = 0; i < file.tensors.size(); ++i) {
+    const HostTensor& t = file.tensors[i];
+    if (role[i] == 0) {
+      copy_bytes(input, t.offset, t.bytes(), output, src);
+    } else {
+      permute_tensor(input, t, role[i] == 'q' ? counts.q_heads : counts.k_heads, args, output, src, dst);
+    }
+  }
+  outputs.commit();
   out << fmt::format("permuted {} query and {} key tensor(s) from {} to {} pairing; wrote {}\n", q_count, k_count,
                      to_string(from), to_string(to), o.out);
   return 0;

@@ -1,9 +1,11 @@
 #include "parse.hpp"
 
 #include <charconv>
+#include <cmath>
 
 #include <fmt/format.h>
 
+#include "../src/text.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::cli {
@@ -15,7 +17,7 @@ double parse_double(std::string_view text, std::string_view option) {
   if (text.size() > 1 && first[0] == '+' && first[1] != '-') ++first;
   auto [ptr, ec] = std::from_chars(first, last, value);
   if (text.empty() || ec != std::errc() || ptr != last) {
-    throw Error(fmt::format("{}='{}' is not a number", option, text));
+    throw Error(fmt::format("{}='{}' is not a number", option, detail::excerpt(text)));
   }
   return value;
 }
@@ -27,7 +29,7 @@ int64_t parse_int(std::string_view text, std::string_view option) {
   if (text.size() > 1 && first[0] == '+' && first[1] != '-') ++first;
   auto [ptr, ec] = std::from_chars(first, last, value);
   if (text.empty() || ec != std::errc() || ptr != last) {
-    throw Error(fmt::format("{}='{}' is not an integer in [-2^63, 2^63)", option, text));
+    throw Error(fmt::format("{}='{}' is not an integer in [-2^63, 2^63)", option, detail::excerpt(text)));
   }
   return value;
 }
@@ -42,7 +44,7 @@ std::vector<T> parse_list(std::string_view text, std::string_view option, F pars
     const std::string_view item =
         text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     if (item.empty()) {
-      throw Error(fmt::format("{}='{}' has an empty item at {}", option, text, out.size()));
+      throw Error(fmt::format("{}='{}' has an empty item at {}", option, detail::excerpt(text), out.size()));
     }
     out.push_back(parse_one(item, option));
     if (comma == std::string_view::npos) break;
@@ -58,6 +60,12 @@ std::vector<double> parse_double_list(std::string_view text, std::string_view op
 
 std::vector<int64_t> parse_int_list(std::string_view text, std::string_view option) {
   return parse_list<int64_t>(text, option, parse_int);
+}
+
+void require_finite_for_json(double value, std::string_view what) {
+  if (!std::isfinite(value)) {
+    throw Error(fmt::format("{}={} is not finite; --json prints only finite numbers", what, value));
+  }
 }
 
 }  // namespace rotary::cli

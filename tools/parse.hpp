@@ -1,4 +1,5 @@
-// Strict text -> number parsing for the CLI: the whole text must be one number.
+// Numbers in and out of the CLI's text: strict parsing (the whole text must be one number; errors
+// echo at most ~100 characters of it), and the finiteness --json output needs.
 #pragma once
 
 #include <cstdint>
@@ -14,5 +15,9 @@ int64_t parse_int(std::string_view text, std::string_view option);
 /// Comma-separated lists; empty items are errors.
 std::vector<double> parse_double_list(std::string_view text, std::string_view option);
 std::vector<int64_t> parse_int_list(std::string_view text, std::string_view option);
+
+/// JSON has no inf or nan: throws rotary::Error "<what>=inf is not finite; --json prints only finite
+/// numbers" unless `value` is finite. Call before printing a number as JSON.
+void require_finite_for_json(double value, std::string_view what);
 
 }  // namespace rotary::cli

@@ -1,20 +1,30 @@
 #include "tensor_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
+#include <set>
+#include <tuple>
+#include <utility>
 
+#include "../src/json_parse.hpp"
+#include "../src/text.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::cli {
 namespace {
+
+namespace fs = std::filesystem;
+using detail::excerpt;
 
 constexpr int64_t kMaxElements = int64_t{1} << 40;
 
@@ -22,8 +32,10 @@ constexpr int64_t kMaxElements = int64_t{1} << 40;
 int64_t checked_elements(const std::vector<int64_t>& shape, const std::string& what) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    if (d < 0) throw Error(fmt::format("{}: dimension {} is negative", what, d));
-    if (d != 0 && n > kMaxElements / d) throw Error(fmt::format("{}: shape has more than 2^40 elements", what));
+    if (d < 0) throw Error(fmt::format("{}: dimension {} is negative", excerpt(what), d));
+    if (d != 0 && n > kMaxElements / d) {
+      throw Error(fmt::format("{}: shape has more than 2^40 elements", excerpt(what)));
+    }
     n *= d;
   }
   return n;
@@ -35,7 +47,7 @@ std::string npy_descr(std::string_view dtype) {
   if (dtype == "F16") return "<f2";
   if (dtype == "I32") return "<i4";
   if (dtype == "I64") return "<i8";
-  throw Error(fmt::format("dtype {} cannot be written to .npy (F32, F64, F16, I32, I64)", dtype));
+  throw Error(fmt::format("dtype {} cannot be written to .npy (F32, F64, F16, I32, I64)", excerpt(dtype)));
 }
 
 // The .npy header is a Python dict literal; this reads exactly the three keys numpy writes.
@@ -84,6 +96,7 @@ NpyHeader parse_npy_header(std::string_view h) {
       have_fortran = true;
     } else if (key == "shape") {
       expect('(');
+      out.shape.clear();
       while (true) {
         skip();
         if (i < h.size() && h[i] == ')') { ++i; break; }
@@ -96,9 +109,11 @@ NpyHeader parse_npy_header(std::string_view h) {
         if (i == start) fail("expected a dimension");
         if (i < h.size() && h[i] == 'L') ++i;  // Python 2 longs
         out.shape.push_back(v);
-        skip();
-        if (i < h.size() && h[i] == ',') ++i;
         if (out.shape.size() > 32) fail("more than 32 dimensions");
+        skip();
+        // Dimensions are separated by commas: (2, 3) or (2,); "(2 3)" is not a tuple.
+        if (i < h.size() && h[i] == ',') ++i;
+        else if (i >= h.size() || h[i] != ')') fail("expected ',' or ')'");
       }
       have_shape = true;
     } else {
@@ -106,48 +121,42 @@ NpyHeader parse_npy_header(std::string_view h) {
     }
     skip();
     if (i < h.size() && h[i] == ',') ++i;
+    else if (i >= h.size() || h[i] != '}') fail("expected ',' or '}'");
   }
   if (!have_descr || !have_fortran || !have_shape) fail("missing descr, fortran_order or shape");
   return out;
 }
 
-uint64_t read_le64(const unsigned char* p) {
+uint64_t read_le(std::string_view bytes) {
   uint64_t v = 0;
-  for (int k = 7; k >= 0; --k) v = (v << 8) | p[k];
+  for (size_t k = bytes.size(); k-- > 0;) v = (v << 8) | static_cast<unsigned char>(bytes[k]);
   return v;
 }
 
-}  // namespace
-
-int64_t HostTensor::elements() const { return checked_elements(shape, name); }
-
-int64_t dtype_size(std::string_view dtype) {
-  static const std::map<std::string_view, int64_t> sizes = {
-      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2},
-      {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
-  auto it = sizes.find(dtype);
-  if (it == sizes.end()) throw Error(fmt::format("dtype '{}' is unknown", dtype));
-  return it->second;
-}
-
-TensorFile parse_npy(std::string_view bytes) {
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  if (bytes.size() < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0) throw Error(".npy magic is missing");
-  const int major = b[6];
-  size_t header_len = 0, offset = 0;
+// The readers see a file through read(offset, n), which returns exactly n bytes at offset (the
+// caller keeps offset + n within size), so one parser serves bytes in memory and files on disk.
+template <class Read>
+TensorFile index_npy(uint64_t size, const Read& read) {
+  if (size < 10) throw Error(".npy magic is missing");
+  const std::string lead = read(0, std::min<uint64_t>(size, 12));
+  if (lead.compare(0, 6, "\x93NUMPY") != 0) throw Error(".npy magic is missing");
+  const int major = static_cast<unsigned char>(lead[6]);
+  uint64_t header_len = 0, offset = 0;
   if (major == 1) {
-    header_len = b[8] | (static_cast<size_t>(b[9]) << 8);
+    header_len = read_le(std::string_view(lead).substr(8, 2));
     offset = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) throw Error(".npy header is truncated");
-    header_len = b[8] | (static_cast<size_t>(b[9]) << 8) | (static_cast<size_t>(b[10]) << 16) |
-                 (static_cast<size_t>(b[11]) << 24);
+    if (size < 12) throw Error(".npy header is truncated");
+    header_len = read_le(std::string_view(lead).substr(8, 4));
     offset = 12;
   } else {
     throw Error(fmt::format(".npy version {} is unsupported", major));
   }
-  if (header_len > bytes.size() - offset) throw Error(".npy header is truncated");
-  const NpyHeader header = parse_npy_header(bytes.substr(offset, header_len));
+  if (header_len > size - offset) throw Error(".npy header is truncated");
+  if (header_len > kMaxNpyHeaderBytes) {
+    throw Error(fmt::format(".npy header of {} bytes exceeds {}", header_len, kMaxNpyHeaderBytes));
+  }
+  const NpyHeader header = parse_npy_header(read(offset, header_len));
   if (header.fortran) throw Error(".npy fortran_order=True is unsupported (save C-contiguous)");
   HostTensor t;
   t.name = "array";
@@ -158,20 +167,183 @@ TensorFile parse_npy(std::string_view bytes) {
   else if (d == "<f2" || d == "=f2") t.dtype = "F16";
   else if (d == "<i4" || d == "=i4") t.dtype = "I32";
   else if (d == "<i8" || d == "=i8") t.dtype = "I64";
-  else throw Error(fmt::format(".npy dtype '{}' is unsupported (little-endian f4, f8, f2, i4, i8)", d));
-  const int64_t n = checked_elements(t.shape, ".npy");
-  const size_t data_at = offset + header_len;
-  const auto need = static_cast<uint64_t>(n) * static_cast<uint64_t>(dtype_size(t.dtype));
-  if (bytes.size() - data_at != need) {
-    throw Error(fmt::format(".npy data has {} bytes but shape and dtype need {}", bytes.size() - data_at, need));
+  else throw Error(fmt::format(".npy dtype '{}' is unsupported (little-endian f4, f8, f2, i4, i8)", excerpt(d)));
+  checked_elements(t.shape, ".npy");
+  t.offset = offset + header_len;
+  if (size - t.offset != t.bytes()) {
+    throw Error(fmt::format(".npy data has {} bytes but shape and dtype need {}", size - t.offset, t.bytes()));
   }
-  t.data.assign(b + data_at, b + bytes.size());
   TensorFile file;
   file.tensors.push_back(std::move(t));
   return file;
 }
 
-std::string format_npy(const HostTensor& t) {
+std::string tensor_label(const std::string& name) { return fmt::format("tensor '{}'", excerpt(name)); }
+
+HostTensor safetensors_entry(const std::string& name, const nlohmann::json& entry, uint64_t buffer_size,
+                             uint64_t& begin, uint64_t& end) {
+  const std::string label = ".safetensors " + tensor_label(name);
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+    throw Error(label + " needs dtype, shape and data_offsets");
+  }
+  HostTensor t;
+  t.name = name;
+  const auto& dtype = entry.at("dtype");
+  if (!dtype.is_string()) throw Error(label + " dtype must be a string");
+  t.dtype = dtype.get<std::string>();
+  try {
+    dtype_size(t.dtype);
+  } catch (const Error& e) {
+    throw Error(label + ": " + e.what());
+  }
+  const auto& shape = entry.at("shape");
+  if (!shape.is_array() || shape.size() > 32) throw Error(label + " shape must be a list of at most 32 integers");
+  for (const auto& dim : shape) {
+    if (!dim.is_number_unsigned()) throw Error(label + " shape has a non-integer");
+    const uint64_t v = dim.get<uint64_t>();
+    if (v > (uint64_t{1} << 40)) throw Error(fmt::format("{} dimension {} is too large", label, v));
+    t.shape.push_back(static_cast<int64_t>(v));
+  }
+  const auto& off = entry.at("data_offsets");
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    throw Error(label + " data_offsets must be [begin, end]");
+  }
+  begin = off[0].get<uint64_t>();
+  end = off[1].get<uint64_t>();
+  if (begin > end || end > buffer_size) {
+    throw Error(fmt::format("{} data_offsets [{}, {}] lie outside the {}-byte buffer", label, begin, end, buffer_size));
+  }
+  checked_elements(t.shape, label);
+  if (end - begin != t.bytes()) {
+    throw Error(fmt::format("{} has {} bytes but shape and dtype need {}", label, end - begin, t.bytes()));
+  }
+  return t;
+}
+
+template <class Read>
+TensorFile index_safetensors(uint64_t size, const Read& read) {
+  if (size < 8) throw Error(".safetensors is shorter than its 8-byte header size");
+  const uint64_t header_size = read_le(read(0, 8));
+  if (header_size > size - 8) {
+    throw Error(fmt::format(".safetensors header size {} exceeds the file ({} bytes)", header_size, size));
+  }
+  if (header_size > kMaxSafetensorsHeaderBytes) {
+    throw Error(fmt::format(".safetensors header size {} exceeds {}", header_size, kMaxSafetensorsHeaderBytes));
+  }
+  const nlohmann::json header = detail::parse_json(read(8, header_size), ".safetensors header");
+  if (!header.is_object()) throw Error(".safetensors header is not a JSON object");
+  const uint64_t buffer_at = 8 + header_size;
+  const uint64_t buffer_size = size - buffer_at;
+  TensorFile file;
+  struct Span {
+    uint64_t begin, end;
+    size_t index;
+  };
+  std::vector<Span> spans;
+  std::vector<HostTensor> tensors;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") {
+      if (!it->is_object()) throw Error(".safetensors __metadata__ must be an object of strings");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) throw Error(fmt::format(".safetensors __metadata__.{} must be a string", excerpt(m.key())));
+        file.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    Span span{0, 0, tensors.size()};
+    tensors.push_back(safetensors_entry(name, *it, buffer_size, span.begin, span.end));
+    tensors.back().offset = buffer_at + span.begin;
+    spans.push_back(span);
+  }
+  // The tensors tile the buffer in offset order. Sorting by (begin, end) puts a zero-size tensor
+  // before the tensor that starts where it does, as the reference writer lays them out.
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) {
+    return std::tie(x.begin, x.end, x.index) < std::tie(y.begin, y.end, y.index);
+  });
+  uint64_t covered = 0;
+  for (const Span& s : spans) {
+    const std::string& name = tensors[s.index].name;
+    if (s.begin < covered) throw Error(fmt::format(".safetensors {} overlaps another tensor", tensor_label(name)));
+    if (s.begin > covered) throw Error(fmt::format(".safetensors buffer has a hole before {}", tensor_label(name)));
+    covered = s.end;
+  }
+  if (covered != buffer_size) throw Error(".safetensors buffer has bytes no tensor covers");
+  file.tensors.reserve(spans.size());
+  for (const Span& s : spans) file.tensors.push_back(std::move(tensors[s.index]));  // file order
+  return file;
+}
+
+// Fills every tensor's data from the whole file's bytes.
+TensorFile with_data(TensorFile file, std::string_view bytes) {
+  for (HostTensor& t : file.tensors) {
+    const auto* first = reinterpret_cast<const unsigned char*>(bytes.data()) + t.offset;
+    t.data.assign(first, first + t.bytes());
+  }
+  return file;
+}
+
+auto memory_reader(std::string_view bytes) {
+  return [bytes](uint64_t offset, uint64_t n) { return std::string(bytes.substr(offset, n)); };
+}
+
+std::string system_error() { return std::strerror(errno); }
+
+bool ends_with(const std::string& text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Reads all of fd, failing past `cap` bytes.
+std::string read_all(int fd, const std::string& path, uint64_t cap) {
+  std::string out;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(fmt::format("'{}' cannot be read: {}", excerpt(path), system_error()));
+    if (got == 0) return out;
+    if (out.size() + static_cast<uint64_t>(got) > cap) {
+      throw Error(fmt::format("'{}' is not a regular file and holds more than {} MiB, the most read into memory "
+                              "(save the data to a regular file)", excerpt(path), cap >> 20));
+    }
+    out.append(chunk, static_cast<size_t>(got));
+  }
+}
+
+int open_for_reading(const std::string& path, struct stat& st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(fmt::format("'{}' cannot be read: {}", excerpt(path), system_error()));
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw Error(fmt::format("'{}' cannot be read: {}", excerpt(path), S_ISDIR(st.st_mode) ? "it is a folder" : system_error()));
+  }
+  return fd;
+}
+
+}  // namespace
+
+int64_t HostTensor::elements() const { return checked_elements(shape, name); }
+
+uint64_t HostTensor::bytes() const {
+  return static_cast<uint64_t>(elements()) * static_cast<uint64_t>(dtype_size(dtype));
+}
+
+int64_t dtype_size(std::string_view dtype) {
+  static const std::map<std::string_view, int64_t> sizes = {
+      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I16", 2}, {"U16", 2},
+      {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
+  auto it = sizes.find(dtype);
+  if (it == sizes.end()) throw Error(fmt::format("dtype '{}' is unknown", excerpt(dtype)));
+  return it->second;
+}
+
+TensorFile parse_npy(std::string_view bytes) { return with_data(index_npy(bytes.size(), memory_reader(bytes)), bytes); }
+
+TensorFile parse_safetensors(std::string_view bytes) {
+  return with_data(index_safetensors(bytes.size(), memory_reader(bytes)), bytes);
+}
+
+std::string npy_header(const HostTensor& t) {
   // Python tuple syntax: () for a scalar, (5,) for one dimension, (2, 3) otherwise.
   std::string dims;
   for (size_t i = 0; i < t.shape.size(); ++i) dims += fmt::format("{}{}", i ? ", " : "", t.shape[i]);
@@ -187,163 +359,231 @@ std::string format_npy(const HostTensor& t) {
   out.push_back('\x00');
   out.push_back(static_cast<char>(header.size() & 0xff));
   out.push_back(static_cast<char>(header.size() >> 8));
-  out += header;
-  out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-  return out;
+  return out + header;
 }
 
-TensorFile parse_safetensors(std::string_view bytes) {
-  if (bytes.size() < 8) throw Error(".safetensors is shorter than its 8-byte header size");
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  const uint64_t header_size = read_le64(b);
-  if (header_size > bytes.size() - 8) {
-    throw Error(fmt::format(".safetensors header size {} exceeds the file ({} bytes)", header_size, bytes.size()));
-  }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, header_size));
-  } catch (const nlohmann::json::exception&) {
-    throw Error(".safetensors header is not valid JSON");
-  }
-  if (!header.is_object()) throw Error(".safetensors header is not a JSON object");
-  const uint64_t buffer_size = bytes.size() - 8 - header_size;
-  const unsigned char* buffer = b + 8 + header_size;
-  TensorFile file;
-  struct Span {
-    uint64_t begin, end;
-    std::string name;
+std::string safetensors_header(const TensorFile& file) {
+  // Written by hand, in file order: nlohmann's ordered_json finds keys by linear search.
+  const auto quote = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   };
-  std::vector<Span> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    if (name == "__metadata__") {
-      if (!it->is_object()) throw Error(".safetensors __metadata__ must be an object of strings");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) throw Error(fmt::format(".safetensors __metadata__.{} must be a string", m.key()));
-        file.metadata[m.key()] = m->get<std::string>();
-      }
-      continue;
+  std::string text = "{";
+  if (!file.metadata.empty()) {
+    text += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto& [key, value] : file.metadata) {
+      text += (first ? "" : ",") + quote(key) + ":" + quote(value);
+      first = false;
     }
-    const auto& entry = *it;
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
-      throw Error(fmt::format(".safetensors tensor '{}' needs dtype, shape and data_offsets", name));
-    }
-    HostTensor t;
-    t.name = name;
-    if (!entry["dtype"].is_string()) throw Error(fmt::format(".safetensors tensor '{}' dtype must be a string", name));
-    t.dtype = entry["dtype"].get<std::string>();
-    const int64_t es = dtype_size(t.dtype);
-    if (!entry["shape"].is_array() || entry["shape"].size() > 32) {
-      throw Error(fmt::format(".safetensors tensor '{}' shape must be a list of at most 32 integers", name));
-    }
-    for (const auto& d : entry["shape"]) {
-      if (!d.is_number_unsigned()) throw Error(fmt::format(".safetensors tensor '{}' shape has a non-integer", name));
-      const uint64_t v = d.get<uint64_t>();
-      if (v > (uint64_t{1} << 40)) throw Error(fmt::format(".safetensors tensor '{}' dimension {} is too large", name, v));
-      t.shape.push_back(static_cast<int64_t>(v));
-    }
-    const auto& off = entry["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      throw Error(fmt::format(".safetensors tensor '{}' data_offsets must be [begin, end]", name));
-    }
-    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (begin > end || end > buffer_size) {
-      throw Error(fmt::format(".safetensors tensor '{}' data_offsets [{}, {}] lie outside the {}-byte buffer", name,
-                              begin, end, buffer_size));
-    }
-    const auto need = static_cast<uint64_t>(checked_elements(t.shape, name)) * static_cast<uint64_t>(es);
-    if (end - begin != need) {
-      throw Error(fmt::format(".safetensors tensor '{}' has {} bytes but shape and dtype need {}", name, end - begin, need));
-    }
-    t.data.assign(buffer + begin, buffer + end);
-    spans.push_back({begin, end, name});
-    file.tensors.push_back(std::move(t));
+    text += "}";
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.begin < y.begin; });
-  uint64_t covered = 0;
-  for (const Span& s : spans) {
-    if (s.begin < covered) throw Error(fmt::format(".safetensors tensor '{}' overlaps another tensor", s.name));
-    if (s.begin > covered) throw Error(fmt::format(".safetensors buffer has a hole before tensor '{}'", s.name));
-    covered = s.end;
+  std::set<std::string_view> names;
+  uint64_t offset = 0;
+  for (const HostTensor& t : file.tensors) {
+    if (!names.insert(t.name).second || t.name == "__metadata__") {
+      throw Error(fmt::format("{} cannot be written twice to one .safetensors file", tensor_label(t.name)));
+    }
+    const uint64_t bytes = t.bytes();
+    text += fmt::format("{}{}:{{\"dtype\":{},\"shape\":{},\"data_offsets\":[{},{}]}}", text.size() > 1 ? "," : "",
+                        quote(t.name), quote(t.dtype), nlohmann::json(t.shape).dump(), offset, offset + bytes);
+    offset += bytes;
   }
-  if (covered != buffer_size) throw Error(".safetensors buffer has bytes no tensor covers");
-  // File order = offset order.
-  std::sort(file.tensors.begin(), file.tensors.end(), [&](const HostTensor& x, const HostTensor& y) {
-    auto pos = [&](const std::string& n) {
-      for (const Span& s : spans) if (s.name == n) return s.begin;
-      return uint64_t{0};
-    };
-    return pos(x.name) < pos(y.name);
-  });
-  return file;
+  text += "}";
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int k = 0; k < 8; ++k) out[static_cast<size_t>(k)] = static_cast<char>((n >> (8 * k)) & 0xff);
+  return out + text;
+}
+
+namespace {
+void append_data(std::string& out, const HostTensor& t) {
+  if (t.data.size() != t.bytes()) {
+    throw Error(fmt::format("{} holds {} bytes but its shape and dtype need {}", tensor_label(t.name), t.data.size(),
+                            t.bytes()));
+  }
+  out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+}
+}  // namespace
+
+std::string format_npy(const HostTensor& t) {
+  std::string out = npy_header(t);
+  append_data(out, t);
+  return out;
 }
 
 std::string format_safetensors(const TensorFile& file) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!file.metadata.empty()) {
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : file.metadata) meta[k] = v;
-    header["__metadata__"] = meta;
-  }
-  uint64_t offset = 0;
-  for (const HostTensor& t : file.tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
-    offset += t.data.size();
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  uint64_t n = text.size();
-  for (int k = 0; k < 8; ++k) out[static_cast<size_t>(k)] = static_cast<char>((n >> (8 * k)) & 0xff);
-  out += text;
-  for (const HostTensor& t : file.tensors) out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  std::string out = safetensors_header(file);
+  for (const HostTensor& t : file.tensors) append_data(out, t);
   return out;
 }
 
-bool is_safetensors_path(const std::string& path) {
-  return path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
+bool is_safetensors_path(const std::string& path) { return ends_with(path, ".safetensors"); }
+bool is_npy_path(const std::string& path) { return ends_with(path, ".npy"); }
+
+InputFile::InputFile(const std::string& path, uint64_t memory_cap) : path_(path) {
+  struct stat st {};
+  const int fd = open_for_reading(path, st);
+  if (S_ISREG(st.st_mode)) {
+    fd_ = fd;
+    size_ = static_cast<uint64_t>(st.st_size);
+    return;
+  }
+  try {
+    memory_ = read_all(fd, path, memory_cap);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  size_ = memory_.size();
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void InputFile::read(uint64_t offset, void* dst, uint64_t n) const {
+  if (offset > size_ || n > size_ - offset) {
+    throw Error(fmt::format("'{}' ends at byte {}, before byte {}", excerpt(path_), size_, offset + n));
+  }
+  if (fd_ < 0) {
+    std::memcpy(dst, memory_.data() + offset, n);
+    return;
+  }
+  auto* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw Error(fmt::format("'{}' cannot be read: {}", excerpt(path_), system_error()));
+    if (got == 0) throw Error(fmt::format("'{}' became shorter while being read", excerpt(path_)));
+    out += got;
+    offset += static_cast<uint64_t>(got);
+    n -= static_cast<uint64_t>(got);
+  }
+}
+
+std::string InputFile::read(uint64_t offset, uint64_t n) const {
+  std::string out(n, '\0');
+  read(offset, out.data(), n);
+  return out;
+}
+
+TensorFile read_tensor_index(const InputFile& file) {
+  const auto reader = [&file](uint64_t offset, uint64_t n) { return file.read(offset, n); };
+  try {
+    if (is_safetensors_path(file.path())) return index_safetensors(file.size(), reader);
+    if (is_npy_path(file.path())) return index_npy(file.size(), reader);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).starts_with("'")) throw;  // already names the file
+    throw Error(fmt::format("'{}': {}", excerpt(file.path()), e.what()));
+  }
+  throw Error(fmt::format("'{}' must end in .npy or .safetensors", excerpt(file.path())));
 }
 
 TensorFile read_tensor_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("'{}' cannot be read", path));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
-  try {
-    if (is_safetensors_path(path)) return parse_safetensors(bytes);
-    if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return parse_npy(bytes);
-  } catch (const Error& e) {
-    throw Error(fmt::format("'{}': {}", path, e.what()));
+  const InputFile file(path);
+  TensorFile out = read_tensor_index(file);
+  for (HostTensor& t : out.tensors) {
+    t.data.resize(t.bytes());
+    file.read(t.offset, t.data.data(), t.data.size());
   }
-  throw Error(fmt::format("'{}' must end in .npy or .safetensors", path));
+  return out;
 }
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
+bool FileIdentity::operator==(const FileIdentity& other) const {
+  if (exists != other.exists) return false;
+  return exists ? device == other.device && inode == other.inode : path == other.path;
+}
+
+FileIdentity file_identity(const std::string& path) {
+  FileIdentity id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    id.exists = true;
+    id.device = st.st_dev;
+    id.inode = st.st_ino;
+    return id;
+  }
+  const fs::path p(path);
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
+  id.path = ((ec ? p.parent_path() : folder) / p.filename()).string();
+  return id;
+}
+
+void AtomicOutputs::File::write(const void* data, uint64_t n) {
+  const auto* in = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = ::write(fd_, in, std::min<uint64_t>(n, uint64_t{1} << 30));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) throw Error(fmt::format("'{}' could not be written: {}", excerpt(path_), system_error()));
+    in += put;
+    n -= static_cast<uint64_t>(put);
+  }
+}
+
+AtomicOutputs::File& AtomicOutputs::add(const std::string& path) {
   const fs::path target(path);
+  const std::string name = target.filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    throw Error(fmt::format("'{}' names a folder, not a file to write", excerpt(path)));
+  }
+  struct stat st {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    throw Error(fmt::format("'{}' exists and is not a regular file; it is not replaced", excerpt(path)));
+  }
+  auto file = std::make_unique<File>();
+  file->path_ = path;
   const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::random_device rd;
-  const fs::path temp = folder / fmt::format(".{}.tmp-{:08x}", target.filename().string(), rd());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("'{}' cannot be written (folder missing or not writable)", path));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      throw Error(fmt::format("'{}' could not be written completely", path));
+  std::mt19937_64 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 100 && file->fd_ < 0; ++attempt) {
+    file->temp_ = (folder / fmt::format(".{}.tmp-{:016x}", name.substr(0, 100), rng())).string();
+    file->fd_ = ::open(file->temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (file->fd_ < 0 && errno != EEXIST) {
+      throw Error(fmt::format("'{}' cannot be written (folder missing or not writable): {}", excerpt(path),
+                              system_error()));
     }
   }
-  std::error_code ec;
-  fs::rename(temp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    throw Error(fmt::format("'{}' could not be replaced: {}", path, ec.message()));
+  if (file->fd_ < 0) throw Error(fmt::format("'{}' cannot be written: no free temporary name", excerpt(path)));
+  files_.push_back(std::move(file));
+  if (exists && ::fchmod(files_.back()->fd_, st.st_mode & 0777) != 0) {
+    throw Error(fmt::format("'{}' cannot keep its permissions: {}", excerpt(path), system_error()));
   }
+  return *files_.back();
+}
+
+void AtomicOutputs::commit() {
+  for (auto& f : files_) {
+    if (::fsync(f->fd_) != 0 || ::close(std::exchange(f->fd_, -1)) != 0) {
+      throw Error(fmt::format("'{}' could not be written: {}", excerpt(f->path_), system_error()));
+    }
+  }
+  // Every output is complete on disk before the first is renamed.
+  for (auto& f : files_) {
+    if (::rename(f->temp_.c_str(), f->path_.c_str()) != 0) {
+      throw Error(fmt::format("'{}' could not be replaced: {}", excerpt(f->path_), system_error()));
+    }
+    f->temp_.clear();
+  }
+  files_.clear();
+}
+
+void AtomicOutputs::discard() noexcept {
+  for (auto& f : files_) {
+    if (f->fd_ >= 0) ::close(f->fd_);
+    if (!f->temp_.empty()) ::unlink(f->temp_.c_str());
+  }
+  files_.clear();
+}
+
+AtomicOutputs::~AtomicOutputs() { discard(); }
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  AtomicOutputs outputs;
+  outputs.add(path).write(bytes);
+  outputs.commit();
 }
 
 }  // namespace rotary::cli
