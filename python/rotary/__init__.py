@@ -1,22 +1,27 @@
 """rotary: Rotary Position Embeddings, exact at any context length.
 
 Backed by the C++ library: schedules in double, cos/sin tables within 1 ulp at any position below
-2^31, SIMD kernels threaded with OpenMP. numpy arrays and torch CPU tensors are borrowed through
-DLPack: nothing is copied, and ``inplace=True`` writes the caller's memory.
+2^31, SIMD kernels threaded with OpenMP. numpy arrays (through the buffer protocol) and torch CPU
+tensors (through DLPack) are borrowed: nothing is copied, inputs are only read (read-only,
+memory-mapped and broadcast arrays and tensors that require grad are fine), and ``inplace=True``
+writes the caller's memory.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from . import _rotary
 
-__all__ = ["Rope", "permute_for_pairing", "preset_names", "RotaryError"]
+__all__ = ["Rope", "permute_for_pairing", "preset_names", "RotaryError", "max_threads"]
 
 RotaryError = _rotary.RotaryError  # a ValueError
+_show = _rotary.shown  # repr(value) cut to ~100 characters, for error messages
+max_threads: int = _rotary.max_threads  # the most threads one apply call takes
 
 
 def preset_names() -> list[str]:
@@ -24,13 +29,22 @@ def preset_names() -> list[str]:
     return list(_rotary.preset_names())
 
 
-def _require_int(value: Any, name: str) -> None:
+def _int_arg(value: Any, name: str) -> int:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _bool_arg(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
 
 
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+    """x is a torch.Tensor (without importing torch: if it is not loaded, x cannot be one)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def _check_tensor(x: Any, name: str) -> None:
@@ -40,19 +54,55 @@ def _check_tensor(x: Any, name: str) -> None:
 
 
 def _empty_like(x: Any) -> Any:
+    """A new writable array/tensor shaped like x (numpy: a plain ndarray in x's memory order, even
+    for a memmap or a broadcast view; torch: never requiring grad)."""
     if isinstance(x, np.ndarray):
-        return np.empty_like(x)  # keeps the memory order of x
+        return np.empty_like(x, subok=False)
     import torch
-    return torch.empty_like(x)
+    return torch.empty_like(x, requires_grad=False)
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _position_range_error(name: str, index: int, value: Any) -> ValueError:
+    # The library's rule and wording, for values it cannot receive (beyond int64).
+    return ValueError(f"{name}[{index}]={_show(value)} must be in [0, 2^31)")
+
+
+def _object_positions(arr: np.ndarray, name: str) -> np.ndarray:
+    """Python ints of any size (numpy keeps those beyond int64 as objects)."""
+    flat = arr.reshape(-1)
+    for i, value in enumerate(flat):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name}[{i}] must be an int, got {type(value).__name__}")
+        if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+            raise _position_range_error(name, i, value)
+    return flat.astype(np.int64)
 
 
 def _positions_array(positions: Any, name: str = "positions") -> np.ndarray:
+    """positions as a new flat int64 array; TypeError unless they are integers, ValueError for values
+    int64 cannot hold (the library checks the range of the others). Always a copy: another thread
+    changing the caller's array cannot change positions after the library checked them."""
     if _is_torch(positions):
+        dtype = positions.dtype
+        if dtype.is_floating_point or dtype.is_complex or dtype == sys.modules["torch"].bool:
+            raise TypeError(f"{name} must hold integers, got dtype {positions.dtype}")
         positions = positions.detach().cpu().numpy()
-    arr = np.asarray(positions)
+    try:
+        arr = np.asarray(positions)
+    except (TypeError, ValueError, OverflowError) as e:  # ragged lists, broken __array__
+        raise TypeError(f"{name} must be an array of integers, got {_show(positions)}") from e
+    if arr.dtype == object:
+        return _object_positions(arr, name)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.int64).reshape(-1)
+    flat = arr.reshape(-1)
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and flat.size and flat.max() > _INT64_MAX:
+        i = int(np.argmax(flat > _INT64_MAX))
+        raise _position_range_error(name, i, int(flat[i]))
+    return np.array(flat, dtype=np.int64)
 
 
 class Rope:
@@ -72,24 +122,21 @@ class Rope:
             ``low_freq_factor``, ``high_freq_factor``, ``short_factor``, ``long_factor``,
             ``max_length``, ``monotone_scale``.
 
-    Raises ValueError naming the offending argument (e.g. ``rotary_dim=130 exceeds head_dim=128``).
+    Numbers may be Python or numpy scalars (``bool`` is not a number); lists of numbers may be
+    lists, tuples or 1-D arrays.
+
+    Raises:
+        TypeError: an argument of the wrong kind, naming it (``factor must be a number, got str``).
+        ValueError: a value that breaks a rule, naming it (``rotary_dim=130 exceeds head_dim=128``).
+
+    A Rope is safe to share between threads, and pickles and deep-copies (the settings travel and
+    the schedule is rebuilt from them, so ``inv_freq`` and results are identical).
     """
 
     def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
                  pairing: str = "half", schedule: str = "default", seq_len: Optional[int] = None,
                  **schedule_args: Any) -> None:
-        _require_int(head_dim, "head_dim")
-        if rotary_dim is not None:
-            _require_int(rotary_dim, "rotary_dim")
-        if seq_len is not None:
-            _require_int(seq_len, "seq_len")
-        if not isinstance(base, (int, float, np.integer, np.floating)) or isinstance(base, bool):
-            raise TypeError(f"base must be a number, got {type(base).__name__}")
-        for name, value in (("pairing", pairing), ("schedule", schedule)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-        self._impl = _rotary.Rope(int(head_dim), rotary_dim, float(base), pairing, schedule, seq_len,
-                                  schedule_args)
+        self._impl = _rotary.Rope(head_dim, rotary_dim, base, pairing, schedule, seq_len, schedule_args)
         self.notes: list[str] = []
 
     @classmethod
@@ -101,15 +148,25 @@ class Rope:
 
     @classmethod
     def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None) -> "Rope":
-        """From a Hugging Face ``config.json`` (path) or its dict, resolved as transformers does."""
+        """From a Hugging Face ``config.json`` (a path, read by the library with its size limit) or
+        its dict, resolved as transformers does; ``notes`` holds what resolving it found worth saying.
+
+        Raises:
+            TypeError: path_or_dict is neither a path nor a dict, or the dict holds values JSON
+                cannot hold.
+            ValueError: the config breaks a rule (naming the key), or the file cannot be read.
+        """
         if isinstance(path_or_dict, dict):
-            text = json.dumps(path_or_dict)
-        elif isinstance(path_or_dict, (str, os.PathLike)):
-            with open(path_or_dict, "r", encoding="utf-8") as f:
-                text = f.read()
+            try:
+                text = json.dumps(path_or_dict, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as e:
+                kind = TypeError if isinstance(e, TypeError) else ValueError
+                raise kind(f"path_or_dict is not a JSON config: {_show(str(e))}") from None
+            impl, notes = _rotary.Rope.from_config_text(text, seq_len)
+        elif isinstance(path_or_dict, (str, bytes, os.PathLike)):
+            impl, notes = _rotary.Rope.from_config_file(os.fsdecode(path_or_dict), seq_len)
         else:
             raise TypeError(f"path_or_dict must be a path or a dict, got {type(path_or_dict).__name__}")
-        impl, notes = _rotary.Rope.from_config_text(text, seq_len)
         return cls._wrap(impl, notes)
 
     @classmethod
@@ -148,19 +205,29 @@ class Rope:
             inverse: rotate by -angle (the backward pass).
             angles: ``"table"`` (cached exact cos/sin), ``"on_the_fly"`` (exact, computed per
                 call) or ``"hf-float32"`` (transformers' float32 numerics).
-            threads: 0 = all; results are bit-identical for any count.
+            threads: 0 = all, at most ``rotary.max_threads``; results are bit-identical for any
+                count.
+
+        Inputs are only read when ``inplace=False``: read-only or memory-mapped arrays, broadcast
+        views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
+        and leaves them untouched. Empty tensors (a zero extent) give empty results.
+
+        Raises:
+            TypeError: an argument of the wrong kind (a list for q, floats for positions, a str
+                for threads ...), naming it.
+            ValueError: a value that breaks a rule (shapes, positions outside [0, 2^31),
+                threads > max_threads, layout ...), naming it; q and k are untouched.
         """
         _check_tensor(q, "q")
         if k is not None:
             _check_tensor(k, "k")
-            if type(k) is not type(q):
+            if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
                 raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
-        if not isinstance(offset, (int, np.integer)) or isinstance(offset, bool):
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        inplace = _bool_arg(inplace, "inplace")
         pos = None if positions is None else _positions_array(positions)
         q_out = None if inplace else _empty_like(q)
         k_out = None if (inplace or k is None) else _empty_like(k)
-        self._impl.apply(q, k, q_out, k_out, pos, int(offset), layout, bool(inverse), angles, int(threads))
+        self._impl.apply(q, k, q_out, k_out, pos, offset, layout, inverse, angles, threads)
         rq = q if inplace else q_out
         if k is None:
             return rq
@@ -176,15 +243,21 @@ def permute_for_pairing(weight: Any, num_heads: int, to: str = "half", rotary_di
     that RoPE with pairing ``to`` gives the attention scores the other pairing gave (use
     ``num_heads=num_key_value_heads`` for W_k). Returns a new array/tensor of the same kind."""
     _check_tensor(weight, "weight")
+    num_heads = _int_arg(num_heads, "num_heads")
+    if not isinstance(to, str):
+        raise TypeError(f"to must be a str, got {type(to).__name__}")
     if to not in ("half", "interleaved"):
-        raise ValueError(f"to='{to}' must be 'half' or 'interleaved'")
-    if not isinstance(num_heads, (int, np.integer)) or num_heads <= 0:
-        raise ValueError(f"num_heads={num_heads} must be a positive int")
+        raise ValueError(f"to={_show(to)} must be 'half' or 'interleaved'")
+    rotary_dim = 0 if rotary_dim is None else _int_arg(rotary_dim, "rotary_dim")
+    if num_heads <= 0:
+        raise ValueError(f"num_heads={_show(num_heads)} must be > 0")
+    if weight.ndim == 0:
+        raise ValueError("weight must have at least 1 dimension (its rows), got a 0-d array")
     rows = weight.shape[0]
-    if rows % num_heads:
-        raise ValueError(f"weight has {rows} rows, not a multiple of num_heads={num_heads}")
+    if rows % num_heads or rows == 0:
+        raise ValueError(f"weight has {rows} rows, not a positive multiple of num_heads={_show(num_heads)}")
     head_dim = rows // num_heads
-    source = _rotary.pairing_permutation(head_dim, rotary_dim or 0, "interleaved" if to == "half" else "half", to)
+    source = _rotary.pairing_permutation(head_dim, rotary_dim, "interleaved" if to == "half" else "half", to)
     index = (np.arange(num_heads)[:, None] * head_dim + np.asarray(source)[None, :]).reshape(-1)
     if isinstance(weight, np.ndarray):
         return weight[index].copy()

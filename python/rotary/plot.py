@@ -70,15 +70,16 @@ _PI = "3.14159265358979323846264338327950288419716939937510582097494459230781640
 def exact_angle_mod_2pi(position: int, inv_freq: float) -> float:
     """p * inv_freq reduced into [-pi, pi), exactly (Decimal, 80 digits; the double inv_freq and the
     integer p are exact rationals), then rounded to double."""
-    from decimal import Decimal, getcontext
-    getcontext().prec = 80
-    two_pi = 2 * Decimal(_PI)
-    angle = Decimal(int(position)) * Decimal(float(inv_freq))  # exact: Decimal(float) is exact
-    turns = (angle / two_pi).to_integral_value()
-    reduced = angle - turns * two_pi
-    if reduced >= Decimal(_PI):
-        reduced -= two_pi
-    return float(reduced)
+    from decimal import Decimal, localcontext
+    with localcontext() as context:  # the caller's decimal context stays as it was
+        context.prec = 80
+        two_pi = 2 * Decimal(_PI)
+        angle = Decimal(int(position)) * Decimal(float(inv_freq))  # exact: Decimal(float) is exact
+        turns = (angle / two_pi).to_integral_value()
+        reduced = angle - turns * two_pi
+        if reduced >= Decimal(_PI):
+            reduced -= two_pi
+        return float(reduced)
 
 
 def effective_angle_error(positions, inv_freq, cos, sin) -> np.ndarray:

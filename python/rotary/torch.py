@@ -5,42 +5,47 @@ from typing import Any, Optional
 
 import torch
 
-from . import Rope
+from . import Rope, _show
 
 __all__ = ["apply_rope", "RotaryEmbedding"]
 
 
 class _RopeFunction(torch.autograd.Function):
-    """y = R(θ) x; the backward pass is the transpose, i.e. the inverse rotation of the gradient."""
+    """y = R(θ) x; the backward pass is the transpose, i.e. the inverse rotation of the gradient,
+    itself a _RopeFunction: so second derivatives work too. Inputs are only read (any strides,
+    expanded gradients included), never copied."""
 
     @staticmethod
-    def forward(ctx, rope, positions, offset, layout, q, k):  # type: ignore[override]
-        ctx.rope, ctx.positions, ctx.offset, ctx.layout = rope, positions, offset, layout
+    def forward(ctx, rope, positions, offset, layout, inverse, q, k):  # type: ignore[override]
+        ctx.call = (rope, positions, offset, layout, inverse)
         ctx.has_k = k is not None
+        kw = dict(positions=positions, offset=offset, layout=layout, inverse=inverse)
         if k is None:
-            return rope.apply(q.detach(), positions=positions, offset=offset, layout=layout)
-        return rope.apply(q.detach(), k.detach(), positions=positions, offset=offset, layout=layout)
+            return rope.apply(q, **kw)
+        return rope.apply(q, k, **kw)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k=None):  # type: ignore[override]
-        rope = ctx.rope
-        kw = dict(positions=ctx.positions, offset=ctx.offset, layout=ctx.layout, inverse=True)
-        gq = rope.apply(grad_q.contiguous(), **kw) if grad_q is not None else None
-        gk = None
-        if ctx.has_k and grad_k is not None:
-            gk = rope.apply(grad_k.contiguous(), **kw)
-        return None, None, None, None, gq, gk
+        rope, positions, offset, layout, inverse = ctx.call
+        grads = _RopeFunction.apply(rope, positions, offset, layout, not inverse, grad_q,
+                                    grad_k if ctx.has_k else None)
+        gq, gk = grads if ctx.has_k else (grads, None)
+        return None, None, None, None, None, gq, gk
 
 
 def apply_rope(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, *, positions: Any = None,
-               offset: int = 0, layout: str = "bshd"):
-    """Differentiable RoPE: returns q, or (q, k) when k is given. Gradients are the inverse
-    rotation of the upstream gradients (exact in float64, gradcheck-clean)."""
+               offset: int = 0, layout: str = "bshd", inverse: bool = False):
+    """Differentiable RoPE: returns q, or (q, k) when k is given (``inverse=True`` rotates by
+    -angle). Gradients are the opposite rotation of the upstream gradients, themselves
+    differentiable (exact in float64, gradcheck- and gradgradcheck-clean). Arguments as
+    ``Rope.apply``; q and k are only read."""
+    if not isinstance(rope, Rope):
+        raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
     if k is not None and not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
-    return _RopeFunction.apply(rope, positions, offset, layout, q, k)
+    return _RopeFunction.apply(rope, positions, offset, layout, inverse, q, k)
 
 
 class RotaryEmbedding(torch.nn.Module):
@@ -49,6 +54,12 @@ class RotaryEmbedding(torch.nn.Module):
 
     def __init__(self, rope: Rope, layout: str = "bhsd") -> None:
         super().__init__()
+        if not isinstance(rope, Rope):
+            raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
+        if not isinstance(layout, str):
+            raise TypeError(f"layout must be a str, got {type(layout).__name__}")
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"layout={_show(layout)} must be 'bshd' or 'bhsd'")
         self.rope = rope
         self.layout = layout
 

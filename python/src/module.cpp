@@ -1,15 +1,24 @@
-// The `rotary._rotary` extension: a thin shell over the C++ API. Tensors arrive through DLPack and
-// are borrowed, never copied; every check is the library's own validate().
+// The `rotary._rotary` extension: a thin shell over the C++ API. Tensors are borrowed, never
+// copied: numpy arrays through the buffer protocol (so read-only, memory-mapped and broadcast
+// arrays serve as inputs), torch tensors through DLPack. Every user value is converted here by one
+// checked helper that names the argument (TypeError for a wrong kind, ValueError for a value out of
+// range); every rule about the values themselves is the library's own validate().
 #include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "text.hpp"
 #include "rotary/rotary.hpp"
 
 namespace py = pybind11;
@@ -17,66 +26,216 @@ using namespace rotary;
 
 namespace {
 
-// A tensor borrowed through DLPack; the producer's deleter runs when this goes away (GIL held).
-class Borrowed {
- public:
-  Borrowed() = default;
-  Borrowed(const py::object& obj, const char* name) : name_(name) {
-    if (obj.is_none()) return;
-    if (!py::hasattr(obj, "__dlpack__")) {
-      throw py::type_error(std::string(name) + " must be a numpy.ndarray or torch.Tensor, got " +
-                           std::string(py::str(py::type::of(obj))));
-    }
-    py::object capsule = obj.attr("__dlpack__")();
-    managed_ = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
-    if (managed_ == nullptr) throw py::error_already_set();
-    PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // consumed: we call the deleter
-  }
-  Borrowed(const Borrowed&) = delete;
-  Borrowed& operator=(const Borrowed&) = delete;
-  ~Borrowed() {
-    if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
-  }
-  bool set() const { return managed_ != nullptr; }
+// ---- Arguments: one checked conversion per kind of value -----------------------------------------
 
-  TensorView view(const std::string& layout) const {
-    const DLTensor& t = managed_->dl_tensor;
-    if (t.device.device_type != kDLCPU) {
-      throw py::value_error(name_ + " is not on the CPU (rotary's Python module runs the CPU kernels)");
-    }
-    DType dtype;
-    if (t.dtype.lanes != 1) throw py::type_error(name_ + " has vector lanes");
-    if (t.dtype.code == kDLFloat && t.dtype.bits == 32) dtype = DType::f32;
-    else if (t.dtype.code == kDLFloat && t.dtype.bits == 64) dtype = DType::f64;
-    else if (t.dtype.code == kDLFloat && t.dtype.bits == 16) dtype = DType::f16;
-    else if (t.dtype.code == kDLBfloat && t.dtype.bits == 16) dtype = DType::bf16;
-    else throw py::type_error(name_ + " dtype must be float32, float64, float16 or bfloat16");
-    if (t.ndim != 4) {
-      throw py::value_error(name_ + " must have 4 dimensions ([batch, seq, heads, head_dim] or [batch, heads, seq, "
-                            "head_dim]), got " + std::to_string(t.ndim));
-    }
-    std::array<int64_t, 4> shape{}, strides{};
-    int64_t contiguous = 1;
-    for (int d = 3; d >= 0; --d) {
-      shape[static_cast<size_t>(d)] = t.shape[d];
-      strides[static_cast<size_t>(d)] = t.strides ? t.strides[d] : contiguous;
-      contiguous *= t.shape[d];
-    }
-    void* data = static_cast<char*>(t.data) + t.byte_offset;
-    if (layout == "bshd") return TensorView{.data = data, .dtype = dtype, .shape = shape, .strides = strides};
-    if (layout == "bhsd") {
-      return TensorView{.data = data, .dtype = dtype, .shape = {shape[0], shape[2], shape[1], shape[3]},
-                        .strides = {strides[0], strides[2], strides[1], strides[3]}};
-    }
-    throw py::value_error("layout='" + layout + "' must be 'bshd' or 'bhsd'");
-  }
+std::string type_name(py::handle v) { return Py_TYPE(v.ptr())->tp_name; }
 
- private:
-  DLManagedTensor* managed_ = nullptr;
-  std::string name_;
+// repr(v) fit for an error message (at most ~100 characters); repr itself may fail (an int of
+// more than 4300 digits, a broken __repr__): then the type stands for the value.
+std::string shown(py::handle v) {
+  try {
+    return detail::excerpt(py::repr(v).cast<std::string>());
+  } catch (const py::error_already_set&) {
+    return "<" + type_name(v) + ">";
+  } catch (const py::cast_error&) {
+    return "<" + type_name(v) + ">";
+  }
+}
+
+bool is_numpy(py::handle v, const char* abstract_type) {
+  return py::isinstance(v, py::module_::import("numpy").attr(abstract_type));
+}
+
+// Python int or numpy integer; bool (and numpy.bool_) is not a number here.
+bool is_integer(py::handle v) {
+  if (PyBool_Check(v.ptr())) return false;
+  return PyLong_Check(v.ptr()) || is_numpy(v, "integer");
+}
+
+bool is_real(py::handle v) { return PyFloat_Check(v.ptr()) || is_integer(v) || is_numpy(v, "floating"); }
+
+// `rule` completes the message for an int beyond int64 ("threads=10**30 must be in [0, 1024]").
+int64_t int_arg(py::handle v, const std::string& name, const std::string& rule = "is out of range (beyond 64 bits)") {
+  if (!is_integer(v)) throw py::type_error(name + " must be an int, got " + type_name(v));
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) throw py::value_error(name + "=" + shown(v) + " " + rule);
+  return value;
+}
+
+std::optional<int64_t> optional_int_arg(py::handle v, const std::string& name) {
+  if (v.is_none()) return std::nullopt;
+  return int_arg(v, name);
+}
+
+double number_arg(py::handle v, const std::string& name) {
+  if (!is_real(v)) throw py::type_error(name + " must be a number, got " + type_name(v));
+  const double value = PyFloat_AsDouble(v.ptr());
+  if (value == -1.0 && PyErr_Occurred()) {  // an int beyond float64 range
+    PyErr_Clear();
+    throw py::value_error(name + "=" + shown(v) + " is out of range for a float64");
+  }
+  return value;
+}
+
+bool bool_arg(py::handle v, const std::string& name) {
+  if (!PyBool_Check(v.ptr()) && !is_numpy(v, "bool_")) {
+    throw py::type_error(name + " must be a bool, got " + type_name(v));
+  }
+  return PyObject_IsTrue(v.ptr()) == 1;
+}
+
+std::string str_arg(py::handle v, const std::string& name) {
+  if (!PyUnicode_Check(v.ptr())) throw py::type_error(name + " must be a str, got " + type_name(v));
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(v.ptr(), &size);
+  if (text == nullptr) {  // lone surrogates
+    PyErr_Clear();
+    throw py::value_error(name + "=" + shown(v) + " is not encodable as UTF-8");
+  }
+  return std::string(text, static_cast<size_t>(size));
+}
+
+// A list, tuple or 1-D array of numbers (not a str: that is a sequence of characters).
+std::vector<double> numbers_arg(py::handle v, const std::string& name) {
+  if (PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr()) ||
+      !PySequence_Check(v.ptr())) {
+    throw py::type_error(name + " must be a list of numbers, got " + type_name(v));
+  }
+  const auto items = py::reinterpret_borrow<py::sequence>(v);
+  std::vector<double> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out.push_back(number_arg(items[i], name + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+// `threads` as ApplyArgs takes it: a value beyond int cannot be narrowed, so it is refused here with
+// the library's rule; within int the library's validate decides.
+int threads_arg(py::handle v) {
+  const std::string rule = "must be in [0, " + std::to_string(max_threads) + "]";
+  const int64_t threads = int_arg(v, "threads", rule);
+  if (threads < INT_MIN || threads > INT_MAX) throw Error("threads=" + std::to_string(threads) + " " + rule);
+  return static_cast<int>(threads);
+}
+
+enum class Layout { bshd, bhsd };
+
+Layout layout_arg(py::handle v) {
+  const std::string text = str_arg(v, "layout");
+  if (text == "bshd") return Layout::bshd;
+  if (text == "bhsd") return Layout::bhsd;
+  throw py::value_error("layout='" + detail::excerpt(text) + "' must be 'bshd' or 'bhsd'");
+}
+
+// apply's angles: from the cached exact table, exact on the fly, or transformers' float32 table.
+enum class Angles { table, on_the_fly, hf_float32 };
+
+Angles angles_arg(py::handle v) {
+  const std::string text = str_arg(v, "angles");
+  if (text == "table") return Angles::table;
+  if (text == "on_the_fly") return Angles::on_the_fly;
+  if (text == "hf-float32") return Angles::hf_float32;
+  throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'table', 'on_the_fly' or 'hf-float32'");
+}
+
+// table()'s angles.
+AngleMode angle_mode_arg(py::handle v) {
+  const std::string text = str_arg(v, "angles");
+  if (text == "exact") return AngleMode::exact;
+  if (text == "hf-float32") return AngleMode::hf_float32;
+  throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'exact' or 'hf-float32'");
+}
+
+// ---- Spec <-> keyword arguments: one table for parsing, pickling and the error texts -------------
+
+using SpecMember = std::variant<std::optional<double> Spec::*, std::optional<int64_t> Spec::*,
+                                std::optional<bool> Spec::*, std::vector<double> Spec::*>;
+struct SpecField {
+  const char* name;
+  SpecMember member;
+};
+const SpecField kSpecFields[] = {
+    {"factor", &Spec::factor},
+    {"original_max_position", &Spec::original_max_position},
+    {"max_position", &Spec::max_position},
+    {"beta_fast", &Spec::beta_fast},
+    {"beta_slow", &Spec::beta_slow},
+    {"mscale", &Spec::mscale},
+    {"mscale_all_dim", &Spec::mscale_all_dim},
+    {"truncate", &Spec::truncate},
+    {"attention_factor", &Spec::attention_factor},
+    {"low_freq_factor", &Spec::low_freq_factor},
+    {"high_freq_factor", &Spec::high_freq_factor},
+    {"short_factor", &Spec::short_factor},
+    {"long_factor", &Spec::long_factor},
+    {"max_length", &Spec::max_length},
+    {"monotone_scale", &Spec::monotone_scale},
 };
 
-// The user's Rope: spec, schedule, and cos/sin caches grown on demand ([0, n), doubling).
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+
+void set_field(Spec& s, const SpecField& field, py::handle v) {
+  const std::string name = field.name;
+  std::visit(Overloaded{
+                 [&](std::optional<double> Spec::*m) { s.*m = number_arg(v, name); },
+                 [&](std::optional<int64_t> Spec::*m) { s.*m = int_arg(v, name); },
+                 [&](std::optional<bool> Spec::*m) { s.*m = bool_arg(v, name); },
+                 [&](std::vector<double> Spec::*m) { s.*m = numbers_arg(v, name); },
+             },
+             field.member);
+}
+
+// The set fields as keyword arguments (what set_field reads back).
+py::dict schedule_args_of(const Spec& s) {
+  py::dict out;
+  for (const SpecField& field : kSpecFields) {
+    std::visit(Overloaded{
+                   [&](auto Spec::*m) -> void {
+                     if (s.*m) out[field.name] = *(s.*m);
+                   },
+                   [&](std::vector<double> Spec::*m) {
+                     if (!(s.*m).empty()) out[field.name] = s.*m;
+                   },
+               },
+               field.member);
+  }
+  return out;
+}
+
+Spec spec_from(py::handle head_dim, py::handle rotary_dim, py::handle base, py::handle pairing,
+               py::handle schedule, const py::dict& args) {
+  Spec s;
+  s.head_dim = int_arg(head_dim, "head_dim");
+  const std::optional<int64_t> rotary = optional_int_arg(rotary_dim, "rotary_dim");
+  if (rotary && *rotary == 0) throw Error("rotary_dim=0 must be > 0");
+  s.rotary_dim = rotary.value_or(0);
+  s.base = number_arg(base, "base");
+  s.pairing = parse_pairing(str_arg(pairing, "pairing"));
+  s.schedule = parse_schedule(str_arg(schedule, "schedule"));
+  for (auto item : args) {
+    if (item.second.is_none()) continue;
+    const std::string key = str_arg(item.first, "schedule argument name");
+    const auto* field = std::find_if(std::begin(kSpecFields), std::end(kSpecFields),
+                                     [&](const SpecField& f) { return key == f.name; });
+    if (field == std::end(kSpecFields)) {
+      throw py::type_error("unknown schedule argument '" + detail::excerpt(key) + "'");
+    }
+    set_field(s, *field, item.second);
+  }
+  return s;
+}
+
+// ---- Rope ------------------------------------------------------------------------------------------
+
+// The user's Rope: spec, schedule, and cos/sin tables for positions [0, n) grown on demand. Safe to
+// share between threads: a table, once published, is immutable; growing publishes a new one under
+// the mutex, and every call holds the snapshot it uses (shared_ptr) until it returns, so a table a
+// call is reading (with the GIL released) is never freed under it.
 class PyRope {
  public:
   explicit PyRope(const Spec& spec, std::optional<int64_t> seq_len = std::nullopt)
@@ -84,125 +243,264 @@ class PyRope {
 
   const Schedule& schedule() const { return schedule_; }
   const Spec& spec() const { return spec_; }
+  std::optional<int64_t> seq_len() const { return seq_len_; }
 
-  // The cached table for positions [0, needed), grown by doubling, or null when it would exceed
+  // A table covering positions [0, needed), grown by doubling, or null when it would exceed
   // kCacheBytes (then the caller builds a table of just the positions it needs: a row depends only
-  // on its position, so the values are the same).
+  // on its position, so the values are the same). Call with the GIL held: it is released while
+  // waiting for the mutex and while growing, so one call grows and the others wait for its table.
   static constexpr int64_t kCacheBytes = int64_t{64} << 20;
-  const Table* cache(int64_t needed, AngleMode mode) {
+  std::shared_ptr<const Table> cache(int64_t needed, AngleMode mode) const {
     const int64_t row_bytes = std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
     const int64_t max_rows = kCacheBytes / row_bytes;
     if (needed > max_rows) return nullptr;
-    std::optional<Table>& slot = mode == AngleMode::exact ? exact_ : float32_;
+    py::gil_scoped_release release;
+    const std::lock_guard lock(caches_->mutex);
+    std::shared_ptr<const Table>& slot = mode == AngleMode::exact ? caches_->exact : caches_->float32;
     if (!slot || slot->rows() < needed) {
       int64_t rows = std::max<int64_t>(4096, slot ? slot->rows() : 0);
       while (rows < needed) rows *= 2;
       rows = std::min(rows, max_rows);
-      slot = Table::range(schedule_, 0, rows, mode);
+      slot = std::make_shared<const Table>(Table::range(schedule_, 0, rows, mode));  // calls hold the old one
     }
-    return &*slot;
+    return slot;
   }
 
  private:
+  struct Caches {
+    std::mutex mutex;  // guards the two pointers; a published Table is immutable
+    std::shared_ptr<const Table> exact, float32;
+  };
+
   Spec spec_;
   std::optional<int64_t> seq_len_;
   Schedule schedule_;
-  std::optional<Table> exact_, float32_;
+  std::unique_ptr<Caches> caches_ = std::make_unique<Caches>();  // behind a pointer: PyRope stays movable
 };
 
-Spec spec_from(int64_t head_dim, std::optional<int64_t> rotary_dim, double base, const std::string& pairing,
-               const std::string& schedule, const py::dict& args) {
-  Spec s;
-  s.head_dim = head_dim;
-  s.rotary_dim = rotary_dim.value_or(0);
-  if (rotary_dim && *rotary_dim == 0) throw Error("rotary_dim=0 must be > 0");
-  s.base = base;
-  s.pairing = parse_pairing(pairing);
-  s.schedule = parse_schedule(schedule);
-  for (auto item : args) {
-    const std::string key = py::str(item.first);
-    const py::handle v = item.second;
-    if (v.is_none()) continue;
-    auto as_double = [&] {
-      if (!py::isinstance<py::float_>(v) && !py::isinstance<py::int_>(v)) throw py::type_error(key + " must be a number");
-      return v.cast<double>();
-    };
-    auto as_int = [&] {
-      if (!py::isinstance<py::int_>(v)) throw py::type_error(key + " must be an int");
-      return v.cast<int64_t>();
-    };
-    if (key == "factor") s.factor = as_double();
-    else if (key == "original_max_position") s.original_max_position = as_int();
-    else if (key == "max_position") s.max_position = as_int();
-    else if (key == "beta_fast") s.beta_fast = as_double();
-    else if (key == "beta_slow") s.beta_slow = as_double();
-    else if (key == "mscale") s.mscale = as_double();
-    else if (key == "mscale_all_dim") s.mscale_all_dim = as_double();
-    else if (key == "truncate") s.truncate = v.cast<bool>();
-    else if (key == "attention_factor") s.attention_factor = as_double();
-    else if (key == "low_freq_factor") s.low_freq_factor = as_double();
-    else if (key == "high_freq_factor") s.high_freq_factor = as_double();
-    else if (key == "short_factor") s.short_factor = v.cast<std::vector<double>>();
-    else if (key == "long_factor") s.long_factor = v.cast<std::vector<double>>();
-    else if (key == "max_length") s.max_length = as_int();
-    else if (key == "monotone_scale") s.monotone_scale = as_double();
-    else throw py::type_error("unknown schedule argument '" + key + "'");
-  }
-  return s;
+// Pickle state: what the constructor takes (the Spec as keyword arguments, and seq_len).
+py::tuple rope_state(const PyRope& r) {
+  const Spec& s = r.spec();
+  return py::make_tuple(s.head_dim, s.resolved_rotary_dim(), s.base, std::string(to_string(s.pairing)),
+                        std::string(to_string(s.schedule)), r.seq_len(), schedule_args_of(s));
 }
 
-AngleMode mode_of(const std::string& angles) {
-  if (angles == "hf-float32") return AngleMode::hf_float32;
-  return AngleMode::exact;
+PyRope rope_from_state(const py::tuple& state) {
+  if (state.size() != 7 || !py::isinstance<py::dict>(state[6])) {
+    throw py::value_error("Rope state must be the 7-tuple Rope.__getstate__ gives, got " + shown(state));
+  }
+  return PyRope(spec_from(state[0], state[1], state[2], state[3], state[4], state[6].cast<py::dict>()),
+                optional_int_arg(state[5], "seq_len"));
 }
 
-void apply_py(PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
-              const py::object& k_out, const py::object& positions, int64_t offset, const std::string& layout,
-              bool inverse, const std::string& angles, int threads) {
-  if (angles != "table" && angles != "on_the_fly" && angles != "hf-float32") {
-    throw py::value_error("angles='" + angles + "' must be 'table', 'on_the_fly' or 'hf-float32'");
-  }
-  Borrowed bq(q, "q"), bk(k, "k"), bq_out(q_out, "q_out"), bk_out(k_out, "k_out");
-  ApplyArgs args;
-  args.q = bq.view(layout);
-  if (bk.set()) args.k = bk.view(layout);
-  if (bq_out.set()) args.q_out = bq_out.view(layout);
-  if (bk_out.set()) args.k_out = bk_out.view(layout);
-  args.direction = inverse ? Direction::inverse : Direction::forward;
-  args.threads = threads;
-  py::array_t<int64_t, py::array::c_style | py::array::forcecast> pos;
-  std::optional<Table> call_table;
-  int64_t max_position = offset + args.q.seq() - 1;
-  if (!positions.is_none()) {
-    pos = positions.cast<py::array_t<int64_t, py::array::c_style | py::array::forcecast>>();
-    args.positions = Positions::per_token(std::span<const int64_t>(pos.data(), static_cast<size_t>(pos.size())));
-    max_position = -1;
-    for (py::ssize_t i = 0; i < pos.size(); ++i) max_position = std::max<int64_t>(max_position, pos.data()[i]);
-  } else {
-    args.positions = Positions::sequential(offset);
-  }
-  if (angles != "on_the_fly" && args.q.batch() * args.q.seq() > 0 && max_position >= 0 &&
-      max_position < max_position_limit) {
-    validate(rope.schedule(), args);  // positions in range before any table is built
-    args.table = rope.cache(max_position + 1, mode_of(angles));
-    if (args.table == nullptr) {  // beyond the cache: a table of this call's distinct positions
-      std::vector<int64_t> wanted;
-      if (positions.is_none()) {
-        for (int64_t s = 0; s < args.q.seq(); ++s) wanted.push_back(offset + s);
-      } else {
-        wanted.assign(pos.data(), pos.data() + pos.size());
-        std::sort(wanted.begin(), wanted.end());
-        wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-      }
-      call_table.emplace(Table::at(rope.schedule(), wanted, mode_of(angles)));
-      args.table = &*call_table;
+// ---- Tensors ---------------------------------------------------------------------------------------
+
+enum class Access { read, write };
+
+// A numpy array or torch CPU tensor seen as a TensorView, alive until this goes away (GIL held).
+// Inputs are only read: a read-only, memory-mapped or broadcast numpy array and a torch tensor that
+// requires grad (borrowed through its detach()) are fine. An output must be writable and must not
+// be a tensor that autograd tracks.
+class Borrowed {
+ public:
+  Borrowed() = default;
+  Borrowed(const py::object& obj, const char* name, Access access) : name_(name) {
+    if (obj.is_none()) return;
+    if (py::isinstance<py::array>(obj)) {
+      from_numpy(py::reinterpret_borrow<py::array>(obj), access);
+    } else if (py::hasattr(obj, "__dlpack__")) {
+      from_dlpack(obj, access);
+    } else {
+      throw py::type_error(name_ + " must be a numpy.ndarray or torch.Tensor, got " + type_name(obj));
     }
   }
-  validate(rope.schedule(), args);  // raises before any write
+  Borrowed(const Borrowed&) = delete;
+  Borrowed& operator=(const Borrowed&) = delete;
+  ~Borrowed() {
+    if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
+  }
+
+  // The view in [batch, seq, heads, head_dim] order; unset (TensorView{}) when no object was given.
+  TensorView view(Layout layout) const {
+    if (!given_ || layout == Layout::bshd) return view_;
+    TensorView v = view_;
+    std::swap(v.shape[1], v.shape[2]);
+    std::swap(v.strides[1], v.strides[2]);
+    return v;
+  }
+
+ private:
+  void from_numpy(const py::array& array, Access access) {
+    if (access == Access::write && !array.writeable()) {
+      throw py::value_error(name_ + " is read-only and would be written (inplace=True writes q and k)");
+    }
+    const py::dtype dtype = array.dtype();
+    if (!dtype.attr("isnative").cast<bool>()) {
+      throw py::type_error(name_ + " dtype " + shown(dtype) + " is not in the machine's byte order");
+    }
+    std::optional<DType> kind;
+    if (dtype.kind() == 'f' && dtype.itemsize() == 4) kind = DType::f32;
+    else if (dtype.kind() == 'f' && dtype.itemsize() == 8) kind = DType::f64;
+    else if (dtype.kind() == 'f' && dtype.itemsize() == 2) kind = DType::f16;
+    if (!kind) throw_bad_dtype(shown(dtype));
+    check_ndim(array.ndim());
+    std::array<int64_t, 4> shape{}, strides{};
+    for (size_t d = 0; d < 4; ++d) {
+      const auto stride_bytes = static_cast<int64_t>(array.strides(static_cast<py::ssize_t>(d)));
+      if (stride_bytes % dtype.itemsize() != 0) {
+        throw py::value_error(name_ + " stride " + std::to_string(stride_bytes) + " bytes is not a multiple of its " +
+                              std::to_string(dtype.itemsize()) + "-byte elements");
+      }
+      shape[d] = static_cast<int64_t>(array.shape(static_cast<py::ssize_t>(d)));
+      strides[d] = stride_bytes / dtype.itemsize();
+    }
+    owner_ = array;
+    // Only written when access is write, which required a writable array above.
+    take(const_cast<void*>(array.data()), *kind, shape, strides);
+  }
+
+  void from_dlpack(py::object obj, Access access) {
+    const bool tracked = py::hasattr(obj, "requires_grad") && obj.attr("requires_grad").cast<bool>();
+    if (tracked && access == Access::write) {
+      throw py::value_error(name_ + " requires grad and would be written in place, which autograd forbids "
+                            "(use inplace=False)");
+    }
+    if (tracked) obj = obj.attr("detach")();  // same memory, read only
+    py::object capsule;
+    try {
+      capsule = obj.attr("__dlpack__")();
+    } catch (const py::error_already_set& e) {
+      throw py::value_error(name_ + " cannot be borrowed through DLPack: " + detail::excerpt(e.what()));
+    }
+    managed_ = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+    if (managed_ == nullptr) throw py::error_already_set();
+    PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // consumed: we call the deleter
+    const DLTensor& t = managed_->dl_tensor;
+    if (t.device.device_type != kDLCPU) {
+      throw py::value_error(name_ + " is not on the CPU (rotary's Python module runs the CPU kernels)");
+    }
+    std::optional<DType> kind;
+    if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 32) kind = DType::f32;
+    else if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 64) kind = DType::f64;
+    else if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 16) kind = DType::f16;
+    else if (t.dtype.lanes == 1 && t.dtype.code == kDLBfloat && t.dtype.bits == 16) kind = DType::bf16;
+    if (!kind) throw_bad_dtype(shown(obj.attr("dtype")));
+    check_ndim(t.ndim);
+    std::array<int64_t, 4> shape{}, strides{};
+    int64_t contiguous = 1;
+    for (int d = 3; d >= 0; --d) {
+      shape[static_cast<size_t>(d)] = t.shape[d];
+      strides[static_cast<size_t>(d)] = t.strides ? t.strides[d] : contiguous;
+      contiguous *= t.shape[d];
+    }
+    // An empty tensor may have a null data pointer: the library takes it as an empty view.
+    void* data = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
+    take(data, *kind, shape, strides);
+  }
+
+  [[noreturn]] void throw_bad_dtype(const std::string& dtype) const {
+    throw py::type_error(name_ + " dtype must be float32, float64, float16 or bfloat16, got " + dtype);
+  }
+
+  void check_ndim(int64_t ndim) const {
+    if (ndim != 4) {
+      throw py::value_error(name_ + " must have 4 dimensions ([batch, seq, heads, head_dim] or [batch, heads, seq, "
+                            "head_dim]), got " + std::to_string(ndim));
+    }
+  }
+
+  void take(void* data, DType dtype, const std::array<int64_t, 4>& shape, const std::array<int64_t, 4>& strides) {
+    view_ = TensorView{.data = data, .dtype = dtype, .shape = shape, .strides = strides};
+    given_ = true;
+  }
+
+  std::string name_;
+  bool given_ = false;
+  TensorView view_{};
+  py::object owner_;                     // the numpy array
+  DLManagedTensor* managed_ = nullptr;  // the DLPack export
+};
+
+// ---- apply -----------------------------------------------------------------------------------------
+
+// Positions as the Python layer passes them (rotary._positions_array checked the user's value).
+py::array_t<int64_t> positions_arg(py::handle v) {
+  auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
+  if (!array || !py::isinstance<py::array_t<int64_t>>(v)) {
+    throw py::type_error("positions must be an int64 numpy array here, got " + type_name(v));
+  }
+  return array;
+}
+
+// The table this call reads: a snapshot of the Rope's cache, or (beyond the cache) a table of just
+// this call's distinct positions; null for on-the-fly angles or no tokens. `args` passed validate.
+std::shared_ptr<const Table> table_for(const PyRope& rope, const ApplyArgs& args, Angles angles,
+                                       std::span<const int64_t> positions) {
+  if (angles == Angles::on_the_fly || args.q.batch() == 0 || args.q.seq() == 0) return nullptr;
+  const AngleMode mode = angles == Angles::hf_float32 ? AngleMode::hf_float32 : AngleMode::exact;
+  const bool sequential = args.positions.kind == Positions::Kind::sequential;
+  const int64_t max_position = sequential ? args.positions.offset + args.q.seq() - 1
+                                          : *std::max_element(positions.begin(), positions.end());
+  if (std::shared_ptr<const Table> cached = rope.cache(max_position + 1, mode)) return cached;
+  std::vector<int64_t> wanted;
+  if (sequential) {
+    for (int64_t s = 0; s < args.q.seq(); ++s) wanted.push_back(args.positions.offset + s);
+  } else {
+    wanted.assign(positions.begin(), positions.end());
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  }
+  py::gil_scoped_release release;
+  return std::make_shared<const Table>(Table::at(rope.schedule(), wanted, mode));
+}
+
+// q_out unset means in place: q (and k) are then written.
+void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
+              const py::object& k_out, const py::object& positions, const py::object& offset,
+              const py::object& layout, const py::object& inverse, const py::object& angles,
+              const py::object& threads) {
+  const Layout lay = layout_arg(layout);
+  const Angles angle_source = angles_arg(angles);
+  const Access in_access = q_out.is_none() ? Access::write : Access::read;
+  Borrowed bq(q, "q", in_access), bk(k, "k", in_access);
+  Borrowed bq_out(q_out, "q_out", Access::write), bk_out(k_out, "k_out", Access::write);
+  ApplyArgs args{.q = bq.view(lay), .k = bk.view(lay), .q_out = bq_out.view(lay), .k_out = bk_out.view(lay)};
+  args.direction = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
+  args.threads = threads_arg(threads);
+  const int64_t first = int_arg(offset, "offset", "must keep positions in [0, 2^31)");
+  py::array_t<int64_t> pos;
+  std::span<const int64_t> per_token;
+  if (positions.is_none()) {
+    args.positions = Positions::sequential(first);
+  } else {
+    pos = positions_arg(positions);
+    per_token = std::span<const int64_t>(pos.data(), static_cast<size_t>(pos.size()));
+    args.positions = Positions::per_token(per_token);
+  }
+  validate(rope.schedule(), args);  // raises before any write, and before a table is built
+  const std::shared_ptr<const Table> table = table_for(rope, args, angle_source, per_token);
+  args.table = table.get();
+  py::gil_scoped_release release;
+  apply(rope.schedule(), args);
+}
+
+py::tuple table_py(const PyRope& r, const py::object& positions, const py::object& angles) {
+  const AngleMode mode = angle_mode_arg(angles);
+  const py::array_t<int64_t> pos = positions_arg(positions);
+  std::optional<Table> t;
   {
     py::gil_scoped_release release;
-    apply(rope.schedule(), args);
+    t.emplace(Table::at(r.schedule(), std::span<const int64_t>(pos.data(), static_cast<size_t>(pos.size())), mode));
   }
+  const auto rows = static_cast<py::ssize_t>(t->rows()), pairs = static_cast<py::ssize_t>(t->pairs());
+  py::array_t<float> c({rows, pairs}), s({rows, pairs});
+  std::copy(t->cos().begin(), t->cos().end(), c.mutable_data());
+  std::copy(t->sin().begin(), t->sin().end(), s.mutable_data());
+  return py::make_tuple(c, s);
+}
+
+py::tuple with_notes(PyRope rope, const ModelRope& model) {
+  return py::make_tuple(py::cast(std::move(rope)), model.notes);
 }
 
 }  // namespace
@@ -210,23 +508,35 @@ void apply_py(PyRope& rope, const py::object& q, const py::object& k, const py::
 PYBIND11_MODULE(_rotary, m) {
   m.doc() = "rotary: Rotary Position Embeddings, exact at any context length (C++ core)";
   py::register_exception<Error>(m, "RotaryError", PyExc_ValueError);
+  m.attr("max_threads") = max_threads;
+  m.attr("max_position_limit") = max_position_limit;
 
   py::class_<PyRope>(m, "Rope")
-      .def(py::init([](int64_t head_dim, std::optional<int64_t> rotary_dim, double base, const std::string& pairing,
-                       const std::string& schedule, std::optional<int64_t> seq_len, const py::dict& args) {
-             return PyRope(spec_from(head_dim, rotary_dim, base, pairing, schedule, args), seq_len);
+      .def(py::init([](const py::object& head_dim, const py::object& rotary_dim, const py::object& base,
+                       const py::object& pairing, const py::object& schedule, const py::object& seq_len,
+                       const py::dict& args) {
+             return PyRope(spec_from(head_dim, rotary_dim, base, pairing, schedule, args),
+                           optional_int_arg(seq_len, "seq_len"));
            }),
            py::arg("head_dim"), py::arg("rotary_dim") = py::none(), py::arg("base") = 10000.0,
            py::arg("pairing") = "half", py::arg("schedule") = "default", py::arg("seq_len") = py::none(),
            py::arg("args") = py::dict())
-      .def_static("from_config_text", [](const std::string& text, std::optional<int64_t> seq_len) {
-        const ModelRope model = read_hf_config(text);
-        return std::make_pair(PyRope(model.spec, seq_len), model.notes);
+      .def_static("from_config_text", [](const py::object& text, const py::object& seq_len) {
+        const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
+        const ModelRope model = read_hf_config(str_arg(text, "config text"));
+        return with_notes(PyRope(model.spec, n), model);
       })
-      .def_static("from_preset", [](const std::string& name, std::optional<int64_t> seq_len) {
-        const ModelRope model = load_preset(name);
-        return std::make_pair(PyRope(model.spec, seq_len), model.notes);
+      .def_static("from_config_file", [](const py::object& path, const py::object& seq_len) {
+        const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
+        const ModelRope model = read_hf_config_file(str_arg(path, "path"));
+        return with_notes(PyRope(model.spec, n), model);
       })
+      .def_static("from_preset", [](const py::object& name, const py::object& seq_len) {
+        const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
+        const ModelRope model = load_preset(str_arg(name, "name"));
+        return with_notes(PyRope(model.spec, n), model);
+      })
+      .def(py::pickle(&rope_state, &rope_from_state))
       .def_property_readonly("inv_freq", [](const PyRope& r) {
         return py::array_t<double>(static_cast<py::ssize_t>(r.schedule().inv_freq.size()), r.schedule().inv_freq.data());
       })
@@ -236,27 +546,21 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("pairing", [](const PyRope& r) { return std::string(to_string(r.schedule().pairing)); })
       .def_property_readonly("schedule", [](const PyRope& r) { return std::string(to_string(r.schedule().type)); })
       .def_property_readonly("base", [](const PyRope& r) { return r.spec().base; })
-      .def("table", [](const PyRope& r, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& positions,
-                       const std::string& angles) {
-        if (angles != "exact" && angles != "hf-float32") throw py::value_error("angles must be 'exact' or 'hf-float32'");
-        const Table t = Table::at(r.schedule(), std::span<const int64_t>(positions.data(), static_cast<size_t>(positions.size())),
-                                  mode_of(angles));
-        const auto rows = static_cast<py::ssize_t>(t.rows()), pairs = static_cast<py::ssize_t>(t.pairs());
-        py::array_t<float> c({rows, pairs}), s({rows, pairs});
-        std::copy(t.cos().begin(), t.cos().end(), c.mutable_data());
-        std::copy(t.sin().begin(), t.sin().end(), s.mutable_data());
-        return std::make_pair(c, s);
-      }, py::arg("positions"), py::arg("angles") = "exact")
+      .def("table", &table_py, py::arg("positions"), py::arg("angles") = "exact")
       .def("apply", &apply_py, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
            py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"), py::arg("threads"));
 
-  m.def("pairing_permutation", [](int64_t head_dim, int64_t rotary_dim, const std::string& from, const std::string& to) {
-    return pairing_permutation(head_dim, rotary_dim, parse_pairing(from, "from"), parse_pairing(to, "to"));
+  m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
+                                  const py::object& to) {
+    return pairing_permutation(int_arg(head_dim, "head_dim"), int_arg(rotary_dim, "rotary_dim"),
+                               parse_pairing(str_arg(from, "from"), "from"), parse_pairing(str_arg(to, "to"), "to"));
   });
   m.def("preset_names", &preset_names);
-  m.def("preset_text", [](const std::string& name) { return preset_text(name); });
-  m.def("float32_drift", [](const PyRope& r, int64_t position) {
-    const Float32Drift d = hf_float32_drift(r.schedule(), position);
+  m.def("preset_text", [](const py::object& name) { return preset_text(str_arg(name, "name")); });
+  m.def("float32_drift", [](const PyRope& r, const py::object& position) {
+    const Float32Drift d = hf_float32_drift(r.schedule(), int_arg(position, "position"));
     return py::make_tuple(d.max_angle_error, d.worst_pair, d.max_ulps);
   });
+  m.def("shown", [](const py::object& value) { return shown(value); },
+        "repr(value) cut to at most ~100 characters for an error message, control bytes escaped.");
 }
