@@ -1,0 +1,256 @@
+/* rotary — the C ABI: schedules, tables and apply for C, Rust, Go, Zig and any other C FFI.
+ *
+ * C11, and valid C++ (declarations in extern "C"). A thin shell over the C++ API (the .hpp headers
+ * beside this one): the same rules, the same checks, the same kernels, the same error texts.
+ *
+ * Errors: every function that can fail returns an int holding a rotary_status, 0 (ROTARY_OK) on
+ * success. No C++ exception ever crosses this boundary. On failure, rotary_last_error() gives one
+ * line naming the offending argument, its value and the rule, e.g. "q.head_dim=64 differs from the
+ * schedule's head_dim=128"; every check runs before the first write, so the caller's memory is
+ * untouched, and an object pointer passed as `out` is set to NULL.
+ *
+ * Zero-initialised structs mean the defaults: `rotary_spec spec = {0}; spec.head_dim = 128;` is
+ * Llama-style RoPE (base 10000, half pairing), and a zeroed rotary_apply_args rotates in place,
+ * forward, at positions 0..seq-1, on every thread.
+ *
+ * Minimal use:
+ *   rotary_schedule* schedule = NULL;
+ *   if (rotary_schedule_from_preset("llama-3.1-8b", -1, &schedule) != ROTARY_OK) {
+ *     fprintf(stderr, "%s\n", rotary_last_error());
+ *   }
+ *   rotary_apply_args args = {0};
+ *   rotary_tensor_bshd(q, ROTARY_BF16, batch, seq, 32, 128, &args.q);
+ *   rotary_tensor_bshd(k, ROTARY_BF16, batch, seq, 8, 128, &args.k);
+ *   args.offset = past_tokens;
+ *   if (rotary_apply(schedule, &args) != ROTARY_OK) fprintf(stderr, "%s\n", rotary_last_error());
+ *   rotary_schedule_free(schedule);
+ *
+ * Thread safety: schedules and tables are immutable once built and may be shared between threads;
+ * rotary_apply calls may run concurrently on disjoint outputs; rotary_last_error is per thread.
+ */
+#ifndef ROTARY_ROTARY_H
+#define ROTARY_ROTARY_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status ---------------------------------------------------------------------------------- */
+
+/** What a function returns (as int). */
+typedef enum rotary_status {
+  ROTARY_OK = 0,
+  ROTARY_ERROR_INVALID_ARGUMENT = 1, /**< an argument breaks a rule (NULL too); nothing written */
+  ROTARY_ERROR_OUT_OF_MEMORY = 2,    /**< an allocation failed; nothing written */
+  ROTARY_ERROR_INTERNAL = 3          /**< any other failure: a bug in rotary (please report it) */
+} rotary_status;
+
+/** The message of the last failure on the calling thread ("" if none yet). Failures on other
+ *  threads never change it; a successful call leaves it as it was (like errno). The pointer stays
+ *  valid until the next failing call on this thread. Never NULL. */
+const char* rotary_last_error(void);
+
+/** The library version, "MAJOR.MINOR.PATCH". */
+const char* rotary_version(void);
+
+/* ---- Schedules ------------------------------------------------------------------------------- */
+
+/** How the rotary_dim leading channels of a head form pairs (zero: half, as in the C++ API).
+ *    half:        pair i is (x[i], x[i + r/2])  lanes [a0 a1 ... b0 b1 ...]  HF rotate_half, NeoX
+ *    interleaved: pair i is (x[2i], x[2i+1])    lanes [a0 b0 a1 b1 ...]      Meta LLaMA, GPT-J */
+typedef enum rotary_pairing {
+  ROTARY_PAIRING_HALF = 0,
+  ROTARY_PAIRING_INTERLEAVED = 1
+} rotary_pairing;
+
+/** How inv_freq and attention_factor are derived (Hugging Face definitions; see schedule.hpp). */
+typedef enum rotary_schedule_type {
+  ROTARY_SCHEDULE_DEFAULT = 0,
+  ROTARY_SCHEDULE_LINEAR = 1,
+  ROTARY_SCHEDULE_NTK = 2,
+  ROTARY_SCHEDULE_DYNAMIC = 3,
+  ROTARY_SCHEDULE_YARN = 4,
+  ROTARY_SCHEDULE_LLAMA3 = 5,
+  ROTARY_SCHEDULE_LONGROPE = 6,
+  ROTARY_SCHEDULE_MONOTONE = 7
+} rotary_schedule_type;
+
+/** A yes/no setting that may be left unset (then the schedule's default applies). */
+typedef enum rotary_toggle {
+  ROTARY_TOGGLE_UNSET = 0,
+  ROTARY_TOGGLE_ON = 1,
+  ROTARY_TOGGLE_OFF = 2
+} rotary_toggle;
+
+/** RoPE settings, the C image of rotary::Spec (spec.hpp has the table of which schedule uses which
+ *  field). A field left 0 (or NULL) is unset, like an empty std::optional: no optional field has a
+ *  meaningful 0 (transformers, too, reads a YaRN mscale of 0 as not given). Any other value is
+ *  passed on and checked, e.g. factor=-1 fails with "factor=-1 must be > 0". */
+typedef struct rotary_spec {
+  int64_t head_dim;               /**< width of one head, > 0 */
+  int64_t rotary_dim;             /**< rotated leading channels, even, <= head_dim; 0: head_dim */
+  double base;                    /**< rope_theta, > 1; 0: 10000 */
+  rotary_pairing pairing;
+  rotary_schedule_type schedule;
+  double factor;                  /**< scaling factor s > 0 (linear, ntk, dynamic, yarn, llama3) */
+  int64_t original_max_position;  /**< L, original_max_position_embeddings */
+  int64_t max_position;           /**< M, max_position_embeddings */
+  double beta_fast;               /**< yarn, default 32 */
+  double beta_slow;               /**< yarn, default 1 */
+  double mscale;                  /**< yarn */
+  double mscale_all_dim;          /**< yarn */
+  rotary_toggle truncate;         /**< yarn, default on */
+  double attention_factor;        /**< explicit factor multiplied into cos and sin */
+  double low_freq_factor;         /**< llama3 */
+  double high_freq_factor;        /**< llama3 */
+  const double* short_factor;     /**< longrope: rotary_dim/2 values (copied) */
+  int64_t short_factor_count;
+  const double* long_factor;      /**< longrope: rotary_dim/2 values (copied) */
+  int64_t long_factor_count;
+  int64_t max_length;             /**< monotone: N, the longest window the model sees */
+  double monotone_scale;          /**< monotone: c; default the largest c with a 2^-10 margin */
+} rotary_spec;
+
+/** Immutable: per-pair inv_freq and the attention factor, all a kernel needs. Opaque. */
+typedef struct rotary_schedule rotary_schedule;
+
+/** For the constructors below, seq_len is the current sequence length n for the schedules that
+ *  depend on it (dynamic, longrope); < 0 means unset (n <= the original context). On success *out
+ *  owns a new schedule (free it with rotary_schedule_free); on failure *out is NULL. */
+
+/** From settings (rotary::make_schedule). */
+int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_schedule** out);
+/** From the text of a Hugging Face config.json (NUL-terminated), resolved as transformers does
+ *  (rotary::read_hf_config). Its non-fatal notes are dropped. */
+int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len, rotary_schedule** out);
+/** From a built-in preset, e.g. "llama-3.1-8b" (see rotary_preset_name). */
+int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out);
+/** Frees a schedule; NULL is a no-op. */
+void rotary_schedule_free(rotary_schedule* schedule);
+
+/* Accessors: a NULL schedule gives 0 (NULL for inv_freq, -1 for the enums) and sets the last
+ * error. */
+int64_t rotary_schedule_head_dim(const rotary_schedule* schedule);
+int64_t rotary_schedule_rotary_dim(const rotary_schedule* schedule);
+/** rotary_dim/2 angular frequencies in radians per position, owned by the schedule. */
+const double* rotary_schedule_inv_freq(const rotary_schedule* schedule);
+double rotary_schedule_attention_factor(const rotary_schedule* schedule);
+/** A rotary_pairing value, or -1. */
+int rotary_schedule_pairing(const rotary_schedule* schedule);
+/** A rotary_schedule_type value, or -1. */
+int rotary_schedule_type_of(const rotary_schedule* schedule);
+
+/** Built-in presets: the name at `index` (0, 1, ...), or NULL past the last one. Static storage. */
+const char* rotary_preset_name(int64_t index);
+
+/* ---- Tables ---------------------------------------------------------------------------------- */
+
+/** How a table forms its angles (rotary::AngleMode). */
+typedef enum rotary_angle_mode {
+  ROTARY_ANGLES_EXACT = 0,     /**< the real p * inv_freq: within 1 float ulp for any p < 2^31 */
+  ROTARY_ANGLES_HF_FLOAT32 = 1 /**< transformers' float32 pipeline, to match training numerics */
+} rotary_angle_mode;
+
+/** Immutable: float32 cos and sin (times attention_factor) per position, as rotary::Table.
+ *  Opaque. */
+typedef struct rotary_table rotary_table;
+
+/** Positions first .. first+count-1. On failure *out is NULL. Allocates 8 * count * pairs bytes. */
+int rotary_table_range(const rotary_schedule* schedule, int64_t first, int64_t count,
+                       rotary_angle_mode mode, rotary_table** out);
+/** One row per listed position (count of them, duplicates allowed). On failure *out is NULL. */
+int rotary_table_at(const rotary_schedule* schedule, const int64_t* positions, int64_t count,
+                    rotary_angle_mode mode, rotary_table** out);
+/** Frees a table; NULL is a no-op. */
+void rotary_table_free(rotary_table* table);
+/* Accessors: a NULL table gives 0 (NULL for the arrays) and sets the last error. */
+int64_t rotary_table_rows(const rotary_table* table);
+int64_t rotary_table_pairs(const rotary_table* table);
+/** rows * pairs values, row-major: row r holds cos(position_r * inv_freq[i]) * attention_factor
+ *  (sin likewise), i in [0, pairs). */
+const float* rotary_table_cos(const rotary_table* table);
+const float* rotary_table_sin(const rotary_table* table);
+
+/* ---- Apply ----------------------------------------------------------------------------------- */
+
+/** Element types: f16 is IEEE binary16, bf16 is bfloat16, both passed as 16-bit storage. */
+typedef enum rotary_dtype {
+  ROTARY_F32 = 0,
+  ROTARY_F64 = 1,
+  ROTARY_F16 = 2,
+  ROTARY_BF16 = 3
+} rotary_dtype;
+
+/** A strided view of activations, logical shape [batch, seq, heads, head_dim], strides in elements
+ *  (any sign), as rotary::TensorView (tensor.hpp), with its three states:
+ *    absent: data NULL and shape all 0 (a zeroed struct): k, q_out and k_out may be absent;
+ *    empty:  some extent 0: nothing read or written, data may be NULL;
+ *    set:    data not NULL (NULL data with a non-empty shape is an error, not "absent").
+ *  Non-owning. */
+typedef struct rotary_tensor {
+  void* data;
+  rotary_dtype dtype;
+  int64_t shape[4];   /**< [batch, seq, heads, head_dim] */
+  int64_t strides[4]; /**< elements between neighbours along each dimension */
+} rotary_tensor;
+
+/** *out = a view of memory laid out [batch, seq, heads, head_dim], contiguous. Fails (and zeroes
+ *  *out) when a stride, a product of extents, leaves int64. dtype is checked by rotary_apply. */
+int rotary_tensor_bshd(void* data, rotary_dtype dtype, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t head_dim, rotary_tensor* out);
+/** *out = a view of memory laid out [batch, heads, seq, head_dim], contiguous, seen as
+ *  [batch, seq, heads, head_dim]. Fails as rotary_tensor_bshd does. */
+int rotary_tensor_bhsd(void* data, rotary_dtype dtype, int64_t batch, int64_t heads, int64_t seq,
+                       int64_t head_dim, rotary_tensor* out);
+
+/** Direction of the rotation: inverse rotates by -angle (the backward pass; undoes forward when
+ *  attention_factor is 1). */
+typedef enum rotary_direction { ROTARY_FORWARD = 0, ROTARY_INVERSE = 1 } rotary_direction;
+
+/** Which implementation runs (rotary::Backend). */
+typedef enum rotary_backend {
+  ROTARY_BACKEND_AUTO = 0,      /**< the fastest available (today: cpu) */
+  ROTARY_BACKEND_REFERENCE = 1, /**< the scalar oracle, double arithmetic, single-threaded */
+  ROTARY_BACKEND_CPU = 2        /**< Highway SIMD kernels threaded with OpenMP */
+} rotary_backend;
+
+/** Everything rotary_apply takes, the C image of rotary::ApplyArgs. Zero-initialise, then set. */
+typedef struct rotary_apply_args {
+  rotary_tensor q;      /**< input; also the output when q_out is absent */
+  rotary_tensor k;      /**< optional input, same dtype, batch and seq as q */
+  rotary_tensor q_out;  /**< optional output, same shape and dtype as q; absent: in place */
+  rotary_tensor k_out;  /**< optional output, same shape and dtype as k; absent: in place */
+  /** Per-token positions, a [batch, seq] int64 array (positions_count = batch * seq entries), or
+   *  NULL: token s of every batch row is at offset + s. Every position in [0, 2^31). */
+  const int64_t* positions;
+  int64_t positions_count;
+  int64_t offset;       /**< sequential positions only (0 when positions are given) */
+  int inverse;          /**< ROTARY_FORWARD (0) or ROTARY_INVERSE (1) */
+  int threads;          /**< 0: all OpenMP threads, else at most rotary::max_threads (apply.hpp);
+                             the same bits for any count */
+  /** Per-token positions as int32, instead of `positions` (at most one of the two is set); the
+   *  count is positions_count. */
+  const int32_t* positions_i32;
+  /** Angles from this table (built from an equal schedule, holding every position used), or NULL:
+   *  exact angles computed on the fly. */
+  const rotary_table* table;
+  rotary_backend backend;
+  int skip_tail_copy;   /**< out of place: 0 copies channels rotary_dim..head_dim to the output (the
+                             default), 1 leaves them unwritten */
+} rotary_apply_args;
+
+/** Rotates q and (optionally) k: pair (a, b) of a head at position p, with phi = p * inv_freq[i]
+ *  and g = attention_factor, becomes (g (a cos phi - b sin phi), g (a sin phi + b cos phi));
+ *  inverse negates sin. Channels rotary_dim..head_dim pass through. Arithmetic, accuracy,
+ *  threading and every rule as rotary::apply (apply.hpp): f32, f16 and bf16 in float32 with each
+ *  result within 2^-23 * g * (|a| + |b|) of the exact rotation; f64 in double. Checks everything
+ *  first; on failure nothing was written. Does not allocate. */
+int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ROTARY_ROTARY_H */

@@ -1,0 +1,452 @@
+// The C ABI (include/rotary/rotary.h): converts C structs to the C++ API and C++ exceptions to
+// status codes. No rule is checked here that the C++ API checks: only what the C encoding adds
+// (NULL pointers, enum values that C can hold but C++ must not see, 0 meaning unset).
+#include "rotary/rotary.h"
+
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+#include "rotary/hf_config.hpp"
+#include "rotary/schedule.hpp"
+#include "rotary/spec.hpp"
+#include "rotary/table.hpp"
+#include "rotary/tensor.hpp"
+
+struct rotary_schedule {
+  rotary::Schedule schedule;
+};
+
+struct rotary_table {
+  rotary::Table table;
+};
+
+namespace {
+
+using rotary::Error;
+
+// ---- errors: one thread-local message, every exception caught ----
+
+thread_local std::string t_message;
+thread_local const char* t_error = "";
+
+int fail(rotary_status status, const char* message) noexcept {
+  try {
+    t_message = message;
+    t_error = t_message.c_str();
+  } catch (...) {  // no memory left even for the message
+    t_error = "rotary: out of memory while recording an error";
+  }
+  return status;
+}
+
+// Runs `body`, turning every exception into a status and the thread's last error.
+template <class Body>
+int guarded(Body&& body) noexcept {
+  try {
+    body();
+    return ROTARY_OK;
+  } catch (const Error& e) {
+    return fail(ROTARY_ERROR_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ROTARY_ERROR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(ROTARY_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(ROTARY_ERROR_INTERNAL, "unknown exception");
+  }
+}
+
+// For the accessors, which return a value: records the error and gives `fallback`.
+template <class T>
+T null_argument(const char* name, T fallback) noexcept {
+  fail(ROTARY_ERROR_INVALID_ARGUMENT, name);
+  return fallback;
+}
+
+template <class T>
+const T& require(const T* pointer, const char* name) {
+  if (pointer == nullptr) throw Error(fmt::format("{} is NULL", name));
+  return *pointer;
+}
+
+std::string_view require_text(const char* text, const char* name) {
+  if (text == nullptr) throw Error(fmt::format("{} is NULL", name));
+  return text;
+}
+
+// Starts a constructor: `out` must be non-NULL and is NULL until success.
+template <class T>
+void start(T** out) {
+  if (out == nullptr) throw Error("out is NULL");
+  *out = nullptr;
+}
+
+// ---- enums: C may store any integer in them; C++ must not load an out-of-range enum value ----
+
+// The integer a C enum object holds, read as its underlying type (no enum load, so no UB).
+template <class E>
+int64_t raw(const E& value) {
+  std::underlying_type_t<E> integer;
+  static_assert(sizeof integer == sizeof value);
+  std::memcpy(&integer, &value, sizeof integer);
+  return static_cast<int64_t>(integer);
+}
+
+rotary::DType to_dtype(const rotary_dtype& dtype, const char* name) {
+  switch (raw(dtype)) {
+    case ROTARY_F32: return rotary::DType::f32;
+    case ROTARY_F64: return rotary::DType::f64;
+    case ROTARY_F16: return rotary::DType::f16;
+    case ROTARY_BF16: return rotary::DType::bf16;
+  }
+  throw Error(fmt::format("{}.dtype={} is not ROTARY_F32, ROTARY_F64, ROTARY_F16 or ROTARY_BF16",
+                          name, raw(dtype)));
+}
+
+rotary::Pairing to_pairing(const rotary_pairing& pairing) {
+  switch (raw(pairing)) {
+    case ROTARY_PAIRING_HALF: return rotary::Pairing::half;
+    case ROTARY_PAIRING_INTERLEAVED: return rotary::Pairing::interleaved;
+  }
+  throw Error(fmt::format(
+      "spec.pairing={} is not ROTARY_PAIRING_HALF or ROTARY_PAIRING_INTERLEAVED", raw(pairing)));
+}
+
+constexpr rotary::ScheduleType kScheduleTypes[] = {
+    rotary::ScheduleType::default_, rotary::ScheduleType::linear,  rotary::ScheduleType::ntk,
+    rotary::ScheduleType::dynamic,  rotary::ScheduleType::yarn,    rotary::ScheduleType::llama3,
+    rotary::ScheduleType::longrope, rotary::ScheduleType::monotone};
+static_assert(ROTARY_SCHEDULE_MONOTONE + 1 == std::size(kScheduleTypes));
+
+rotary::ScheduleType to_schedule_type(const rotary_schedule_type& type) {
+  const int64_t value = raw(type);
+  if (value < 0 || value >= static_cast<int64_t>(std::size(kScheduleTypes))) {
+    throw Error(fmt::format(
+        "spec.schedule={} is not a rotary_schedule_type (ROTARY_SCHEDULE_DEFAULT=0 .. "
+        "ROTARY_SCHEDULE_MONOTONE=7)",
+        value));
+  }
+  return kScheduleTypes[value];
+}
+
+std::optional<bool> to_toggle(const rotary_toggle& toggle, const char* name) {
+  switch (raw(toggle)) {
+    case ROTARY_TOGGLE_UNSET: return std::nullopt;
+    case ROTARY_TOGGLE_ON: return true;
+    case ROTARY_TOGGLE_OFF: return false;
+  }
+  throw Error(fmt::format(
+      "spec.{}={} is not ROTARY_TOGGLE_UNSET, ROTARY_TOGGLE_ON or ROTARY_TOGGLE_OFF", name,
+      raw(toggle)));
+}
+
+rotary::AngleMode to_angle_mode(const rotary_angle_mode& mode) {
+  switch (raw(mode)) {
+    case ROTARY_ANGLES_EXACT: return rotary::AngleMode::exact;
+    case ROTARY_ANGLES_HF_FLOAT32: return rotary::AngleMode::hf_float32;
+  }
+  throw Error(fmt::format("mode={} is not ROTARY_ANGLES_EXACT or ROTARY_ANGLES_HF_FLOAT32",
+                          raw(mode)));
+}
+
+rotary::Backend to_backend(const rotary_backend& backend) {
+  switch (raw(backend)) {
+    case ROTARY_BACKEND_AUTO: return rotary::Backend::automatic;
+    case ROTARY_BACKEND_REFERENCE: return rotary::Backend::reference;
+    case ROTARY_BACKEND_CPU: return rotary::Backend::cpu;
+  }
+  throw Error(fmt::format(
+      "backend={} is not ROTARY_BACKEND_AUTO, ROTARY_BACKEND_REFERENCE or ROTARY_BACKEND_CPU",
+      raw(backend)));
+}
+
+// A C int used as a flag: 0 or 1, anything else is most likely garbage.
+bool to_flag(int value, const char* name, const char* meaning) {
+  if (value != 0 && value != 1) {
+    throw Error(fmt::format("{}={} must be 0 or 1 ({})", name, value, meaning));
+  }
+  return value == 1;
+}
+
+// ---- spec: 0 means unset ----
+
+template <class T>
+std::optional<T> unless_zero(T value) {
+  if (value == T{0}) return std::nullopt;
+  return value;
+}
+
+std::vector<double> factor_list(const double* values, int64_t count, const char* name) {
+  if (count < 0) throw Error(fmt::format("spec.{}_count={} must be >= 0", name, count));
+  if (count > 0 && values == nullptr) {
+    throw Error(fmt::format("spec.{} is NULL but spec.{}_count={}", name, name, count));
+  }
+  return count == 0 ? std::vector<double>{} : std::vector<double>(values, values + count);
+}
+
+rotary::Spec to_spec(const rotary_spec& c) {
+  rotary::Spec spec;
+  spec.head_dim = c.head_dim;
+  spec.rotary_dim = c.rotary_dim;
+  spec.base = c.base == 0 ? rotary::Spec{}.base : c.base;
+  spec.pairing = to_pairing(c.pairing);
+  spec.schedule = to_schedule_type(c.schedule);
+  spec.factor = unless_zero(c.factor);
+  spec.original_max_position = unless_zero(c.original_max_position);
+  spec.max_position = unless_zero(c.max_position);
+  spec.beta_fast = unless_zero(c.beta_fast);
+  spec.beta_slow = unless_zero(c.beta_slow);
+  spec.mscale = unless_zero(c.mscale);
+  spec.mscale_all_dim = unless_zero(c.mscale_all_dim);
+  spec.truncate = to_toggle(c.truncate, "truncate");
+  spec.attention_factor = unless_zero(c.attention_factor);
+  spec.low_freq_factor = unless_zero(c.low_freq_factor);
+  spec.high_freq_factor = unless_zero(c.high_freq_factor);
+  spec.short_factor = factor_list(c.short_factor, c.short_factor_count, "short_factor");
+  spec.long_factor = factor_list(c.long_factor, c.long_factor_count, "long_factor");
+  spec.max_length = unless_zero(c.max_length);
+  spec.monotone_scale = unless_zero(c.monotone_scale);
+  return spec;
+}
+
+std::optional<int64_t> to_seq_len(int64_t seq_len) {
+  if (seq_len < 0) return std::nullopt;
+  return seq_len;
+}
+
+int new_schedule(rotary_schedule** out, const auto& build) {
+  return guarded([&] {
+    start(out);
+    *out = new rotary_schedule{build()};
+  });
+}
+
+// ---- apply ----
+
+// Field for field; all zero gives the C++ default TensorView{} (absent).
+rotary::TensorView to_view(const rotary_tensor& t, const char* name) {
+  rotary::TensorView view;
+  view.data = t.data;
+  view.dtype = to_dtype(t.dtype, name);
+  for (size_t d = 0; d < 4; ++d) {
+    view.shape[d] = t.shape[d];
+    view.strides[d] = t.strides[d];
+  }
+  return view;
+}
+
+rotary::Positions to_positions(const rotary_apply_args& a) {
+  if (a.positions != nullptr && a.positions_i32 != nullptr) {
+    throw Error("positions and positions_i32 are both set (give at most one)");
+  }
+  if (a.positions == nullptr && a.positions_i32 == nullptr) {
+    if (a.positions_count != 0) {
+      throw Error(fmt::format(
+          "positions_count={} but positions and positions_i32 are NULL (sequential positions "
+          "take offset only)",
+          a.positions_count));
+    }
+    return rotary::Positions::sequential(a.offset);
+  }
+  if (a.offset != 0) {
+    throw Error(fmt::format("offset={} is for sequential positions only, but per-token positions "
+                            "are given",
+                            a.offset));
+  }
+  if (a.positions_count < 0) {
+    throw Error(fmt::format("positions_count={} must be >= 0", a.positions_count));
+  }
+  const auto count = static_cast<size_t>(a.positions_count);
+  if (a.positions != nullptr) {
+    return rotary::Positions::per_token(std::span<const int64_t>(a.positions, count));
+  }
+  return rotary::Positions::per_token(std::span<const int32_t>(a.positions_i32, count));
+}
+
+rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
+  return rotary::ApplyArgs{
+      .q = to_view(a.q, "q"),
+      .k = to_view(a.k, "k"),
+      .q_out = to_view(a.q_out, "q_out"),
+      .k_out = to_view(a.k_out, "k_out"),
+      .positions = to_positions(a),
+      .direction = to_flag(a.inverse, "inverse", "ROTARY_FORWARD or ROTARY_INVERSE")
+                       ? rotary::Direction::inverse
+                       : rotary::Direction::forward,
+      .table = a.table == nullptr ? nullptr : &a.table->table,
+      .copy_tail = !to_flag(a.skip_tail_copy, "skip_tail_copy", "1 leaves the tail unwritten"),
+      .threads = a.threads,
+      .backend = to_backend(a.backend),
+  };
+}
+
+// *out = the view `build` makes, with the caller's dtype copied as bytes: C may pass any integer
+// there, which rotary_apply rejects.
+int make_tensor(rotary_tensor* out, const rotary_dtype& dtype, const auto& build) {
+  return guarded([&] {
+    if (out == nullptr) throw Error("out is NULL");
+    *out = rotary_tensor{};
+    const rotary::TensorView view = build();
+    out->data = view.data;
+    std::memcpy(&out->dtype, &dtype, sizeof dtype);
+    for (size_t d = 0; d < 4; ++d) {
+      out->shape[d] = view.shape[d];
+      out->strides[d] = view.strides[d];
+    }
+  });
+}
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names = rotary::preset_names();
+  return names;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* rotary_last_error(void) { return t_error; }
+
+const char* rotary_version(void) { return ROTARY_VERSION_STRING; }
+
+int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    return rotary::make_schedule(to_spec(require(spec, "spec")), to_seq_len(seq_len));
+  });
+}
+
+int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len,
+                                   rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    const rotary::ModelRope model =
+        rotary::read_hf_config(require_text(config_json, "config_json"));
+    return rotary::make_schedule(model.spec, to_seq_len(seq_len));
+  });
+}
+
+int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    const rotary::ModelRope model = rotary::load_preset(require_text(name, "name"));
+    return rotary::make_schedule(model.spec, to_seq_len(seq_len));
+  });
+}
+
+void rotary_schedule_free(rotary_schedule* schedule) { delete schedule; }
+
+int64_t rotary_schedule_head_dim(const rotary_schedule* s) {
+  return s ? s->schedule.head_dim : null_argument<int64_t>("schedule is NULL", 0);
+}
+
+int64_t rotary_schedule_rotary_dim(const rotary_schedule* s) {
+  return s ? s->schedule.rotary_dim : null_argument<int64_t>("schedule is NULL", 0);
+}
+
+const double* rotary_schedule_inv_freq(const rotary_schedule* s) {
+  if (s == nullptr) return null_argument<const double*>("schedule is NULL", nullptr);
+  return s->schedule.inv_freq.data();
+}
+
+double rotary_schedule_attention_factor(const rotary_schedule* s) {
+  return s ? s->schedule.attention_factor : null_argument("schedule is NULL", 0.0);
+}
+
+int rotary_schedule_pairing(const rotary_schedule* s) {
+  if (s == nullptr) return null_argument("schedule is NULL", -1);
+  return s->schedule.pairing == rotary::Pairing::half ? ROTARY_PAIRING_HALF
+                                                      : ROTARY_PAIRING_INTERLEAVED;
+}
+
+int rotary_schedule_type_of(const rotary_schedule* s) {
+  if (s == nullptr) return null_argument("schedule is NULL", -1);
+  for (size_t i = 0; i < std::size(kScheduleTypes); ++i) {
+    if (kScheduleTypes[i] == s->schedule.type) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const char* rotary_preset_name(int64_t index) {
+  const char* name = nullptr;
+  guarded([&] {
+    const auto& names = preset_names();
+    if (index >= 0 && index < static_cast<int64_t>(names.size())) {
+      name = names[static_cast<size_t>(index)].c_str();
+    }
+  });
+  return name;
+}
+
+int rotary_table_range(const rotary_schedule* schedule, int64_t first, int64_t count,
+                       rotary_angle_mode mode, rotary_table** out) {
+  return guarded([&] {
+    start(out);
+    const rotary::Schedule& s = require(schedule, "schedule").schedule;
+    *out = new rotary_table{rotary::Table::range(s, first, count, to_angle_mode(mode))};
+  });
+}
+
+int rotary_table_at(const rotary_schedule* schedule, const int64_t* positions, int64_t count,
+                    rotary_angle_mode mode, rotary_table** out) {
+  return guarded([&] {
+    start(out);
+    const rotary::Schedule& s = require(schedule, "schedule").schedule;
+    if (count < 0) throw Error(fmt::format("count={} must be >= 0", count));
+    if (count > 0 && positions == nullptr) {
+      throw Error(fmt::format("positions is NULL but count={}", count));
+    }
+    const std::span<const int64_t> list(positions, static_cast<size_t>(count));
+    *out = new rotary_table{rotary::Table::at(s, list, to_angle_mode(mode))};
+  });
+}
+
+void rotary_table_free(rotary_table* table) { delete table; }
+
+int64_t rotary_table_rows(const rotary_table* t) {
+  return t ? t->table.rows() : null_argument<int64_t>("table is NULL", 0);
+}
+
+int64_t rotary_table_pairs(const rotary_table* t) {
+  return t ? t->table.pairs() : null_argument<int64_t>("table is NULL", 0);
+}
+
+const float* rotary_table_cos(const rotary_table* t) {
+  return t ? t->table.cos().data() : null_argument<const float*>("table is NULL", nullptr);
+}
+
+const float* rotary_table_sin(const rotary_table* t) {
+  return t ? t->table.sin().data() : null_argument<const float*>("table is NULL", nullptr);
+}
+
+int rotary_tensor_bshd(void* data, rotary_dtype dtype, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t head_dim, rotary_tensor* out) {
+  return make_tensor(out, dtype, [&] {
+    return rotary::TensorView::bshd(data, rotary::DType::f32, batch, seq, heads, head_dim);
+  });
+}
+
+int rotary_tensor_bhsd(void* data, rotary_dtype dtype, int64_t batch, int64_t heads, int64_t seq,
+                       int64_t head_dim, rotary_tensor* out) {
+  return make_tensor(out, dtype, [&] {
+    return rotary::TensorView::bhsd(data, rotary::DType::f32, batch, heads, seq, head_dim);
+  });
+}
+
+int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args) {
+  return guarded([&] {
+    const rotary::Schedule& s = require(schedule, "schedule").schedule;
+    rotary::apply(s, to_apply_args(require(args, "args")));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,681 @@
+/* The C ABI (rotary/rotary.h) from C: rotate and rotate back against the formulas written out
+ * here in double; every error path returns non-zero with a message naming the value, leaves the
+ * caller's memory untouched and sets *out to NULL; NULL arguments; the per-thread last error.
+ * Built as C11 with -pedantic -Wall -Wextra -Werror. Prints each failure; exit status 1 if any. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "rotary/rotary.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* apply.hpp's float32 contract: |result - exact| <= 2^-23 * g * (|a| + |b|) per pair. */
+static const double kF32PairBound = 1.1920928955078125e-07; /* 2^-23 */
+/* f64 computes in double with exact angles: a few double roundings. */
+static const double kF64PairBound = 8.8817841970012523e-16; /* 2^-50 */
+/* The reference below takes double cos/sin of the double product p * inv_freq: for positions
+ * below 2^17 its own error stays under this, far inside the float bound. */
+static const double kReferenceSlack = 1e-11;
+
+static int failures = 0;
+
+#define CHECK(condition) check((condition), #condition, __LINE__)
+static void check(int ok, const char* what, int line) {
+  if (!ok) {
+    fprintf(stderr, "test_c_api.c:%d: CHECK failed: %s\n", line, what);
+    ++failures;
+  }
+}
+
+/* `status` is a failure and rotary_last_error() contains `needle` (the value the message names). */
+#define EXPECT_ERROR(call, needle) expect_error((call), (needle), #call, __LINE__)
+static void expect_error(int status, const char* needle, const char* what, int line) {
+  const char* message = rotary_last_error();
+  if (status == ROTARY_OK) {
+    fprintf(stderr, "test_c_api.c:%d: %s succeeded; expected an error naming '%s'\n", line, what,
+            needle);
+    ++failures;
+  } else if (message == NULL || strstr(message, needle) == NULL) {
+    fprintf(stderr, "test_c_api.c:%d: %s: message '%s' lacks '%s'\n", line, what,
+            message ? message : "(null)", needle);
+    ++failures;
+  }
+}
+
+/* ---- data ---- */
+
+static uint32_t lcg_state = 12345u;
+static float next_value(void) { /* in [-2, 2) */
+  lcg_state = lcg_state * 1664525u + 1013904223u;
+  return (float)((double)(lcg_state >> 8) / 16777216.0 * 4.0 - 2.0);
+}
+
+static float* random_floats(int64_t count) {
+  float* values = malloc((size_t)count * sizeof *values);
+  int64_t i;
+  if (values == NULL) abort();
+  for (i = 0; i < count; ++i) values[i] = next_value();
+  return values;
+}
+
+static float* copy_floats(const float* from, int64_t count) {
+  float* values = malloc((size_t)count * sizeof *values);
+  if (values == NULL) abort();
+  memcpy(values, from, (size_t)count * sizeof *values);
+  return values;
+}
+
+/* ---- the formula, written out ---- */
+
+typedef struct {
+  int64_t head_dim, rotary_dim;
+  double base;
+  int interleaved;
+} rope;
+
+/* One head at `position`: pair i is (x[i], x[i + r/2]) (half) or (x[2i], x[2i+1]) (interleaved),
+ * inv_freq_i = base^(-2i/r), phi = position * inv_freq_i,
+ *   a' = a cos phi - b sin phi,   b' = a sin phi + b cos phi   (inverse: sin phi -> -sin phi),
+ * channels r..d unchanged. Checks `out` against it: each rotated value within
+ * `bound` * (|a| + |b|), the tail bit for bit. Returns 1 when the head matches. */
+static int head_matches(const rope* r, const float* in, int64_t in_stride, const float* out,
+                        int64_t out_stride, int64_t position, int inverse, double bound) {
+  const int64_t half = r->rotary_dim / 2;
+  int64_t i, d;
+  for (i = 0; i < half; ++i) {
+    const double inv_freq = pow(r->base, -2.0 * (double)i / (double)r->rotary_dim);
+    const double phi = (double)position * inv_freq;
+    const double c = cos(phi), s = inverse ? -sin(phi) : sin(phi);
+    const int64_t ia = r->interleaved ? 2 * i : i;
+    const int64_t ib = r->interleaved ? 2 * i + 1 : i + half;
+    const double a = in[ia * in_stride], b = in[ib * in_stride];
+    const double limit = bound * (fabs(a) + fabs(b)) + kReferenceSlack;
+    if (fabs(out[ia * out_stride] - (a * c - b * s)) > limit ||
+        fabs(out[ib * out_stride] - (a * s + b * c)) > limit) {
+      fprintf(stderr, "  pair %lld at position %lld: got (%.9g, %.9g), formula (%.9g, %.9g)\n",
+              (long long)i, (long long)position, out[ia * out_stride], out[ib * out_stride],
+              a * c - b * s, a * s + b * c);
+      return 0;
+    }
+  }
+  for (d = r->rotary_dim; d < r->head_dim; ++d) {
+    if (memcmp(&out[d * out_stride], &in[d * in_stride], sizeof(float)) != 0) return 0;
+  }
+  return 1;
+}
+
+/* Every head of `out` (a view, strides in elements) against the formula applied to `in`. */
+static int tensor_matches(const rope* r, const float* in, const rotary_tensor* in_view,
+                          const rotary_tensor* out_view, const int64_t* positions, int64_t offset,
+                          int inverse) {
+  const float* out = out_view->data;
+  int64_t b, s, h;
+  for (b = 0; b < in_view->shape[0]; ++b) {
+    for (s = 0; s < in_view->shape[1]; ++s) {
+      const int64_t position = positions ? positions[b * in_view->shape[1] + s] : offset + s;
+      for (h = 0; h < in_view->shape[2]; ++h) {
+        const int64_t at_in = b * in_view->strides[0] + s * in_view->strides[1] +
+                              h * in_view->strides[2];
+        const int64_t at_out = b * out_view->strides[0] + s * out_view->strides[1] +
+                               h * out_view->strides[2];
+        if (!head_matches(r, in + at_in, in_view->strides[3], out + at_out, out_view->strides[3],
+                          position, inverse, kF32PairBound)) {
+          fprintf(stderr, "  batch %lld, token %lld, head %lld\n", (long long)b, (long long)s,
+                  (long long)h);
+          return 0;
+        }
+      }
+    }
+  }
+  return 1;
+}
+
+static rotary_schedule* schedule_of(const rope* r) {
+  rotary_spec spec;
+  rotary_schedule* schedule = NULL;
+  memset(&spec, 0, sizeof spec);
+  spec.head_dim = r->head_dim;
+  spec.rotary_dim = r->rotary_dim;
+  spec.base = r->base;
+  spec.pairing = r->interleaved ? ROTARY_PAIRING_INTERLEAVED : ROTARY_PAIRING_HALF;
+  if (rotary_schedule_from_spec(&spec, -1, &schedule) != ROTARY_OK) {
+    fprintf(stderr, "schedule_of: %s\n", rotary_last_error());
+    abort();
+  }
+  return schedule;
+}
+
+/* ---- rotation ---- */
+
+/* q and k (GQA) in place, sequential positions from an offset, half pairing, partial rotary;
+ * then the inverse on the result. */
+static void test_half_in_place_then_inverse(void) {
+  const rope r = {64, 48, 10000.0, 0};
+  const int64_t batch = 2, seq = 5, q_heads = 4, k_heads = 2, offset = 1000;
+  const int64_t q_count = batch * seq * q_heads * 64, k_count = batch * seq * k_heads * 64;
+  rotary_schedule* schedule = schedule_of(&r);
+  float* q = random_floats(q_count);
+  float* k = random_floats(k_count);
+  float* q_original = copy_floats(q, q_count);
+  float* k_original = copy_floats(k, k_count);
+  float* q_rotated;
+  rotary_apply_args args;
+  int64_t i;
+  double worst = 0;
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, batch, seq, q_heads, 64, &args.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k, ROTARY_F32, batch, seq, k_heads, 64, &args.k) == ROTARY_OK);
+  args.offset = offset;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, q_original, &args.q, &args.q, NULL, offset, 0));
+  CHECK(tensor_matches(&r, k_original, &args.k, &args.k, NULL, offset, 0));
+
+  q_rotated = copy_floats(q, q_count);
+  args.inverse = ROTARY_INVERSE;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, q_rotated, &args.q, &args.q, NULL, offset, 1));
+  for (i = 0; i < q_count; ++i) worst = fmax(worst, fabs(q[i] - q_original[i]));
+  for (i = 0; i < k_count; ++i) worst = fmax(worst, fabs(k[i] - k_original[i]));
+  CHECK(worst < 4 * 4 * kF32PairBound); /* two roundings of values below 4 */
+
+  free(q_rotated);
+  free(q_original);
+  free(k_original);
+  free(q);
+  free(k);
+  rotary_schedule_free(schedule);
+}
+
+/* Interleaved pairing, out of place into q_out, int32 per-token positions: q is left alone, the
+ * tail is copied. */
+static void test_interleaved_out_of_place_int32_positions(void) {
+  const rope r = {32, 24, 500000.0, 1};
+  enum { batch = 2, seq = 4, heads = 3, dim = 32 };
+  const int32_t positions32[batch * seq] = {0, 1, 7, 4095, 4097, 65535, 65537, 100000};
+  int64_t positions64[batch * seq];
+  float* q = random_floats(batch * seq * heads * dim);
+  float* q_before = copy_floats(q, batch * seq * heads * dim);
+  float* q_out = calloc(batch * seq * heads * dim, sizeof(float));
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_apply_args args;
+  int i;
+  for (i = 0; i < batch * seq; ++i) positions64[i] = positions32[i];
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, batch, seq, heads, dim, &args.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(q_out, ROTARY_F32, batch, seq, heads, dim, &args.q_out) == ROTARY_OK);
+  args.positions_i32 = positions32;
+  args.positions_count = batch * seq;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(memcmp(q, q_before, sizeof(float) * batch * seq * heads * dim) == 0);
+  CHECK(tensor_matches(&r, q, &args.q, &args.q_out, positions64, 0, 0));
+  free(q);
+  free(q_before);
+  free(q_out);
+  rotary_schedule_free(schedule);
+}
+
+/* [batch, heads, seq, head_dim] memory, int64 per-token positions, the reference backend. */
+static void test_bhsd_int64_positions_reference_backend(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  enum { batch = 1, heads = 2, seq = 3, dim = 16 };
+  const int64_t positions[batch * seq] = {5, 131071, 3};
+  float* q = random_floats(batch * heads * seq * dim);
+  float* q_before = copy_floats(q, batch * heads * seq * dim);
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_apply_args args;
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bhsd(q, ROTARY_F32, batch, heads, seq, dim, &args.q) == ROTARY_OK);
+  CHECK(args.q.strides[1] == dim && args.q.strides[2] == seq * dim);
+  args.positions = positions;
+  args.positions_count = batch * seq;
+  args.backend = ROTARY_BACKEND_REFERENCE;
+  args.threads = 1;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, q_before, &args.q, &args.q, positions, 0, 0));
+  free(q);
+  free(q_before);
+  rotary_schedule_free(schedule);
+}
+
+/* f64 in double arithmetic: the same formula, a double-sized bound. */
+static void test_f64(void) {
+  const rope r = {8, 8, 10000.0, 0};
+  enum { seq = 3, dim = 8 };
+  double q[seq * dim], before[seq * dim];
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_apply_args args;
+  int64_t s, i;
+  for (i = 0; i < seq * dim; ++i) q[i] = before[i] = next_value();
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F64, 1, seq, 1, dim, &args.q) == ROTARY_OK);
+  args.offset = 77;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  for (s = 0; s < seq; ++s) {
+    for (i = 0; i < dim / 2; ++i) {
+      const double phi = (double)(77 + s) * pow(10000.0, -2.0 * (double)i / dim);
+      const double a = before[s * dim + i], b = before[s * dim + i + dim / 2];
+      const double limit = kF64PairBound * (fabs(a) + fabs(b)) + 1e-13;
+      CHECK(fabs(q[s * dim + i] - (a * cos(phi) - b * sin(phi))) <= limit);
+      CHECK(fabs(q[s * dim + i + dim / 2] - (a * sin(phi) + b * cos(phi))) <= limit);
+    }
+  }
+  rotary_schedule_free(schedule);
+}
+
+/* A table holds cos and sin within a float ulp; apply with it meets the same formula. */
+static void test_table(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_table* table = NULL;
+  rotary_table* listed = NULL;
+  const int64_t list[3] = {9, 2, 9};
+  float* q = random_floats(4 * 16);
+  float* before = copy_floats(q, 4 * 16);
+  rotary_apply_args args;
+  int64_t row, i;
+  CHECK(rotary_table_range(schedule, 10, 20, ROTARY_ANGLES_EXACT, &table) == ROTARY_OK);
+  CHECK(rotary_table_rows(table) == 20);
+  CHECK(rotary_table_pairs(table) == 8);
+  for (row = 0; row < 20; ++row) {
+    for (i = 0; i < 8; ++i) {
+      const double phi = (double)(10 + row) * pow(10000.0, -2.0 * (double)i / 16);
+      CHECK(fabs(rotary_table_cos(table)[row * 8 + i] - cos(phi)) <= 1.2e-7);
+      CHECK(fabs(rotary_table_sin(table)[row * 8 + i] - sin(phi)) <= 1.2e-7);
+    }
+  }
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 4, 1, 16, &args.q) == ROTARY_OK);
+  args.offset = 12;
+  args.table = table;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, before, &args.q, &args.q, NULL, 12, 0));
+
+  CHECK(rotary_table_at(schedule, list, 3, ROTARY_ANGLES_HF_FLOAT32, &listed) == ROTARY_OK);
+  CHECK(rotary_table_rows(listed) == 3);
+  CHECK(rotary_table_cos(listed)[0] == rotary_table_cos(listed)[2 * 8]); /* duplicate position */
+  rotary_table_free(listed);
+  rotary_table_free(table);
+  free(q);
+  free(before);
+  rotary_schedule_free(schedule);
+}
+
+/* ---- constructors and accessors ---- */
+
+static void test_spec_fields(void) {
+  rotary_spec spec;
+  rotary_schedule* plain = NULL;
+  rotary_schedule* yarn_truncated = NULL;
+  rotary_schedule* yarn_exact = NULL;
+  rotary_schedule* dynamic_short = NULL;
+  rotary_schedule* dynamic_long = NULL;
+  int64_t i;
+
+  memset(&spec, 0, sizeof spec); /* all defaults: base 10000, half, default schedule */
+  spec.head_dim = 64;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &plain) == ROTARY_OK);
+  CHECK(rotary_schedule_head_dim(plain) == 64);
+  CHECK(rotary_schedule_rotary_dim(plain) == 64);
+  CHECK(rotary_schedule_attention_factor(plain) == 1.0);
+  CHECK(rotary_schedule_pairing(plain) == ROTARY_PAIRING_HALF);
+  CHECK(rotary_schedule_type_of(plain) == ROTARY_SCHEDULE_DEFAULT);
+  for (i = 0; i < 32; ++i) {
+    const double expected = pow(10000.0, -2.0 * (double)i / 64.0);
+    CHECK(fabs(rotary_schedule_inv_freq(plain)[i] - expected) <= 1e-15 * expected);
+  }
+
+  /* YaRN with truncate on (the default) and off: the ramp bounds differ. */
+  spec.schedule = ROTARY_SCHEDULE_YARN;
+  spec.factor = 4.0;
+  spec.original_max_position = 4096;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &yarn_truncated) == ROTARY_OK);
+  spec.truncate = ROTARY_TOGGLE_OFF;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &yarn_exact) == ROTARY_OK);
+  CHECK(rotary_schedule_type_of(yarn_exact) == ROTARY_SCHEDULE_YARN);
+  CHECK(rotary_schedule_attention_factor(yarn_exact) > 1.0);
+  CHECK(memcmp(rotary_schedule_inv_freq(yarn_truncated), rotary_schedule_inv_freq(yarn_exact),
+               32 * sizeof(double)) != 0);
+
+  /* dynamic depends on seq_len: unset (< 0) is the plain schedule, 4 * L grows the base. */
+  memset(&spec, 0, sizeof spec);
+  spec.head_dim = 64;
+  spec.schedule = ROTARY_SCHEDULE_DYNAMIC;
+  spec.factor = 2.0;
+  spec.max_position = 2048;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &dynamic_short) == ROTARY_OK);
+  CHECK(rotary_schedule_from_spec(&spec, 8192, &dynamic_long) == ROTARY_OK);
+  CHECK(rotary_schedule_inv_freq(dynamic_short)[1] == rotary_schedule_inv_freq(plain)[1]);
+  CHECK(rotary_schedule_inv_freq(dynamic_long)[1] < rotary_schedule_inv_freq(plain)[1]);
+
+  rotary_schedule_free(plain);
+  rotary_schedule_free(yarn_truncated);
+  rotary_schedule_free(yarn_exact);
+  rotary_schedule_free(dynamic_short);
+  rotary_schedule_free(dynamic_long);
+}
+
+static void test_longrope_factor_lists(void) {
+  double short_factor[4] = {1.0, 1.0, 2.0, 2.0}, long_factor[4] = {1.0, 2.0, 4.0, 8.0};
+  rotary_spec spec;
+  rotary_schedule* schedule = NULL;
+  memset(&spec, 0, sizeof spec);
+  spec.head_dim = 8;
+  spec.schedule = ROTARY_SCHEDULE_LONGROPE;
+  spec.original_max_position = 4096;
+  spec.max_position = 131072;
+  spec.short_factor = short_factor;
+  spec.short_factor_count = 4;
+  spec.long_factor = long_factor;
+  spec.long_factor_count = 4;
+  CHECK(rotary_schedule_from_spec(&spec, 100000, &schedule) == ROTARY_OK);
+  CHECK(fabs(rotary_schedule_inv_freq(schedule)[3] * 8.0 - pow(10000.0, -6.0 / 8.0)) < 1e-15);
+  rotary_schedule_free(schedule);
+}
+
+static void test_hf_config_and_presets(void) {
+  const char* config =
+      "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_attention_heads\": 32,"
+      " \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072,"
+      " \"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
+      " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+      " \"original_max_position_embeddings\": 8192}}";
+  rotary_schedule* from_config = NULL;
+  rotary_schedule* from_preset = NULL;
+  int64_t i, presets = 0;
+  int found = 0;
+  CHECK(rotary_schedule_from_hf_config(config, -1, &from_config) == ROTARY_OK);
+  CHECK(rotary_schedule_from_preset("llama-3.1-8b", -1, &from_preset) == ROTARY_OK);
+  CHECK(rotary_schedule_head_dim(from_config) == 128);
+  CHECK(rotary_schedule_type_of(from_config) == ROTARY_SCHEDULE_LLAMA3);
+  CHECK(memcmp(rotary_schedule_inv_freq(from_config), rotary_schedule_inv_freq(from_preset),
+               64 * sizeof(double)) == 0);
+  for (i = 0; rotary_preset_name(i) != NULL; ++i) {
+    ++presets;
+    found |= strcmp(rotary_preset_name(i), "llama-3.1-8b") == 0;
+  }
+  CHECK(presets >= 10);
+  CHECK(found);
+  CHECK(rotary_preset_name(-1) == NULL);
+  rotary_schedule_free(from_config);
+  rotary_schedule_free(from_preset);
+}
+
+/* ---- errors ---- */
+
+static void test_constructor_errors(void) {
+  double one[1] = {1.0};
+  rotary_spec spec;
+  rotary_schedule* schedule;
+  rotary_schedule* good = NULL;
+  rotary_table* table;
+  rotary_tensor tensor;
+  const int64_t no_positions[1] = {0};
+  char marker;
+
+  /* *out is NULL after every failure, whatever it held. */
+#define POISONED ((rotary_schedule*)(void*)&marker)
+  memset(&spec, 0, sizeof spec);
+  schedule = POISONED;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "head_dim=0");
+  CHECK(schedule == NULL);
+  spec.head_dim = 64;
+  spec.rotary_dim = 63;
+  schedule = POISONED;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "rotary_dim=63");
+  CHECK(schedule == NULL);
+  spec.rotary_dim = 0;
+  spec.pairing = (rotary_pairing)5;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "spec.pairing=5");
+  spec.pairing = ROTARY_PAIRING_HALF;
+  spec.schedule = (rotary_schedule_type)42;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "spec.schedule=42");
+  spec.schedule = ROTARY_SCHEDULE_YARN;
+  spec.factor = 2.0;
+  spec.original_max_position = 4096;
+  spec.truncate = (rotary_toggle)7;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "spec.truncate=7");
+  spec.truncate = ROTARY_TOGGLE_UNSET;
+  spec.factor = -3.0;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "factor=-3");
+  spec.factor = 0; /* 0 is unset */
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "schedule yarn needs factor");
+  spec.schedule = ROTARY_SCHEDULE_LONGROPE;
+  spec.short_factor_count = 3;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule),
+               "spec.short_factor is NULL but spec.short_factor_count=3");
+  spec.short_factor = one;
+  spec.short_factor_count = -2;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "spec.short_factor_count=-2");
+  spec.short_factor_count = 1;
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, &schedule), "short_factor has 1 values");
+  schedule = POISONED;
+  EXPECT_ERROR(rotary_schedule_from_spec(NULL, -1, &schedule), "spec is NULL");
+  CHECK(schedule == NULL);
+  EXPECT_ERROR(rotary_schedule_from_spec(&spec, -1, NULL), "out is NULL");
+
+  schedule = POISONED;
+  EXPECT_ERROR(rotary_schedule_from_preset("no-such-model-x", -1, &schedule), "no-such-model-x");
+  CHECK(schedule == NULL);
+  EXPECT_ERROR(rotary_schedule_from_preset(NULL, -1, &schedule), "name is NULL");
+  EXPECT_ERROR(rotary_schedule_from_preset("llama-3.1-8b", -1, NULL), "out is NULL");
+  schedule = POISONED;
+  EXPECT_ERROR(rotary_schedule_from_hf_config("{\"hidden_size\": 64", -1, &schedule),
+               "not valid JSON");
+  CHECK(schedule == NULL);
+  EXPECT_ERROR(rotary_schedule_from_hf_config(
+                   "{\"hidden_size\": 64, \"num_attention_heads\": 2, \"head_dim\": \"wide\"}", -1,
+                   &schedule),
+               "head_dim='wide'");
+  EXPECT_ERROR(rotary_schedule_from_hf_config(NULL, -1, &schedule), "config_json is NULL");
+  EXPECT_ERROR(rotary_schedule_from_hf_config("{}", -1, NULL), "out is NULL");
+#undef POISONED
+
+  memset(&spec, 0, sizeof spec);
+  spec.head_dim = 8;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &good) == ROTARY_OK);
+  table = (rotary_table*)(void*)&marker;
+  EXPECT_ERROR(rotary_table_range(good, -5, 3, ROTARY_ANGLES_EXACT, &table), "-5");
+  CHECK(table == NULL);
+  EXPECT_ERROR(rotary_table_range(good, 0, 3, (rotary_angle_mode)9, &table), "mode=9");
+  EXPECT_ERROR(rotary_table_range(NULL, 0, 3, ROTARY_ANGLES_EXACT, &table), "schedule is NULL");
+  EXPECT_ERROR(rotary_table_range(good, 0, 3, ROTARY_ANGLES_EXACT, NULL), "out is NULL");
+  EXPECT_ERROR(rotary_table_at(good, NULL, 4, ROTARY_ANGLES_EXACT, &table),
+               "positions is NULL but count=4");
+  EXPECT_ERROR(rotary_table_at(good, no_positions, -1, ROTARY_ANGLES_EXACT, &table), "count=-1");
+  EXPECT_ERROR(rotary_tensor_bshd(NULL, ROTARY_F32, 1, 1, 1, 8, NULL), "out is NULL");
+  memset(&tensor, 0xff, sizeof tensor);
+  EXPECT_ERROR(rotary_tensor_bshd(NULL, ROTARY_F32, 1, INT64_MAX / 2, 4, 8, &tensor),
+               "overflows int64");
+  CHECK(tensor.data == NULL && tensor.shape[0] == 0 && tensor.strides[0] == 0);
+  rotary_schedule_free(good);
+}
+
+/* Each bad apply argument: non-zero, a message naming the value, q and k untouched. */
+static void test_apply_errors(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_table* table = NULL;
+  const int64_t positions[2] = {0, 1};
+  const int32_t positions32[2] = {0, 1};
+  const int64_t negative[2] = {3, -7};
+  float* q = random_floats(2 * 16);
+  float* k = random_floats(2 * 16);
+  float* q_before = copy_floats(q, 2 * 16);
+  float* k_before = copy_floats(k, 2 * 16);
+  rotary_apply_args good, args;
+  memset(&good, 0, sizeof good);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 2, 1, 16, &good.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k, ROTARY_F32, 1, 2, 1, 16, &good.k) == ROTARY_OK);
+
+  args = good;
+  args.q.dtype = (rotary_dtype)9;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "q.dtype=9");
+  args = good;
+  args.k_out.dtype = (rotary_dtype)-4;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "k_out.dtype=");
+  args = good;
+  args.inverse = 2;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "inverse=2");
+  args = good;
+  args.skip_tail_copy = -1;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "skip_tail_copy=-1");
+  args = good;
+  args.backend = (rotary_backend)6;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "backend=6");
+  args = good;
+  args.threads = -3;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "threads=-3");
+  args = good;
+  args.offset = -1;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "offset=-1");
+  args = good;
+  args.positions = positions;
+  args.positions_i32 = positions32;
+  args.positions_count = 2;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "positions and positions_i32 are both set");
+  args = good;
+  args.positions_count = 2;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "positions_count=2 but positions");
+  args = good;
+  args.positions = positions;
+  args.positions_count = 2;
+  args.offset = 5;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "offset=5");
+  args = good;
+  args.positions = positions;
+  args.positions_count = 3;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "3 entries");
+  args = good;
+  args.positions = negative;
+  args.positions_count = 2;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "positions[1]=-7");
+  args = good;
+  args.k.shape[3] = 32;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "k.head_dim=32");
+  args = good;
+  args.q.data = NULL;
+  args.q.shape[0] = args.q.shape[1] = args.q.shape[2] = args.q.shape[3] = 0;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "q is not set");
+  args = good;
+  args.k.data = NULL; /* NULL data with a non-empty shape is an error, not an absent k */
+  EXPECT_ERROR(rotary_apply(schedule, &args), "k.data is null");
+  args = good;
+  args.q_out = args.k;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "overlaps");
+  CHECK(rotary_table_range(schedule, 0, 1, ROTARY_ANGLES_EXACT, &table) == ROTARY_OK);
+  args = good;
+  args.table = table;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "positions[1]=1 is not in the table");
+  EXPECT_ERROR(rotary_apply(NULL, &good), "schedule is NULL");
+  EXPECT_ERROR(rotary_apply(schedule, NULL), "args is NULL");
+
+  CHECK(memcmp(q, q_before, 2 * 16 * sizeof(float)) == 0);
+  CHECK(memcmp(k, k_before, 2 * 16 * sizeof(float)) == 0);
+  rotary_table_free(table);
+  free(q);
+  free(k);
+  free(q_before);
+  free(k_before);
+  rotary_schedule_free(schedule);
+}
+
+/* Absent (all zero) and empty (an extent 0, data NULL allowed) views, as the C++ API has them. */
+static void test_absent_and_empty_views(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  rotary_schedule* schedule = schedule_of(&r);
+  float q[16];
+  rotary_apply_args args;
+  int i;
+  for (i = 0; i < 16; ++i) q[i] = 1.0f;
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(NULL, ROTARY_F32, 1, 0, 4, 16, &args.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(NULL, ROTARY_BF16, 1, 0, 2, 16, &args.k) == ROTARY_OK);
+  args.k.dtype = ROTARY_F32;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK); /* empty q and k: nothing to do */
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 1, 1, 16, &args.q) == ROTARY_OK);
+  args.offset = 1; /* k, q_out and k_out absent: q alone, in place */
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(fabs(q[0] - (cos(1.0) - sin(1.0))) < 1e-6); /* pair 0 turns 1 rad per position */
+  rotary_schedule_free(schedule);
+}
+
+/* NULL objects: free is a no-op, accessors give 0 / NULL / -1 and say why. */
+static void test_null_objects(void) {
+  rotary_schedule_free(NULL);
+  rotary_table_free(NULL);
+  CHECK(rotary_schedule_head_dim(NULL) == 0);
+  CHECK(strcmp(rotary_last_error(), "schedule is NULL") == 0);
+  CHECK(rotary_schedule_rotary_dim(NULL) == 0);
+  CHECK(rotary_schedule_inv_freq(NULL) == NULL);
+  CHECK(rotary_schedule_attention_factor(NULL) == 0.0);
+  CHECK(rotary_schedule_pairing(NULL) == -1);
+  CHECK(rotary_schedule_type_of(NULL) == -1);
+  CHECK(rotary_table_rows(NULL) == 0);
+  CHECK(strcmp(rotary_last_error(), "table is NULL") == 0);
+  CHECK(rotary_table_pairs(NULL) == 0);
+  CHECK(rotary_table_cos(NULL) == NULL);
+  CHECK(rotary_table_sin(NULL) == NULL);
+}
+
+/* ---- the last error is per thread ---- */
+
+static void* other_thread(void* message_copy) {
+  rotary_schedule* schedule = NULL;
+  char* copy = message_copy;
+  if (rotary_last_error()[0] != '\0') {
+    snprintf(copy, 256, "a fresh thread starts with '%s'", rotary_last_error());
+    return NULL;
+  }
+  rotary_schedule_from_preset("preset-of-thread-two", -1, &schedule);
+  snprintf(copy, 256, "%s", rotary_last_error());
+  return NULL;
+}
+
+static void test_last_error_per_thread(void) {
+  char copy[256] = "";
+  pthread_t thread;
+  rotary_schedule* schedule = NULL;
+  const char* mine;
+  EXPECT_ERROR(rotary_schedule_from_preset("preset-of-thread-one", -1, &schedule),
+               "preset-of-thread-one");
+  mine = rotary_last_error();
+  CHECK(pthread_create(&thread, NULL, other_thread, copy) == 0);
+  CHECK(pthread_join(thread, NULL) == 0);
+  CHECK(strstr(copy, "preset-of-thread-two") != NULL);
+  CHECK(strstr(rotary_last_error(), "preset-of-thread-one") != NULL);
+  CHECK(strstr(mine, "preset-of-thread-one") != NULL);
+  /* A success leaves the message as it was, like errno. */
+  CHECK(rotary_schedule_from_preset("llama-2-7b", -1, &schedule) == ROTARY_OK);
+  CHECK(strstr(rotary_last_error(), "preset-of-thread-one") != NULL);
+  rotary_schedule_free(schedule);
+}
+
+static void test_version(void) { CHECK(strcmp(rotary_version(), ROTARY_EXPECTED_VERSION) == 0); }
+
+int main(void) {
+  test_half_in_place_then_inverse();
+  test_interleaved_out_of_place_int32_positions();
+  test_bhsd_int64_positions_reference_backend();
+  test_f64();
+  test_table();
+  test_spec_fields();
+  test_longrope_factor_lists();
+  test_hf_config_and_presets();
+  test_constructor_errors();
+  test_apply_errors();
+  test_absent_and_empty_views();
+  test_null_objects();
+  test_last_error_per_thread();
+  test_version();
+  if (failures != 0) {
+    fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
+    return 1;
+  }
+  printf("test_c_api: all checks passed\n");
+  return 0;
+}
