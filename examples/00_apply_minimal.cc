@@ -1,28 +1,52 @@
-// The smallest use of rotary: Llama-3.1-8B's RoPE applied to q and k of a prefill, in place.
+// The smallest use of rotary, the program the README shows: Llama-3.1-8B's RoPE applied in place
+// to q and k of a batch of two sequences in bfloat16, each token at its own position.
 #include <rotary/rotary.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
-int main() {
-  const rotary::Spec spec{.head_dim = 128,
-                          .base = 500000.0,
-                          .pairing = rotary::Pairing::half,
-                          .schedule = rotary::ScheduleType::llama3,
-                          .factor = 8.0,
-                          .original_max_position = 8192,
-                          .low_freq_factor = 1.0,
-                          .high_freq_factor = 4.0};
-  const rotary::Schedule schedule = rotary::make_schedule(spec);
-  const rotary::Table table = rotary::Table::range(schedule, 0, 4096);  // optional: cache angles
+// bfloat16 is the upper half of a float32 (1.0 is exact in both).
+static uint16_t to_bf16(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, sizeof bits);
+  return static_cast<uint16_t>(bits >> 16);
+}
 
-  const int64_t seq = 16, q_heads = 32, kv_heads = 8, head_dim = 128;
-  std::vector<float> q(seq * q_heads * head_dim, 1.0f), k(seq * kv_heads * head_dim, 1.0f);
-  rotary::apply(schedule,
-                {.q = rotary::TensorView::bshd(q.data(), rotary::DType::f32, 1, seq, q_heads, head_dim),
-                 .k = rotary::TensorView::bshd(k.data(), rotary::DType::f32, 1, seq, kv_heads, head_dim),
-                 .positions = rotary::Positions::sequential(/*offset=*/0),
-                 .table = &table});
-  std::printf("q[token 15, head 0, channel 0] = %.7f\n", q[15 * q_heads * head_dim]);
+static float from_bf16(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float x = 0;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+int main() {
+  const int64_t batch = 2, seq = 16;
+  std::vector<uint16_t> q_memory(batch * seq * 32 * 128, to_bf16(1.0f));
+  std::vector<uint16_t> k_memory(batch * seq * 8 * 128, to_bf16(1.0f));
+  void* q = q_memory.data();
+  void* k = k_memory.data();
+  // Row 0 is a prefill at 0..15; row 1 continues a sequence that already holds 4000 tokens.
+  std::vector<int64_t> positions(batch * seq);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) positions[b * seq + s] = b * 4000 + s;
+  }
+
+  const rotary::Schedule schedule = rotary::make_schedule(rotary::Spec{
+      .head_dim = 128, .base = 500000.0, .pairing = rotary::Pairing::half,
+      .schedule = rotary::ScheduleType::llama3, .factor = 8.0, .original_max_position = 8192,
+      .low_freq_factor = 1.0, .high_freq_factor = 4.0});
+  const rotary::Table table = rotary::Table::range(schedule, 0, 131072);   // optional
+  rotary::apply(schedule, {
+      .q = rotary::TensorView::bshd(q, rotary::DType::bf16, batch, seq, 32, 128),
+      .k = rotary::TensorView::bshd(k, rotary::DType::bf16, batch, seq, 8, 128),
+      .positions = rotary::Positions::per_token(positions),  // or Positions::sequential(offset)
+      .table = &table});                                      // or nullptr: exact angles on the fly
+
+  // Channel 0 of a head at position p is now cos(p) - sin(p) (pair 0 turns 1 rad per token).
+  const int64_t token = 1 * seq + 15;  // row 1, token 15: position 4015
+  std::printf("q[row 1, token 15, head 0, channel 0] = %.4f\n",
+              from_bf16(q_memory[token * 32 * 128]));
   return 0;
 }

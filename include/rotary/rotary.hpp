@@ -2,6 +2,10 @@
 // Data path: Spec -> make_schedule -> (Table) -> apply.
 #pragma once
 
+#if __cplusplus < 202002L
+#error "rotary needs C++20 (-std=c++20)"
+#endif
+
 #include "rotary/angle.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
