@@ -26,6 +26,7 @@
 
 struct rotary_schedule {
   rotary::Schedule schedule;
+  bool rotates_backward = false;  // the model turns pairs by -angle (ModelRope::rotates_backward)
 };
 
 struct rotary_table {
@@ -229,7 +230,7 @@ std::optional<int64_t> to_seq_len(int64_t seq_len) {
 int new_schedule(rotary_schedule** out, const auto& build) {
   return guarded([&] {
     start(out);
-    *out = new rotary_schedule{build()};
+    *out = new rotary_schedule(build());
   });
 }
 
@@ -323,7 +324,7 @@ const char* rotary_version(void) { return ROTARY_VERSION_STRING; }
 
 int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_schedule** out) {
   return new_schedule(out, [&] {
-    return rotary::make_schedule(to_spec(require(spec, "spec")), to_seq_len(seq_len));
+    return rotary_schedule{rotary::make_schedule(to_spec(require(spec, "spec")), to_seq_len(seq_len))};
   });
 }
 
@@ -332,14 +333,14 @@ int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len,
   return new_schedule(out, [&] {
     const rotary::ModelRope model =
         rotary::read_hf_config(require_text(config_json, "config_json"));
-    return rotary::make_schedule(model.spec, to_seq_len(seq_len));
+    return rotary_schedule{rotary::make_schedule(model.spec, to_seq_len(seq_len)), model.rotates_backward};
   });
 }
 
 int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out) {
   return new_schedule(out, [&] {
     const rotary::ModelRope model = rotary::load_preset(require_text(name, "name"));
-    return rotary::make_schedule(model.spec, to_seq_len(seq_len));
+    return rotary_schedule{rotary::make_schedule(model.spec, to_seq_len(seq_len)), model.rotates_backward};
   });
 }
 
@@ -444,8 +445,13 @@ int rotary_tensor_bhsd(void* data, rotary_dtype dtype, int64_t batch, int64_t he
 
 int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args) {
   return guarded([&] {
-    const rotary::Schedule& s = require(schedule, "schedule").schedule;
-    rotary::apply(s, to_apply_args(require(args, "args")));
+    const rotary_schedule& s = require(schedule, "schedule");
+    rotary::ApplyArgs apply_args = to_apply_args(require(args, "args"));
+    if (s.rotates_backward) {  // the model's forward is rotary's inverse
+      apply_args.direction = apply_args.direction == rotary::Direction::forward ? rotary::Direction::inverse
+                                                                                 : rotary::Direction::forward;
+    }
+    rotary::apply(s.schedule, apply_args);
   });
 }
 

@@ -295,6 +295,33 @@ TEST(CliFiles, ApplyThenInverseGivesTheInputBack) {
   EXPECT_NE(out.tensors[0].data, st.tensors[0].data);
 }
 
+// A model whose code turns pairs by -angle (NanoChat): `apply --config` rotates as the model does,
+// i.e. as rotary's inverse with the same frequencies; --inverse undoes it.
+TEST(CliFiles, ApplyWithAConfigRotatesTheWayTheModelDoes) {
+  TempDir dir;
+  write_bytes(dir / "config.json", R"({"model_type": "nanochat", "hidden_size": 128, "num_attention_heads": 2,
+                                       "max_position_embeddings": 2048})");
+  const HostTensor q = tensor("array", "F32", {1, 3, 2, 64}, 21);
+  write_bytes(dir / "q.npy", cli::format_npy(q));
+  RunResult r = run({"apply", "--config", dir / "config.json", "--q", dir / "q.npy", "--offset", "77",
+                     "--out", dir / "model.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run({"apply", "--head-dim", "64", "--q", dir / "q.npy", "--offset", "77", "--inverse",
+           "--out", dir / "plain_inverse.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_bytes(dir / "model.npy"), read_bytes(dir / "plain_inverse.npy"));
+  r = run({"apply", "--config", dir / "config.json", "--q", dir / "model.npy", "--offset", "77", "--inverse",
+           "--out", dir / "back.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const HostTensor back = cli::read_tensor_file(dir / "back.npy").tensors[0];
+  for (int64_t i = 0; i < q.elements(); ++i) {
+    float a, b;
+    std::memcpy(&a, &q.data[static_cast<size_t>(i * 4)], 4);
+    std::memcpy(&b, &back.data[static_cast<size_t>(i * 4)], 4);
+    ASSERT_NEAR(a, b, 4 * 0x1p-23 * (std::fabs(a) + 4));
+  }
+}
+
 TEST(CliFiles, ErrorsExitTwoAndWriteNothing) {
   TempDir dir;
   write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));

@@ -450,6 +450,8 @@ struct Commands {
     file_options.config = apply_spec.config_path;
     if (!apply_offset.empty()) file_options.offset = parse_int(apply_offset, "--offset");
     if (!apply_threads.empty()) file_options.threads = parse_int(apply_threads, "--threads");
+    // A model whose code turns pairs by -angle (NanoChat): its forward is rotary's inverse.
+    if (r.model && r.model->rotates_backward) file_options.inverse = !file_options.inverse;
     const int status = run_apply_files(r.schedule, file_options, out);
     print_notes(r.model, err);
     return status;

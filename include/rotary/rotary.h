@@ -123,7 +123,8 @@ typedef struct rotary_schedule rotary_schedule;
 /** From settings (rotary::make_schedule). */
 int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_schedule** out);
 /** From the text of a Hugging Face config.json (NUL-terminated), resolved as transformers does
- *  (rotary::read_hf_config). Its non-fatal notes are dropped. */
+ *  (rotary::read_hf_config). Its non-fatal notes are dropped. A model whose code turns pairs by
+ *  -angle (NanoChat) keeps that: rotary_apply's ROTARY_FORWARD then rotates as the model does. */
 int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len, rotary_schedule** out);
 /** From a built-in preset, e.g. "llama-3.1-8b" (see rotary_preset_name). */
 int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out);

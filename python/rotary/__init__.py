@@ -138,18 +138,26 @@ class Rope:
                  **schedule_args: Any) -> None:
         self._impl = _rotary.Rope(head_dim, rotary_dim, base, pairing, schedule, seq_len, schedule_args)
         self.notes: list[str] = []
+        self.rope_layers: Optional[list[bool]] = None
+        self.rotates_backward = False
 
     @classmethod
-    def _wrap(cls, impl: Any, notes: Sequence[str] = ()) -> "Rope":
+    def _wrap(cls, impl: Any, notes: Sequence[str] = (), rope_layers: Optional[Sequence[bool]] = None,
+              rotates_backward: bool = False) -> "Rope":
         rope = cls.__new__(cls)
         rope._impl = impl
         rope.notes = list(notes)
+        rope.rope_layers = None if rope_layers is None else list(rope_layers)
+        rope.rotates_backward = bool(rotates_backward)
         return rope
 
     @classmethod
     def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None) -> "Rope":
         """From a Hugging Face ``config.json`` (a path, read by the library with its size limit) or
-        its dict, resolved as transformers does; ``notes`` holds what resolving it found worth saying.
+        its dict, resolved as transformers does; ``notes`` holds what resolving it found worth saying,
+        ``rope_layers`` which decoder layers rotate with these settings (None: all of them; False:
+        a NoPE layer or one of another type, see ``notes``), and ``rotates_backward`` whether the
+        model turns pairs by -angle (NanoChat), which ``apply`` then does as well.
 
         Raises:
             TypeError: path_or_dict is neither a path nor a dict, or the dict holds values JSON
@@ -162,19 +170,18 @@ class Rope:
             except (TypeError, ValueError, RecursionError) as e:
                 kind = TypeError if isinstance(e, TypeError) else ValueError
                 raise kind(f"path_or_dict is not a JSON config: {_show(str(e))}") from None
-            impl, notes = _rotary.Rope.from_config_text(text, seq_len)
+            resolved = _rotary.Rope.from_config_text(text, seq_len)
         elif isinstance(path_or_dict, (str, bytes, os.PathLike)):
-            impl, notes = _rotary.Rope.from_config_file(os.fsdecode(path_or_dict), seq_len)
+            resolved = _rotary.Rope.from_config_file(os.fsdecode(path_or_dict), seq_len)
         else:
             raise TypeError(f"path_or_dict must be a path or a dict, got {type(path_or_dict).__name__}")
-        return cls._wrap(impl, notes)
+        return cls._wrap(*resolved)
 
     @classmethod
     def from_preset(cls, name: str, seq_len: Optional[int] = None) -> "Rope":
         """From a built-in preset (see ``rotary.preset_names()``); ``notes`` holds what resolving it
         found worth saying (e.g. an explicit YaRN factor overriding the context-length ratio)."""
-        impl, notes = _rotary.Rope.from_preset(name, seq_len)
-        return cls._wrap(impl, notes)
+        return cls._wrap(*_rotary.Rope.from_preset(name, seq_len))
 
     inv_freq = property(lambda self: np.array(self._impl.inv_freq, dtype=np.float64),
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
@@ -227,6 +234,8 @@ class Rope:
         pos = None if positions is None else _positions_array(positions)
         q_out = None if inplace else _empty_like(q)
         k_out = None if (inplace or k is None) else _empty_like(k)
+        if self.rotates_backward:  # the model's code turns pairs by -angle (NanoChat)
+            inverse = not _bool_arg(inverse, "inverse")
         self._impl.apply(q, k, q_out, k_out, pos, offset, layout, inverse, angles, threads)
         rq = q if inplace else q_out
         if k is None:

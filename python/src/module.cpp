@@ -499,8 +499,15 @@ py::tuple table_py(const PyRope& r, const py::object& positions, const py::objec
   return py::make_tuple(c, s);
 }
 
+// (rope, notes, rope_layers or None, rotates_backward): what resolving a config found besides the spec.
 py::tuple with_notes(PyRope rope, const ModelRope& model) {
-  return py::make_tuple(py::cast(std::move(rope)), model.notes);
+  py::object layers = py::none();
+  if (!model.rope_layers.empty()) {
+    py::list list;
+    for (const bool uses_rope : model.rope_layers) list.append(py::bool_(uses_rope));
+    layers = list;
+  }
+  return py::make_tuple(py::cast(std::move(rope)), model.notes, layers, model.rotates_backward);
 }
 
 }  // namespace

@@ -404,6 +404,36 @@ static void test_hf_config_and_presets(void) {
   rotary_schedule_free(from_preset);
 }
 
+/* A model whose code turns pairs by -angle (NanoChat: rotate_half = cat(x2, -x1)): ROTARY_FORWARD on
+ * its schedule rotates as the model does, i.e. by -angle, and ROTARY_INVERSE undoes it. */
+static void test_model_rotating_backward(void) {
+  const char* config = "{\"model_type\": \"nanochat\", \"hidden_size\": 128, \"num_attention_heads\": 2,"
+                       " \"max_position_embeddings\": 2048}";
+  const rope r = {64, 64, 10000.0, 0};
+  const int64_t seq = 3, heads = 2, offset = 500, count = seq * heads * 64;
+  rotary_schedule* schedule = NULL;
+  float* q;
+  float* q_original;
+  float* q_rotated;
+  rotary_apply_args args;
+  CHECK(rotary_schedule_from_hf_config(config, -1, &schedule) == ROTARY_OK);
+  q = random_floats(count);
+  q_original = copy_floats(q, count);
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, seq, heads, 64, &args.q) == ROTARY_OK);
+  args.offset = offset;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, q_original, &args.q, &args.q, NULL, offset, 1));
+  q_rotated = copy_floats(q, count);
+  args.inverse = ROTARY_INVERSE;
+  CHECK(rotary_apply(schedule, &args) == ROTARY_OK);
+  CHECK(tensor_matches(&r, q_rotated, &args.q, &args.q, NULL, offset, 0));
+  free(q_rotated);
+  free(q_original);
+  free(q);
+  rotary_schedule_free(schedule);
+}
+
 /* ---- errors ---- */
 
 static void test_constructor_errors(void) {
@@ -666,6 +696,7 @@ int main(void) {
   test_spec_fields();
   test_longrope_factor_lists();
   test_hf_config_and_presets();
+  test_model_rotating_backward();
   test_constructor_errors();
   test_apply_errors();
   test_absent_and_empty_views();
