@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -684,6 +685,8 @@ TEST(CliMemory, ApplyPeakResidentMemoryStaysNearTheTensorBytes) {
   ASSERT_GT(r.peak_bytes, 0);
   EXPECT_EQ(fs::file_size(dir.path / "q_out.npy"), fs::file_size(dir.path / "q.npy"));
   EXPECT_LE(r.peak_bytes, q_bytes * 6 / 5 + 16 * kMiB) << "peak " << r.peak_bytes / kMiB << " MiB";
+  std::printf("apply, %lld MiB of q: peak resident memory %.1f MiB\n", static_cast<long long>(q_bytes / kMiB),
+              static_cast<double>(r.peak_bytes) / static_cast<double>(kMiB));
   fs::remove(dir.path / "q.npy");
   fs::remove(dir.path / "q_out.npy");
   // 2 x 10^6 tokens at distinct positions, hf-float32 angles: 16 MB of q, 8 MB of positions; the
@@ -706,6 +709,8 @@ TEST(CliMemory, ApplyPeakResidentMemoryStaysNearTheTensorBytes) {
   ASSERT_EQ(r.status, 0);
   ASSERT_GT(r.peak_bytes, 0);
   EXPECT_LE(r.peak_bytes, kTokens * 8 * 6 / 5 + 16 * kMiB) << "peak " << r.peak_bytes / kMiB << " MiB";
+  std::printf("apply, 2e6 distinct positions, hf-float32: peak resident memory %.1f MiB\n",
+              static_cast<double>(r.peak_bytes) / static_cast<double>(kMiB));
 }
 
 TEST(CliFiles, ConvertWeightsTakesHeadCountsFromAConfigAndRefusesWrongOnes) {
