@@ -189,7 +189,7 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
     attention_factor = *spec.attention_factor;  // range checked by validate(spec)
   } else if (!attention_factor_in_range(attention_factor)) {
     throw Error(fmt::format("schedule {} computes attention_factor={} from factor={}, mscale={}, "
-                            "mscale_all_dim={}: it must be in [2^-126, 3.4028235e+38], a normal float32",
+                            "mscale_all_dim={}: it must round to a normal float32, in [2^-126, 3.40282347e+38]",
                             to_string(spec.schedule), attention_factor, spec.factor.value_or(0.0),
                             spec.mscale.value_or(0.0), spec.mscale_all_dim.value_or(0.0)));
   }
@@ -235,7 +235,7 @@ void validate(const Schedule& schedule) {
                             schedule.attention_factor));
   }
   if (!attention_factor_in_range(schedule.attention_factor)) {
-    throw Error(fmt::format("attention_factor={} must be in [2^-126, 3.4028235e+38], a normal float32 "
+    throw Error(fmt::format("attention_factor={} must round to a normal float32, in [2^-126, 3.40282347e+38] "
                             "(cos and sin times it are stored as float32)",
                             schedule.attention_factor));
   }

@@ -38,7 +38,7 @@ void require_positive(const std::optional<double>& value, const char* name) {
 // cos and sin times the factor are stored as float32: it must be a normal float32.
 void require_float32_factor(const std::optional<double>& value, const char* name) {
   if (!value || (*value >= min_attention_factor && *value <= max_attention_factor)) return;
-  throw Error(fmt::format("{}={} must be in [2^-126, 3.4028235e+38], a normal float32 (cos and sin "
+  throw Error(fmt::format("{}={} must round to a normal float32, in [2^-126, 3.40282347e+38] (cos and sin "
                           "times it are stored as float32)",
                           name, *value));
 }

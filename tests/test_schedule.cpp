@@ -217,11 +217,11 @@ TEST(Schedule, ComputedAttentionFactorOutsideFloat32IsRefused) {
   Spec spec{.head_dim = 64, .schedule = ScheduleType::yarn, .factor = 4.0, .original_max_position = 4096,
             .mscale = 1e300, .mscale_all_dim = 1.0};
   EXPECT_ROTARY_ERROR(make_schedule(spec), "schedule yarn computes attention_factor=1.21751143713058");
-  EXPECT_ROTARY_ERROR(make_schedule(spec), "e+299 from factor=4, mscale=1e+300, mscale_all_dim=1: it must be in "
-                                           "[2^-126, 3.4028235e+38], a normal float32");
+  EXPECT_ROTARY_ERROR(make_schedule(spec), "e+299 from factor=4, mscale=1e+300, mscale_all_dim=1: it must round to "
+                                           "a normal float32, in [2^-126, 3.40282347e+38]");
   spec.mscale = 1.0;
   spec.mscale_all_dim = 1e300;  // 1.14 / 1.4e299: underflows float32
-  EXPECT_ROTARY_ERROR(make_schedule(spec), "from factor=4, mscale=1, mscale_all_dim=1e+300: it must be in");
+  EXPECT_ROTARY_ERROR(make_schedule(spec), "from factor=4, mscale=1, mscale_all_dim=1e+300: it must round to");
   spec.mscale_all_dim = 1e30;  // 1.14 / 1.4e29 = 8.2e-30: a normal float32
   EXPECT_NEAR(make_schedule(spec).attention_factor, (0.1 * std::log(4.0) + 1) / (0.1 * 1e30 * std::log(4.0) + 1),
               1e-44);
@@ -304,7 +304,7 @@ TEST(Schedule, ValidateHandBuiltSchedule) {
   for (const double outside : {1e39, 1e-40, 1e-50}) {
     s = make_schedule(Spec{.head_dim = 8});
     s.attention_factor = outside;
-    EXPECT_ROTARY_ERROR(validate(s), "must be in [2^-126, 3.4028235e+38], a normal float32");
+    EXPECT_ROTARY_ERROR(validate(s), "must round to a normal float32, in [2^-126, 3.40282347e+38]");
   }
   s = make_schedule(Spec{.head_dim = 8});
   s.rotary_dim = 10;

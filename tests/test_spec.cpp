@@ -124,16 +124,22 @@ TEST(Spec, Yarn) {
 // cos and sin times the factor are stored as float32: it must round to a normal float32.
 TEST(Spec, AttentionFactorIsANormalFloat32) {
   Spec s = base_spec();
-  for (const double fine : {0x1p-126, 1.0, 0x1.fffffep+127}) {  // FLT_MIN, 1, FLT_MAX
+  // FLT_MIN, 1, FLT_MAX, and the extreme doubles that still round to FLT_MIN and FLT_MAX
+  // (3.4028235e38, as a user types FLT_MAX, lies above it and rounds to it).
+  for (const double fine : {0x1p-126, 1.0, 0x1.fffffep+127, 0x1.fffffep-127, 0x1.fffffefffffffp+127, 3.4028235e38}) {
     s.attention_factor = fine;
     EXPECT_NO_THROW(validate(s)) << fine;
     EXPECT_EQ(make_schedule(s).attention_factor, fine);
   }
+  for (const double rounds_outside : {0x1.ffffffp+127, 0x1.fffffdfffffffp-127}) {  // ties to inf; to a subnormal
+    s.attention_factor = rounds_outside;
+    EXPECT_ROTARY_ERROR(validate(s), "must round to a normal float32");
+  }
   const std::pair<double, const char*> refused[] = {
-      {1e39, "attention_factor=1e+39 must be in [2^-126, 3.4028235e+38], a normal float32"},
-      {0x1.ffffffp+127, "attention_factor=3.4028235677973366e+38 must be in"},  // rounds to float inf
-      {1e-50, "attention_factor=1e-50 must be in [2^-126, 3.4028235e+38]"},    // rounds to float 0
-      {1e-40, "attention_factor=1e-40 must be in"},                            // a float subnormal
+      {1e39, "attention_factor=1e+39 must round to a normal float32, in [2^-126, 3.40282347e+38]"},
+      {0x1.ffffffp+127, "attention_factor=3.4028235677973366e+38 must round to"},  // rounds to float inf
+      {1e-50, "attention_factor=1e-50 must round to a normal float32"},    // rounds to float 0
+      {1e-40, "attention_factor=1e-40 must round to"},                            // a float subnormal
   };
   for (const auto& [factor, needle] : refused) {
     s.attention_factor = factor;

@@ -69,11 +69,12 @@ struct Spec {
 inline constexpr int64_t max_position_limit = int64_t{1} << 31;
 
 /// attention_factor range, explicit or computed: cos and sin times the factor are stored as float32,
-/// so the factor must be a normal float32 — at least FLT_MIN = 2^-126 (below, it rounds to a
-/// subnormal or to 0) and at most FLT_MAX = (2 - 2^-23) 2^127 (above, it rounds to infinity).
-/// Within it, |cos * factor| and |sin * factor| never leave float range.
-inline constexpr double min_attention_factor = 0x1p-126;
-inline constexpr double max_attention_factor = 0x1.fffffep+127;
+/// so the factor must round to a normal float32 — to at least FLT_MIN = 2^-126 (smaller ones round
+/// to a subnormal or to 0) and at most FLT_MAX = (2 - 2^-23) 2^127 (larger ones round to infinity).
+/// The bounds are the extreme doubles that round (to nearest even) to FLT_MIN and FLT_MAX. Within
+/// them, |cos * factor| and |sin * factor| never leave float range.
+inline constexpr double min_attention_factor = 0x1.fffffep-127;      // 2^-126 - 2^-150: ties to FLT_MIN
+inline constexpr double max_attention_factor = 0x1.fffffefffffffp+127;  // below the tie to infinity
 
 /// Throws rotary::Error naming the first broken rule. Called by make_schedule.
 void validate(const Spec& spec);
