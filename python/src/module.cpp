@@ -338,21 +338,25 @@ class Borrowed {
     if (!dtype.attr("isnative").cast<bool>()) {
       throw py::type_error(name_ + " dtype " + shown(dtype) + " is not in the machine's byte order");
     }
+    // Read through Python attributes: pybind11 < 2.12's dtype::kind()/itemsize() read numpy 1's
+    // descriptor struct and are wrong under numpy 2.
+    const auto letter = dtype.attr("kind").cast<std::string>();
+    const auto itemsize = dtype.attr("itemsize").cast<int64_t>();
     std::optional<DType> kind;
-    if (dtype.kind() == 'f' && dtype.itemsize() == 4) kind = DType::f32;
-    else if (dtype.kind() == 'f' && dtype.itemsize() == 8) kind = DType::f64;
-    else if (dtype.kind() == 'f' && dtype.itemsize() == 2) kind = DType::f16;
+    if (letter == "f" && itemsize == 4) kind = DType::f32;
+    else if (letter == "f" && itemsize == 8) kind = DType::f64;
+    else if (letter == "f" && itemsize == 2) kind = DType::f16;
     if (!kind) throw_bad_dtype(shown(dtype));
     check_ndim(array.ndim());
     std::array<int64_t, 4> shape{}, strides{};
     for (size_t d = 0; d < 4; ++d) {
       const auto stride_bytes = static_cast<int64_t>(array.strides(static_cast<py::ssize_t>(d)));
-      if (stride_bytes % dtype.itemsize() != 0) {
+      if (stride_bytes % itemsize != 0) {
         throw py::value_error(name_ + " stride " + std::to_string(stride_bytes) + " bytes is not a multiple of its " +
-                              std::to_string(dtype.itemsize()) + "-byte elements");
+                              std::to_string(itemsize) + "-byte elements");
       }
       shape[d] = static_cast<int64_t>(array.shape(static_cast<py::ssize_t>(d)));
-      strides[d] = stride_bytes / dtype.itemsize();
+      strides[d] = stride_bytes / itemsize;
     }
     owner_ = array;
     // Only written when access is write, which required a writable array above.
