@@ -181,6 +181,25 @@ TEST(Cli, ErrorsEchoAtMostAnExcerptOfTheValue) {
   }
 }
 
+// An unknown option is named first, each unexpected argument excerpted: CLI11 listed them last to
+// first, whole, and the message cut to 300 characters showed only a long value, never the option.
+TEST(Cli, UnexpectedArgumentsAreNamedOptionFirst) {
+  const std::string huge(5000, '9');
+  Result r = run({"info", "--head-dim", "64", "--bogus", huge});
+  expect_one_line_error(r, "unknown option '--bogus' for 'rotary info' (then '9999");
+  EXPECT_NE(r.err.find("... (5000 bytes)"), std::string::npos) << r.err.substr(0, 500);
+  EXPECT_LT(r.err.size(), 400u) << r.err.substr(0, 500);
+  r = run({"info", "--head-dim", "64", huge, "--bogus", "a", "b", "c", "d"});
+  expect_one_line_error(r, "unexpected argument '9999");
+  EXPECT_NE(r.err.find("(then '--bogus', 'a', 'b' and 2 more)"), std::string::npos) << r.err.substr(0, 500);
+  EXPECT_LT(r.err.size(), 400u) << r.err.substr(0, 500);
+  // Before any subcommand, an unknown option was reported only as "A subcommand is required".
+  expect_one_line_error(run({"-xxxx"}), "unknown option '-xxxx' for 'rotary'");
+  expect_one_line_error(run({"-xxxx", "info", "--head-dim", "64"}), "unknown option '-xxxx' for 'rotary'");
+  expect_one_line_error(run({"apply", "--q", std::string("a\0b", 3), "--qq", std::string("x\ny", 3)}),
+                        "unknown option '--qq' for 'rotary apply' (then 'x\\x0ay')");
+}
+
 struct TempDir {
   std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("rotary-cli-test-" + std::to_string(std::random_device{}()));

@@ -1,10 +1,12 @@
 // .npy / .safetensors readers and writers, the file commands, and every malformed-file case.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -508,10 +510,13 @@ TEST(CliFiles, OutputsAreAllOrNothing) {
   fs::create_directory(dir.path / "a-folder");
   // The second output cannot be written (its folder is missing; it is a folder): the first,
   // which exists, keeps its content, and no temporary file is left.
-  for (const std::string& k_out : {dir / "missing/k_out.npy", dir / "a-folder"}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {dir / "missing/k_out.npy", "--k-out='" + dir / "missing/k_out.npy" + "' cannot be written"},
+      {dir / "a-folder", "--k-out '" + dir / "a-folder" + "' must end in .npy"}};
+  for (const auto& [k_out, needle] : cases) {
     const RunResult r = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--k", dir / "k.npy", "--out",
                              dir / "q_out.npy", "--k-out", k_out});
-    expect_user_error(r, "--k-out '");
+    expect_user_error(r, needle);
     EXPECT_EQ(read_bytes(dir / "q_out.npy"), "the previous q output");
     EXPECT_EQ(files_in(dir.path), 4);
   }
@@ -531,6 +536,97 @@ TEST(CliFiles, ReplacedOutputKeepsItsPermissionBits) {
   EXPECT_NE(read_bytes(dir / "shared.npy"), "old");
   EXPECT_EQ(fs::status(dir.path / "shared.npy").permissions(), fs::perms(0640));
   EXPECT_EQ(fs::status(dir.path / "new.npy").permissions(), fs::perms(0644));  // 0666 less the umask
+}
+
+// The setuid, setgid and sticky bits were dropped (mode & 0777).
+TEST(CliFiles, ReplacedOutputKeepsItsSpecialModeBits) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  for (const auto mode : {fs::perms(02755), fs::perms(04700), fs::perms(01644)}) {
+    write_bytes(dir / "perm.npy", "old");
+    fs::permissions(dir.path / "perm.npy", mode);
+    const RunResult r = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--out", dir / "perm.npy"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(read_bytes(dir / "perm.npy"), "old");
+    EXPECT_EQ(fs::status(dir.path / "perm.npy").permissions(), mode) << std::oct << static_cast<int>(mode);
+  }
+}
+
+// An output that is a symbolic link was replaced by a regular file, its target left as it was.
+TEST(CliFiles, OutputThroughASymbolicLinkWritesWhereItLeads) {
+  TempDir dir;
+  const std::string q = dir / "q.npy";
+  write_bytes(q, cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  ASSERT_EQ(run({"apply", "--head-dim", "8", "--q", q, "--out", dir / "expected.npy"}).status, 0);
+  const std::string expected = read_bytes(dir / "expected.npy");
+  fs::create_directory(dir.path / "sub");
+  fs::permissions(dir.path / "sub", fs::perms(0750));
+  write_bytes(dir / "sub/target.npy", "old");
+  fs::permissions(dir.path / "sub/target.npy", fs::perms(0640));
+  fs::create_symlink("sub/target.npy", dir.path / "link.npy");          // existing target, relative
+  fs::create_symlink("../link.npy", dir.path / "sub/chain.npy");        // a chain of two
+  fs::create_symlink("sub/new.npy", dir.path / "dangling.npy");         // a file still to create
+  fs::create_symlink("loop-b.npy", dir.path / "loop-a.npy");
+  fs::create_symlink("loop-a.npy", dir.path / "loop-b.npy");
+  for (const std::string& link : {dir / "link.npy", dir / "sub/chain.npy"}) {
+    write_bytes(dir / "sub/target.npy", "old");
+    const RunResult r = run({"apply", "--head-dim", "8", "--q", q, "--out", link});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(fs::is_symlink(link)) << link;
+    EXPECT_EQ(read_bytes(dir / "sub/target.npy"), expected) << link;
+    EXPECT_EQ(fs::status(dir.path / "sub/target.npy").permissions(), fs::perms(0640)) << link;
+  }
+  const RunResult r = run({"apply", "--head-dim", "8", "--q", q, "--out", dir / "dangling.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir.path / "dangling.npy"));
+  EXPECT_EQ(read_bytes(dir / "sub/new.npy"), expected);
+  expect_user_error(run({"apply", "--head-dim", "8", "--q", q, "--out", dir / "loop-a.npy"}),
+                    "--out='" + dir / "loop-a.npy" + "' is a symbolic link that cannot be followed");
+  EXPECT_EQ(files_in(dir.path), 7);  // q, expected, sub, link, dangling, loop-a, loop-b: no temporary left
+  EXPECT_EQ(files_in(dir.path / "sub"), 3);  // target, chain, new
+}
+
+// A dangling symbolic link and the file it would create were compared by name only: both were
+// written, and the second rename replaced the link by a regular file.
+TEST(CliFiles, DanglingLinkAndTheFileItLeadsToAreOneOutput) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  write_bytes(dir / "k.npy", cli::format_npy(tensor("array", "F32", {1, 3, 1, 8}, 2)));
+  fs::create_directory(dir.path / "sub");
+  fs::create_symlink("sub/../newt.npy", dir.path / "dang.npy");
+  const RunResult r = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--k", dir / "k.npy", "--out",
+                           dir / "dang.npy", "--k-out", dir / "newt.npy"});
+  expect_user_error(r, "--out='" + dir / "dang.npy" + "' and --k-out='" + dir / "newt.npy" + "' name the same file");
+  EXPECT_TRUE(fs::is_symlink(dir.path / "dang.npy"));
+  EXPECT_EQ(files_in(dir.path), 4);  // q, k, sub, dang: nothing written
+}
+
+// A failed write named the input and tensor being rotated, never the output option.
+TEST(CliFiles, WriteErrorsNameTheOutputOption) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));     // 320 bytes
+  write_bytes(dir / "k.npy", cli::format_npy(tensor("array", "F32", {1, 64, 1, 8}, 2)));    // 2176 bytes
+  write_bytes(dir / "not-a-folder.npy", "x");
+  const std::vector<std::string> args = {"apply", "--head-dim", "8", "--q", dir / "q.npy", "--k", dir / "k.npy",
+                                         "--out", dir / "q_out.npy", "--k-out"};
+  // A file limit of 1 KiB: the first output fits, the second fails part way through its tensor.
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit small = old_limit;
+  small.rlim_cur = 1024;
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::vector<std::string> full = args;
+  full.push_back(dir / "k_out.npy");
+  const RunResult too_large = run(full);
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  expect_user_error(too_large, "rotary: error: --k-out='" + dir / "k_out.npy" + "' could not be written: ");
+  EXPECT_EQ(too_large.err.find("tensor"), std::string::npos) << too_large.err;
+  // A folder that is a file: the temporary cannot be created.
+  full.back() = dir / "not-a-folder.npy/k_out.npy";
+  expect_user_error(run(full), "rotary: error: --k-out='" + full.back() + "' cannot be written (folder missing");
+  EXPECT_EQ(files_in(dir.path), 3);  // q, k, not-a-folder: no output, no temporary
 }
 
 TEST(CliFiles, PositionsFileIsCheckedAndNamed) {

@@ -412,6 +412,27 @@ struct Commands {
     throw Error(fmt::format("unknown subcommand '{}' (known: {})", excerpt(word), known));
   }
 
+  // After a parse error: arguments no option took are named first, in command-line order, each
+  // excerpted (CLI11's own message lists them last to first, whole, and cut to a prefix loses the option).
+  void refuse_unexpected_arguments() const {
+    const CLI::App* command = &app;
+    for (const CLI::App* sub : app.get_subcommands()) {
+      if (!sub->remaining().empty()) command = sub;
+    }
+    const std::vector<std::string> extra = command->remaining();
+    if (extra.empty()) return;
+    const std::string name = command == &app ? "rotary" : "rotary " + command->get_name();
+    std::string message = fmt::format("{} '{}' for '{}'", extra[0].starts_with('-') ? "unknown option" : "unexpected argument",
+                                      excerpt(extra[0]), name);
+    constexpr size_t kShown = 3;
+    for (size_t i = 1; i < extra.size() && i <= kShown; ++i) {
+      message += fmt::format("{}'{}'", i == 1 ? " (then " : ", ", excerpt(extra[i]));
+    }
+    if (extra.size() > kShown + 1) message += fmt::format(" and {} more", extra.size() - kShown - 1);
+    if (extra.size() > 1) message += ")";
+    throw Error(message);
+  }
+
   int run_info(std::ostream& out, std::ostream& err) {
     const Resolved r = info_spec.resolve();
     print_info(r, info_json, out);
@@ -494,6 +515,7 @@ struct Commands {
         out << app.help(app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name());
         return 0;
       }
+      refuse_unexpected_arguments();
       std::string message = e.what();
       if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
       throw Error(excerpt(message, 300));  // CLI11 quotes the user's arguments

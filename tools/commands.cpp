@@ -24,11 +24,14 @@ using detail::excerpt;
 // Bytes read, rotated or permuted, and written at a time: whole heads, so more when one head is larger.
 constexpr int64_t kBlockBytes = int64_t{4} << 20;
 
-// Runs f(); a rotary::Error from it gets `prefix` in front (an option, a file, a tensor).
+// Runs f(); a rotary::Error from it gets `prefix` in front (an option, a file, a tensor), except
+// an OutputError, which names its output already: a failed write is not the input's fault.
 template <class F>
 auto with_context(std::string_view prefix, F&& f) {
   try {
     return f();
+  } catch (const OutputError&) {
+    throw;
   } catch (const Error& e) {
     throw Error(fmt::format("{}{}", prefix, e.what()));
   }
@@ -384,7 +387,7 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
   AtomicOutputs outputs;
   std::vector<AtomicOutputs::File*> files;
   for (const ApplyJob& job : jobs) {
-    files.push_back(with_context(job.out_option + " ", [&] { return &outputs.add(job.out_path); }));
+    files.push_back(&outputs.add(job.out_path, shown({job.out_option, job.out_path})));
   }
   std::vector<unsigned char> buffer;
   int rotated = 0;
@@ -557,7 +560,7 @@ int run_convert_weights(const ConvertOptions& o, std::ostream& out) {
   file.metadata[kPairingMetadataKey] = target;
 
   AtomicOutputs outputs;
-  AtomicOutputs::File& output = *with_context("--out ", [&] { return &outputs.add(o.out); });
+  AtomicOutputs::File& output = outputs.add(o.out, shown({"--out", o.out}));
   output.write(safetensors_header(file));
   std::vector<unsigned char> src, dst;
   for (size_t i = 0; i < file.tensors.size(); ++i) {

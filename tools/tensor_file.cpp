@@ -496,6 +496,28 @@ bool FileIdentity::operator==(const FileIdentity& other) const {
   return exists ? device == other.device && inode == other.inode : path == other.path;
 }
 
+namespace {
+
+constexpr int kMaxLinksFollowed = 40;  // as Linux's path lookup
+
+// The file that writing `path` creates or replaces: `path` itself, or where its chain of symbolic
+// links ends, existing or not (a relative link read from the link's folder). Empty for a loop, a
+// chain longer than kMaxLinksFollowed, or a link that cannot be read.
+fs::path follow_links(const std::string& path) {
+  fs::path p(path);
+  for (int followed = 0; followed <= kMaxLinksFollowed; ++followed) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::error_code ec;
+    const fs::path link = fs::read_symlink(p, ec);
+    if (ec) return {};
+    p = link.is_absolute() ? link : p.parent_path() / link;
+  }
+  return {};
+}
+
+}  // namespace
+
 FileIdentity file_identity(const std::string& path) {
   FileIdentity id;
   struct stat st {};
@@ -505,7 +527,8 @@ FileIdentity file_identity(const std::string& path) {
     id.inode = st.st_ino;
     return id;
   }
-  const fs::path p(path);
+  const fs::path followed = follow_links(path);
+  const fs::path p = followed.empty() ? fs::path(path) : followed;
   std::error_code ec;
   const fs::path folder = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
   id.path = ((ec ? p.parent_path() : folder) / p.filename()).string();
@@ -517,39 +540,50 @@ void AtomicOutputs::File::write(const void* data, uint64_t n) {
   while (n > 0) {
     const ssize_t put = ::write(fd_, in, std::min<uint64_t>(n, uint64_t{1} << 30));
     if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) throw Error(fmt::format("'{}' could not be written: {}", excerpt(path_), system_error()));
+    if (put <= 0) throw OutputError(fmt::format("{} could not be written: {}", label_, system_error()));
     in += put;
     n -= static_cast<uint64_t>(put);
   }
 }
 
-AtomicOutputs::File& AtomicOutputs::add(const std::string& path) {
-  const fs::path target(path);
-  const std::string name = target.filename().string();
-  if (name.empty() || name == "." || name == "..") {
-    throw Error(fmt::format("'{}' names a folder, not a file to write", excerpt(path)));
+AtomicOutputs::File& AtomicOutputs::add(const std::string& path, const std::string& label) {
+  const std::string shown = label.empty() ? fmt::format("'{}'", excerpt(path)) : label;
+  const auto refuse_folder = [&shown](const fs::path& p) {
+    const std::string name = p.filename().string();
+    if (name.empty() || name == "." || name == "..") {
+      throw OutputError(fmt::format("{} names a folder, not a file to write", shown));
+    }
+  };
+  refuse_folder(path);
+  const fs::path target = follow_links(path);
+  if (target.empty()) {
+    throw OutputError(fmt::format("{} is a symbolic link that cannot be followed (a loop, or more than {} links)",
+                                  shown, kMaxLinksFollowed));
   }
+  refuse_folder(target);
   struct stat st {};
-  const bool exists = ::stat(path.c_str(), &st) == 0;
+  const bool exists = ::stat(target.c_str(), &st) == 0;
   if (exists && !S_ISREG(st.st_mode)) {
-    throw Error(fmt::format("'{}' exists and is not a regular file; it is not replaced", excerpt(path)));
+    throw OutputError(fmt::format("{} exists and is not a regular file; it is not replaced", shown));
   }
   auto file = std::make_unique<File>();
   file->path_ = path;
+  file->label_ = shown;
+  file->target_ = target.string();
   const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string target_name = target.filename().string();
   std::mt19937_64 rng(std::random_device{}());
   for (int attempt = 0; attempt < 100 && file->fd_ < 0; ++attempt) {
-    file->temp_ = (folder / fmt::format(".{}.tmp-{:016x}", name.substr(0, 100), rng())).string();
+    file->temp_ = (folder / fmt::format(".{}.tmp-{:016x}", target_name.substr(0, 100), rng())).string();
     file->fd_ = ::open(file->temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (file->fd_ < 0 && errno != EEXIST) {
-      throw Error(fmt::format("'{}' cannot be written (folder missing or not writable): {}", excerpt(path),
-                              system_error()));
+      throw OutputError(fmt::format("{} cannot be written (folder missing or not writable): {}", shown, system_error()));
     }
   }
-  if (file->fd_ < 0) throw Error(fmt::format("'{}' cannot be written: no free temporary name", excerpt(path)));
+  if (file->fd_ < 0) throw OutputError(fmt::format("{} cannot be written: no free temporary name", shown));
   files_.push_back(std::move(file));
-  if (exists && ::fchmod(files_.back()->fd_, st.st_mode & 0777) != 0) {
-    throw Error(fmt::format("'{}' cannot keep its permissions: {}", excerpt(path), system_error()));
+  if (exists && ::fchmod(files_.back()->fd_, st.st_mode & 07777) != 0) {
+    throw OutputError(fmt::format("{} cannot keep its permissions: {}", shown, system_error()));
   }
   return *files_.back();
 }
@@ -557,13 +591,13 @@ AtomicOutputs::File& AtomicOutputs::add(const std::string& path) {
 void AtomicOutputs::commit() {
   for (auto& f : files_) {
     if (::fsync(f->fd_) != 0 || ::close(std::exchange(f->fd_, -1)) != 0) {
-      throw Error(fmt::format("'{}' could not be written: {}", excerpt(f->path_), system_error()));
+      throw OutputError(fmt::format("{} could not be written: {}", f->label_, system_error()));
     }
   }
   // Every output is complete on disk before the first is renamed.
   for (auto& f : files_) {
-    if (::rename(f->temp_.c_str(), f->path_.c_str()) != 0) {
-      throw Error(fmt::format("'{}' could not be replaced: {}", excerpt(f->path_), system_error()));
+    if (::rename(f->temp_.c_str(), f->target_.c_str()) != 0) {
+      throw OutputError(fmt::format("{} could not be replaced: {}", f->label_, system_error()));
     }
     f->temp_.clear();
   }

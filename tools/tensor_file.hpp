@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "rotary/error.hpp"
+
 namespace rotary::cli {
 
 /// One tensor: safetensors dtype names (F32, F64, F16, BF16, I32, I64, U8, ...), row-major bytes.
@@ -83,7 +85,8 @@ TensorFile read_tensor_index(const InputFile& file);
 TensorFile read_tensor_file(const std::string& path);
 
 /// What a path names, so that two spellings of one file compare equal: device and inode when the
-/// path exists (symbolic links followed, hard links alike), else the canonical folder plus the name.
+/// path exists (symbolic links followed, hard links alike), else the canonical folder plus the name
+/// of what it would create (a dangling symbolic link followed to the file it would create).
 struct FileIdentity {
   bool exists = false;
   dev_t device = 0;
@@ -93,12 +96,22 @@ struct FileIdentity {
 };
 FileIdentity file_identity(const std::string& path);
 
+/// An output could not be created, written or replaced. Its message names the output already, so
+/// context about an input (a file, a tensor) is not put in front of it.
+class OutputError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Outputs written all or nothing. add() creates a temporary file beside each target (refusing a
 /// target that is a folder or another non-regular file); commit() flushes them all to disk, then
-/// renames each over its target. When add, a write or the flush throws, no target has been touched
+/// renames each over its target. A target that is a symbolic link (or a chain of them, dangling or
+/// not) is written through: the temporary goes beside the file it leads to and replaces that file,
+/// and the link stays a link. When add, a write or the flush throws, no target has been touched
 /// and the destructor removes the temporaries; a rename, within one folder, fails only if that
 /// folder changed meanwhile (then the targets renamed before it stay replaced). A replaced file
-/// keeps its permission bits; a new one gets 0666 less the umask. Errors name the path (excerpted).
+/// keeps its permission bits, setuid, setgid and sticky included; a new one gets 0666 less the
+/// umask. Errors are OutputError, naming the output by its label (default: the path, excerpted).
 class AtomicOutputs {
  public:
   class File {
@@ -109,7 +122,10 @@ class AtomicOutputs {
 
    private:
     friend class AtomicOutputs;
-    std::string path_, temp_;
+    std::string path_;    // as given
+    std::string label_;   // how errors name it, e.g. "--out='x.npy'"
+    std::string target_;  // the file replaced: path_ with its symbolic links followed
+    std::string temp_;
     int fd_ = -1;
   };
 
@@ -118,7 +134,8 @@ class AtomicOutputs {
   AtomicOutputs(const AtomicOutputs&) = delete;
   AtomicOutputs& operator=(const AtomicOutputs&) = delete;
 
-  File& add(const std::string& path);
+  /// `label` names the output in errors (e.g. "--k-out='x.npy'"); empty: "'path'".
+  File& add(const std::string& path, const std::string& label = "");
   void commit();
 
  private:
