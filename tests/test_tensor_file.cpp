@@ -90,6 +90,18 @@ void expect_user_error(const RunResult& r, const std::string& needle) {
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
 }
 
+// f32 tensors `back` = `original` rotated and rotated back: within two roundings per value
+// (the values are below 4 in magnitude).
+void expect_round_trip(const HostTensor& original, const HostTensor& back) {
+  ASSERT_EQ(back.data.size(), original.data.size());
+  for (int64_t i = 0; i < original.elements(); ++i) {
+    float a, b;
+    std::memcpy(&a, &original.data[static_cast<size_t>(i * 4)], 4);
+    std::memcpy(&b, &back.data[static_cast<size_t>(i * 4)], 4);
+    ASSERT_NEAR(a, b, 4 * 0x1p-23 * (std::fabs(a) + 4)) << "element " << i;
+  }
+}
+
 TEST(TensorFile, NpyRoundTripAndHeaderLayout) {
   for (const auto& [dtype, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
            {"F32", {2, 3, 4, 8}}, {"F64", {5}}, {"F16", {3, 2}}, {"I64", {2, 7}}, {"I32", {}}}) {
@@ -275,13 +287,7 @@ TEST(CliFiles, ApplyThenInverseGivesTheInputBack) {
   r = run({"apply", "--head-dim", "64", "--base", "500000", "--q", dir / "q_rot.npy", "--offset", "1000", "--inverse",
            "--out", dir / "q_back.npy"});
   ASSERT_EQ(r.status, 0) << r.err;
-  const HostTensor back = cli::read_tensor_file(dir / "q_back.npy").tensors[0];
-  for (int64_t i = 0; i < q.elements(); ++i) {
-    float a, b;
-    std::memcpy(&a, &q.data[static_cast<size_t>(i * 4)], 4);
-    std::memcpy(&b, &back.data[static_cast<size_t>(i * 4)], 4);
-    ASSERT_NEAR(a, b, 4 * 0x1p-23 * (std::fabs(a) + 4));
-  }
+  expect_round_trip(q, cli::read_tensor_file(dir / "q_back.npy").tensors[0]);
   // Per-token positions from a file, and hf-float32 angles, and a safetensors container.
   HostTensor pos{"array", "I64", {5}, std::vector<unsigned char>(40)};
   for (int64_t i = 0; i < 5; ++i) { const int64_t v = 7 * i + 3; std::memcpy(&pos.data[static_cast<size_t>(i * 8)], &v, 8); }
@@ -316,13 +322,7 @@ TEST(CliFiles, ApplyWithAConfigRotatesTheWayTheModelDoes) {
   r = run({"apply", "--config", dir / "config.json", "--q", dir / "model.npy", "--offset", "77", "--inverse",
            "--out", dir / "back.npy"});
   ASSERT_EQ(r.status, 0) << r.err;
-  const HostTensor back = cli::read_tensor_file(dir / "back.npy").tensors[0];
-  for (int64_t i = 0; i < q.elements(); ++i) {
-    float a, b;
-    std::memcpy(&a, &q.data[static_cast<size_t>(i * 4)], 4);
-    std::memcpy(&b, &back.data[static_cast<size_t>(i * 4)], 4);
-    ASSERT_NEAR(a, b, 4 * 0x1p-23 * (std::fabs(a) + 4));
-  }
+  expect_round_trip(q, cli::read_tensor_file(dir / "back.npy").tensors[0]);
 }
 
 TEST(CliFiles, ErrorsExitTwoAndWriteNothing) {
