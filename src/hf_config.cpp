@@ -110,6 +110,7 @@ struct Source {
   std::string rope_name = "rope_scaling";    // how errors name `rope`
   std::string layer_type;                    // the layer type `spec` describes, when types differ
   const detail::ModelTypeRope* entry = nullptr;  // the model type's row, null when unknown
+  const detail::ModelTypeRope* multimodal = nullptr;  // a row whose decoder takes several streams
 };
 
 // Multimodal wrappers keep the language model's settings in text_config.
@@ -132,13 +133,17 @@ void read_model_type(const json& root, Source& src, ModelRope& out) {
   const detail::ModelTypeRope* inner_entry = detail::find_model_type(inner);
   const detail::ModelTypeRope* outer_entry = detail::find_model_type(outer);
   for (const auto* e : {inner_entry, outer_entry}) {
-    if (e && e->multimodal_positions) {
-      throw Error(fmt::format("model_type '{}' rotates several position streams per token (multimodal "
-                              "RoPE), which rotary does not implement yet",
-                              e->model_type));
-    }
+    if (e && e->multimodal_positions && !src.multimodal) src.multimodal = e;
   }
   src.entry = inner_entry ? inner_entry : outer_entry;
+}
+
+// After refuse_unimplemented, so that a config naming its M-RoPE fields is refused by the field.
+void refuse_multimodal(const Source& src) {
+  if (!src.multimodal) return;
+  throw Error(fmt::format("model_type '{}' rotates several position streams per token (multimodal RoPE), "
+                          "which rotary does not implement yet",
+                          src.multimodal->model_type));
 }
 
 // RoPE on or off by a config value (falcon's alibi, esm's position_embedding_type): refused when off,
@@ -607,6 +612,7 @@ ModelRope resolve(const json& root) {
   read_attention_shape(src, out);
   select_rope(src, out);
   refuse_unimplemented(src);
+  refuse_multimodal(src);
   read_dims(src, out);
   read_pairing(src, out);
   read_schedule(src, out);

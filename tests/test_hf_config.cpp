@@ -496,6 +496,12 @@ TEST(HfConfig, UnimplementedRopeFieldsAreRefusedByName) {
     EXPECT_NE(m.find(needle), std::string::npos) << "'" << m << "' lacks '" << needle << "'";
     EXPECT_LT(m.size(), 400u);
   }
+  // A known multimodal model type whose config names the field is refused by the field (Qwen3-VL).
+  EXPECT_ROTARY_ERROR(
+      read(R"({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096,
+               "num_attention_heads": 32, "head_dim": 128, "rope_theta": 5000000,
+               "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": true}}})"),
+      "rope_scaling.mrope_section=a list of 3 items asks for multimodal RoPE");
   // Switched off, they are nothing to refuse.
   EXPECT_NO_THROW(read(head + R"("rope_3d": false, "rope_scaling": {"mrope_interleaved": false}})"));
 }
