@@ -46,6 +46,10 @@ CosSin exact_cos_sin(int64_t position, double inv_freq) {
   return cos_sin_of_dd(two_prod(p, inv_freq));     // the angle, exactly
 }
 
+CosSin exact_cos_sin_real(double position, double inv_freq) {
+  return cos_sin_of_dd(two_prod(position, inv_freq));
+}
+
 CosSin cos_sin_of(double angle) { return cos_sin_of_dd({angle, 0.0}); }
 
 CosSin cos_sin_of_dd(DoubleDouble x) {

@@ -2,6 +2,8 @@
 
 #include <bit>
 #include <cstring>
+#include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -43,18 +45,50 @@ void check_output(const TensorView& out, const char* name, const TensorView& in,
   }
 }
 
-void check_position_value(int64_t position, int64_t index, const Table* table) {
-  if (position < 0 || position >= max_position_limit) {
-    throw Error(fmt::format("positions[{}]={} must be in [0, 2^31)", index, position));
+// Entry `index` (of stream `stream`, per-token positions) is a position: in [0, 2^31), a whole
+// number when a table or per-position caller angles index rows by it, and in them.
+void check_position_value(double position, int64_t index, int stream, int streams,
+                          const Table* table, int64_t angle_rows) {
+  // Formatted only on error: this runs once per position on every call.
+  const auto where = [&] {
+    return streams > 1 ? fmt::format("positions[{}][{}]", stream, index)
+                       : fmt::format("positions[{}]", index);
+  };
+  if (!(position >= 0 && position < static_cast<double>(max_position_limit))) {
+    throw Error(fmt::format("{}={} must be in [0, 2^31)", where(), position));
   }
-  if (table != nullptr && !table->row_of(position)) {
-    throw Error(fmt::format("positions[{}]={} is not in the table", index, position));
+  if (table == nullptr && angle_rows < 0) return;
+  if (position != static_cast<double>(static_cast<int64_t>(position))) {
+    throw Error(fmt::format("{}={} is fractional; a {} holds whole positions only (use exact "
+                            "angles: no table)", where(), position,
+                            table != nullptr ? "table" : "per_position cos/sin tensor"));
+  }
+  const auto whole = static_cast<int64_t>(position);
+  if (table != nullptr && !table->row_of(whole)) {
+    throw Error(fmt::format("{}={} is not in the table", where(), whole));
+  }
+  if (angle_rows >= 0 && whole >= angle_rows) {
+    throw Error(fmt::format("{}={} is beyond the {} rows of the per_position cos/sin", where(), whole,
+                            angle_rows));
   }
 }
 
 // batch and seq are >= 0 (checked); their product may still leave int64 for an empty view.
-void check_positions(const Positions& positions, int64_t batch, int64_t seq, const Table* table) {
+// angle_rows: rows of per_position caller angles, else -1.
+void check_positions(const Positions& positions, const Schedule& schedule, int64_t batch,
+                     int64_t seq, const Table* table, int64_t angle_rows) {
   using Kind = Positions::Kind;
+  if (positions.streams < 1 || positions.streams > max_streams) {
+    throw Error(fmt::format("positions streams={} must be in [1, {}]", positions.streams, max_streams));
+  }
+  if (positions.streams != 1 && positions.streams != schedule.streams) {
+    throw Error(schedule.streams == 1
+                    ? fmt::format("positions has {} streams but the schedule reads 1",
+                                  positions.streams)
+                    : fmt::format("positions has {} streams but the schedule reads {} (give {} or "
+                                  "1, one stream serving all)", positions.streams,
+                                  schedule.streams, schedule.streams));
+  }
   switch (positions.kind) {
     case Kind::sequential: {
       if (positions.offset < 0 || positions.offset >= max_position_limit ||
@@ -62,27 +96,79 @@ void check_positions(const Positions& positions, int64_t batch, int64_t seq, con
         throw Error(fmt::format("offset={} with seq={} must keep positions in [0, 2^31)",
                                 positions.offset, seq));
       }
-      if (table == nullptr || batch == 0) return;
-      for (int64_t s = 0; s < seq; ++s) check_position_value(positions.offset + s, s, table);
+      if ((table == nullptr && angle_rows < 0) || batch == 0) return;
+      for (int64_t s = 0; s < seq; ++s) {
+        check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows);
+      }
       return;
     }
     case Kind::per_token_i32:
-    case Kind::per_token_i64: {
+    case Kind::per_token_i64:
+    case Kind::per_token_f32:
+    case Kind::per_token_f64: {
       int64_t tokens = 0;
       if (__builtin_mul_overflow(batch, seq, &tokens)) {
         throw Error(fmt::format("positions has {} entries but batch*seq={}*{} exceeds 2^63",
                                 positions.count, batch, seq));
       }
-      if (positions.count != tokens) {
-        throw Error(fmt::format("positions has {} entries but batch*seq={}", positions.count, tokens));
+      if (positions.count != tokens && !(positions.count == seq && tokens > 0)) {
+        throw Error(fmt::format("positions has {} entries{} but batch*seq={} (or seq={}: one row "
+                                "for every batch row)", positions.count,
+                                positions.streams > 1 ? " per stream" : "", tokens, seq));
       }
       if (tokens > 0 && positions.data == nullptr) throw Error("positions data is null");
-      for (int64_t i = 0; i < tokens; ++i) check_position_value(positions.at(i, 0), i, table);
+      const int64_t per_stream = positions.count;
+      for (int k = 0; k < positions.streams; ++k) {
+        for (int64_t i = 0; i < per_stream; ++i) {
+          check_position_value(positions.value(i, i, k), i, k, positions.streams, table, angle_rows);
+        }
+      }
       return;
     }
   }
   throw Error(fmt::format("positions.kind={} is not sequential or per_token",
                           static_cast<int>(positions.kind)));
+}
+
+// The caller's cos/sin as two views the aliasing rules understand: [dim0, dim1, 1, dim2].
+TensorView angle_view(const CallerAngles& a, const void* data, const std::array<int64_t, 3>& strides) {
+  return TensorView{.data = const_cast<void*>(data), .dtype = a.dtype,
+                    .shape = {a.shape[0], a.shape[1], 1, a.shape[2]},
+                    .strides = {strides[0], strides[1], 0, strides[2]}};
+}
+
+// Shape rules of caller angles; returns the rows of a per_position tensor, else -1.
+int64_t check_caller_angles(const CallerAngles& a, const Schedule& schedule, int64_t batch,
+                            int64_t seq) {
+  using Index = CallerAngles::Index;
+  using Columns = CallerAngles::Columns;
+  if (a.index != Index::per_token && a.index != Index::per_position) {
+    throw Error(fmt::format("angles.index={} is not per_token or per_position", static_cast<int>(a.index)));
+  }
+  if (a.columns != Columns::pairs && a.columns != Columns::halves && a.columns != Columns::repeated) {
+    throw Error(fmt::format("angles.columns={} is not pairs, halves or repeated",
+                            static_cast<int>(a.columns)));
+  }
+  detail::check_view(angle_view(a, a.cos, a.cos_strides), "angles.cos");
+  detail::check_view(angle_view(a, a.sin, a.sin_strides), "angles.sin");
+  const int64_t width = a.columns == Columns::pairs ? schedule.pairs() : schedule.rotary_dim;
+  if (a.shape[2] != width) {
+    throw Error(fmt::format("angles width={} must be {} (rotary_dim={}, columns {})", a.shape[2],
+                            width, schedule.rotary_dim,
+                            a.columns == Columns::pairs ? "pairs" : a.columns == Columns::halves ? "halves" : "repeated"));
+  }
+  if (a.index == Index::per_token) {
+    if ((a.shape[0] != batch && a.shape[0] != 1) || a.shape[1] != seq) {
+      throw Error(fmt::format("per_token angles shape [{}, {}, {}] must be [batch={} or 1, seq={}, {}]",
+                              a.shape[0], a.shape[1], a.shape[2], batch, seq, width));
+    }
+    return -1;
+  }
+  if (a.shape[0] != 1 || a.shape[1] < 1) {
+    throw Error(fmt::format("per_position angles shape [{}, {}, {}] must be [1, rows >= 1, {}]",
+                            a.shape[0], a.shape[1], a.shape[2], width));
+  }
+  return a.shape[1];
 }
 
 // The table's schedule is bit-for-bit this one (a Table validates its schedule when built).
@@ -91,6 +177,8 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
   return mine.head_dim == schedule.head_dim && mine.rotary_dim == schedule.rotary_dim &&
          mine.pairing == schedule.pairing && mine.type == schedule.type &&
          std::bit_cast<uint64_t>(mine.attention_factor) == std::bit_cast<uint64_t>(schedule.attention_factor) &&
+         mine.rotary_offset == schedule.rotary_offset && mine.blocks == schedule.blocks &&
+         mine.streams == schedule.streams && mine.pair_stream == schedule.pair_stream &&
          mine.inv_freq.size() == schedule.inv_freq.size() &&
          std::memcmp(mine.inv_freq.data(), schedule.inv_freq.data(), mine.inv_freq.size() * sizeof(double)) == 0;
 }
@@ -162,7 +250,23 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
   if (args.table != nullptr && !table_matches) {
     throw Error("table was built from a different schedule than the one passed to apply");
   }
-  check_positions(args.positions, args.q.batch(), args.q.seq(), args.table);
+  int64_t angle_rows = -1;
+  if (args.angles != nullptr) {
+    if (args.table != nullptr) throw Error("angles and table are both set (give one source of angles)");
+    angle_rows = check_caller_angles(*args.angles, schedule, args.q.batch(), args.q.seq());
+    for (const Named& out : outputs) {
+      if (out.view == &k_out && !has_k) continue;
+      for (const auto& [data, strides, name] :
+           {std::tuple{args.angles->cos, args.angles->cos_strides, "angles.cos"},
+            std::tuple{args.angles->sin, args.angles->sin_strides, "angles.sin"}}) {
+        if (may_overlap(*out.view, angle_view(*args.angles, data, strides))) {
+          throw Error(fmt::format("{} overlaps {} (outputs must not share memory with inputs)",
+                                  out.name, name));
+        }
+      }
+    }
+  }
+  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows);
 }
 
 void apply(const Schedule& schedule, const ApplyArgs& args) {
@@ -173,11 +277,14 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
   plan.seq = args.q.seq();
   plan.head_dim = schedule.head_dim;
   plan.rotary_dim = schedule.rotary_dim;
+  plan.rotary_offset = schedule.rotary_offset;
+  plan.blocks = schedule.blocks;
   plan.pairing = schedule.pairing;
   plan.inverse = args.direction == Direction::inverse;
   plan.copy_tail = args.copy_tail;
   plan.positions = args.positions;
   plan.table = args.table;
+  plan.angles = args.angles;
   plan.schedule = &schedule;
   plan.threads = args.threads;
   auto add = [&](const TensorView& in, const TensorView& out) {

@@ -128,15 +128,15 @@ rotary::Pairing to_pairing(const rotary_pairing& pairing) {
 constexpr rotary::ScheduleType kScheduleTypes[] = {
     rotary::ScheduleType::default_, rotary::ScheduleType::linear,  rotary::ScheduleType::ntk,
     rotary::ScheduleType::dynamic,  rotary::ScheduleType::yarn,    rotary::ScheduleType::llama3,
-    rotary::ScheduleType::longrope, rotary::ScheduleType::monotone};
-static_assert(ROTARY_SCHEDULE_MONOTONE + 1 == std::size(kScheduleTypes));
+    rotary::ScheduleType::longrope, rotary::ScheduleType::monotone, rotary::ScheduleType::proportional};
+static_assert(ROTARY_SCHEDULE_PROPORTIONAL + 1 == std::size(kScheduleTypes));
 
 rotary::ScheduleType to_schedule_type(const rotary_schedule_type& type) {
   const int64_t value = raw(type);
   if (value < 0 || value >= static_cast<int64_t>(std::size(kScheduleTypes))) {
     throw Error(fmt::format(
         "spec.schedule={} is not a rotary_schedule_type (ROTARY_SCHEDULE_DEFAULT=0 .. "
-        "ROTARY_SCHEDULE_MONOTONE=7)",
+        "ROTARY_SCHEDULE_PROPORTIONAL=8)",
         value));
   }
   return kScheduleTypes[value];
@@ -222,6 +222,40 @@ rotary::Spec to_spec(const rotary_spec& c) {
   return spec;
 }
 
+constexpr rotary::StreamLayout kStreamLayouts[] = {
+    rotary::StreamLayout::single, rotary::StreamLayout::sections, rotary::StreamLayout::interleaved_sections,
+    rotary::StreamLayout::alternating_sections, rotary::StreamLayout::axial, rotary::StreamLayout::axial_even_odd};
+static_assert(ROTARY_STREAMS_AXIAL_EVEN_ODD + 1 == std::size(kStreamLayouts));
+
+// spec with the extension's fields.
+rotary::Spec to_spec(const rotary_spec& c, const rotary_spec_ext* ext) {
+  rotary::Spec spec = to_spec(c);
+  if (ext == nullptr) return spec;
+  spec.rotary_offset = ext->rotary_offset;
+  spec.blocks = ext->blocks == 0 ? 1 : ext->blocks;
+  const int64_t layout = raw(ext->stream_layout);
+  if (layout < 0 || layout >= static_cast<int64_t>(std::size(kStreamLayouts))) {
+    throw Error(fmt::format("ext.stream_layout={} is not a rotary_stream_layout (ROTARY_STREAMS_SINGLE=0 .. "
+                            "ROTARY_STREAMS_AXIAL_EVEN_ODD=5)", layout));
+  }
+  spec.stream_layout = kStreamLayouts[layout];
+  if (ext->sections_count < 0) throw Error(fmt::format("ext.sections_count={} must be >= 0", ext->sections_count));
+  if (ext->sections == nullptr && ext->sections_count != 0) {
+    throw Error(fmt::format("ext.sections is NULL but ext.sections_count={}", ext->sections_count));
+  }
+  if (ext->sections_count > rotary::max_streams) {
+    throw Error(fmt::format("ext.sections_count={} exceeds max_streams={}", ext->sections_count, rotary::max_streams));
+  }
+  if (ext->sections_count != 0) spec.sections.assign(ext->sections, ext->sections + ext->sections_count);
+  spec.partial_rotary_factor = unless_zero(ext->partial_rotary_factor);
+  return spec;
+}
+
+rotary::ReadOptions to_read_options(const char* layer_type, int vision) {
+  return rotary::ReadOptions{.layer_type = layer_type == nullptr ? std::string() : std::string(layer_type),
+                             .vision = to_flag(vision, "vision", "1 reads the vision tower")};
+}
+
 std::optional<int64_t> to_seq_len(int64_t seq_len) {
   if (seq_len < 0) return std::nullopt;
   return seq_len;
@@ -276,6 +310,21 @@ rotary::Positions to_positions(const rotary_apply_args& a) {
   return rotary::Positions::per_token(std::span<const int32_t>(a.positions_i32, count));
 }
 
+rotary::Positions to_positions(const rotary_positions& p) {
+  const int streams = p.streams == 0 ? 1 : p.streams;
+  if (p.count < 0) throw Error(fmt::format("positions.count={} must be >= 0", p.count));
+  if (p.data == nullptr && p.count != 0) throw Error(fmt::format("positions.data is NULL but positions.count={}", p.count));
+  const auto n = static_cast<size_t>(p.count);
+  switch (raw(p.kind)) {
+    case ROTARY_POSITIONS_I64: return rotary::Positions::per_token(std::span(static_cast<const int64_t*>(p.data), n), streams);
+    case ROTARY_POSITIONS_I32: return rotary::Positions::per_token(std::span(static_cast<const int32_t*>(p.data), n), streams);
+    case ROTARY_POSITIONS_F32: return rotary::Positions::per_token(std::span(static_cast<const float*>(p.data), n), streams);
+    case ROTARY_POSITIONS_F64: return rotary::Positions::per_token(std::span(static_cast<const double*>(p.data), n), streams);
+  }
+  throw Error(fmt::format("positions.kind={} is not a rotary_position_kind (ROTARY_POSITIONS_I64=0 .. "
+                          "ROTARY_POSITIONS_F64=3)", raw(p.kind)));
+}
+
 rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
   return rotary::ApplyArgs{
       .q = to_view(a.q, "q"),
@@ -291,6 +340,15 @@ rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
       .threads = a.threads,
       .backend = to_backend(a.backend),
   };
+}
+
+// Applies; a model whose code turns pairs by -angle (rotates_backward) has rotary's inverse as its forward.
+void run_apply(const rotary_schedule& s, rotary::ApplyArgs args) {
+  if (s.rotates_backward) {
+    args.direction = args.direction == rotary::Direction::forward ? rotary::Direction::inverse
+                                                                   : rotary::Direction::forward;
+  }
+  rotary::apply(s.schedule, args);
 }
 
 // *out = the view `build` makes, with the caller's dtype copied as bytes: C may pass any integer
@@ -344,7 +402,63 @@ int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedu
   });
 }
 
+int rotary_schedule_from_spec_ext(const rotary_spec* spec, const rotary_spec_ext* ext, int64_t seq_len,
+                                  rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    return rotary_schedule{rotary::make_schedule(to_spec(require(spec, "spec"), ext), to_seq_len(seq_len))};
+  });
+}
+
+int rotary_schedule_from_hf_config_ex(const char* config_json, const char* layer_type, int vision,
+                                      int64_t seq_len, rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    const rotary::ModelRope model =
+        rotary::read_hf_config(require_text(config_json, "config_json"), to_read_options(layer_type, vision));
+    return rotary_schedule{rotary::make_schedule(model.spec, to_seq_len(seq_len)), model.rotates_backward};
+  });
+}
+
+int rotary_schedule_from_preset_ex(const char* name, const char* layer_type, int vision, int64_t seq_len,
+                                   rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    const rotary::ModelRope model = rotary::load_preset(require_text(name, "name"), to_read_options(layer_type, vision));
+    return rotary_schedule{rotary::make_schedule(model.spec, to_seq_len(seq_len)), model.rotates_backward};
+  });
+}
+
 void rotary_schedule_free(rotary_schedule* schedule) { delete schedule; }
+
+int rotary_schedule_layout(const rotary_schedule* s) {
+  if (s == nullptr) return null_argument("schedule is NULL", -1);
+  switch (s->schedule.layout()) {
+    case rotary::Layout::half: return ROTARY_LAYOUT_HALF;
+    case rotary::Layout::interleaved: return ROTARY_LAYOUT_INTERLEAVED;
+    case rotary::Layout::block_half: return ROTARY_LAYOUT_BLOCK_HALF;
+  }
+  return -1;
+}
+
+int64_t rotary_schedule_rotary_offset(const rotary_schedule* s) {
+  return s ? s->schedule.rotary_offset : null_argument<int64_t>("schedule is NULL", 0);
+}
+
+int64_t rotary_schedule_blocks(const rotary_schedule* s) {
+  return s ? s->schedule.blocks : null_argument<int64_t>("schedule is NULL", 0);
+}
+
+int rotary_schedule_streams(const rotary_schedule* s) {
+  return s ? s->schedule.streams : null_argument("schedule is NULL", 0);
+}
+
+int rotary_schedule_pair_stream(const rotary_schedule* s, int64_t pair) {
+  if (s == nullptr) return null_argument("schedule is NULL", -1);
+  if (pair < 0 || pair >= s->schedule.pairs()) {
+    fail(ROTARY_ERROR_INVALID_ARGUMENT,
+         fmt::format("pair={} must be in [0, {}) (rotary_dim/2)", pair, s->schedule.pairs()).c_str());
+    return -1;
+  }
+  return s->schedule.stream_of(pair);
+}
 
 int64_t rotary_schedule_head_dim(const rotary_schedule* s) {
   return s ? s->schedule.head_dim : null_argument<int64_t>("schedule is NULL", 0);
@@ -447,11 +561,23 @@ int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args)
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
     rotary::ApplyArgs apply_args = to_apply_args(require(args, "args"));
-    if (s.rotates_backward) {  // the model's forward is rotary's inverse
-      apply_args.direction = apply_args.direction == rotary::Direction::forward ? rotary::Direction::inverse
-                                                                                 : rotary::Direction::forward;
+    run_apply(s, apply_args);
+  });
+}
+
+int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_args* args,
+                           const rotary_positions* positions) {
+  if (positions == nullptr) return rotary_apply(schedule, args);
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_apply_args& a = require(args, "args");
+    if (a.positions != nullptr || a.positions_i32 != nullptr || a.positions_count != 0 || a.offset != 0) {
+      throw Error("args.positions, positions_i32, positions_count and offset must be 0 when positions are given "
+                  "separately");
     }
-    rotary::apply(s.schedule, apply_args);
+    rotary::ApplyArgs apply_args = to_apply_args(a);
+    apply_args.positions = to_positions(*positions);
+    run_apply(s, apply_args);
   });
 }
 

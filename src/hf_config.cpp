@@ -106,11 +106,14 @@ constexpr int64_t kMaxLayers = int64_t{1} << 20;
 
 struct Source {
   const json* config = nullptr;              // the language model's settings
-  const json* rope = &empty_object();        // rope_parameters (or one layer type's entry), rope_scaling
+  const json* rope = &empty_object();        // the chosen layer type's rope dict (rope_parameters,
+                                             // one entry of it, rope_scaling, or one built from v4 keys)
   std::string rope_name = "rope_scaling";    // how errors name `rope`
-  std::string layer_type;                    // the layer type `spec` describes, when types differ
+  std::string layer_type = std::string(default_layer_type);  // the RoPE layer type `spec` describes
+  bool per_layer = false;                    // the config's RoPE differs by layer type
   const detail::ModelTypeRope* entry = nullptr;  // the model type's row, null when unknown
   const detail::ModelTypeRope* multimodal = nullptr;  // a row whose decoder takes several streams
+  json owned;                                // the chosen rope dict when built from v4 keys
 };
 
 // Multimodal wrappers keep the language model's settings in text_config.
@@ -136,14 +139,6 @@ void read_model_type(const json& root, Source& src, ModelRope& out) {
     if (e && e->multimodal_positions && !src.multimodal) src.multimodal = e;
   }
   src.entry = inner_entry ? inner_entry : outer_entry;
-}
-
-// After refuse_unimplemented, so that a config naming its M-RoPE fields is refused by the field.
-void refuse_multimodal(const Source& src) {
-  if (!src.multimodal) return;
-  throw Error(fmt::format("model_type '{}' rotates several position streams per token (multimodal RoPE), "
-                          "which rotary does not implement yet",
-                          src.multimodal->model_type));
 }
 
 // RoPE on or off by a config value (falcon's alibi, esm's position_embedding_type): refused when off,
@@ -191,6 +186,22 @@ void read_attention_shape(const Source& src, ModelRope& out) {
   out.spec.head_dim = head_dim;
 }
 
+// ---- RoPE per layer type ----
+
+// One RoPE layer type: its name and its rope dict, read from the config or built from v4 keys.
+struct LayerRope {
+  std::string name;
+  const json* dict = nullptr;  // into the config; null: `built`
+  json built;                  // a dict assembled from v4 keys (small, from checked scalars)
+  std::string rope_name;       // how errors name the dict
+  const json& rope() const { return dict ? *dict : built; }
+};
+
+struct RopeTypes {
+  std::vector<LayerRope> types;  // in the order they first appear
+  bool per_layer = false;        // false: one RoPE for every layer (types has one entry)
+};
+
 // A flat rope dict holds strings, numbers, lists and booleans; one per layer type holds objects.
 bool per_layer_type(const json& parameters) {
   for (const auto& item : parameters.items()) {
@@ -199,82 +210,160 @@ bool per_layer_type(const json& parameters) {
   return false;
 }
 
-// rope_parameters per layer type (Gemma 3 in transformers v5): the full_attention entry, or the
-// only one; the others are left to the note.
-void select_layer_type(const json& parameters, Source& src, ModelRope& out) {
+bool is_deepseek_v4(const std::string& type) { return type == "deepseek_v4"; }
+
+// The position of `name` in the config's layer_types (its first layer of that type), else past the end.
+size_t first_layer_of(const json& config, const std::string& name) {
+  const json* types = find(config, "layer_types");
+  if (!types || !types->is_array()) {
+    // Gemma 3 without layer_types: layer i is full_attention when (i + 1) % sliding_window_pattern == 0.
+    const json* pattern = find(config, "sliding_window_pattern");
+    if (!pattern || !pattern->is_number_integer() || pattern->get<int64_t>() < 1) return SIZE_MAX;
+    const auto first_full = static_cast<size_t>(pattern->get<int64_t>() - 1);
+    return name == "full_attention" ? first_full : name == "sliding_attention" && first_full > 0 ? 0 : SIZE_MAX;
+  }
+  for (size_t i = 0; i < types->size(); ++i) {
+    if ((*types)[i].is_string() && (*types)[i].get_ref<const std::string&>() == name) return i;
+  }
+  return SIZE_MAX;
+}
+
+// v5: rope_parameters = {layer_type: {...}}, ordered by the config's layer_types (DeepSeek-V4: main,
+// compress), the others after them in the dict's order.
+void per_layer_dicts(const json& parameters, const json& config, const std::string& type, RopeTypes& out) {
   for (const auto& item : parameters.items()) {
     if (!item.value().is_object()) {
       throw Error(fmt::format("rope_parameters.{}={} must be an object: the other entries make "
                               "rope_parameters per layer type",
                               excerpt(item.key()), describe(item.value())));
     }
+    out.types.push_back({.name = item.key(), .dict = &item.value(),
+                         .rope_name = "rope_parameters." + excerpt(item.key())});
   }
-  auto chosen = parameters.find("full_attention");
-  if (chosen == parameters.end()) {
-    if (parameters.size() != 1) {
-      throw Error(fmt::format("rope_parameters is per layer type ({} types) without a full_attention "
-                              "entry; rotary resolves the full_attention layers' RoPE",
-                              parameters.size()));
-    }
-    chosen = parameters.begin();
-  }
-  src.rope = &*chosen;
-  src.layer_type = chosen.key();
-  src.rope_name = "rope_parameters." + excerpt(chosen.key());
-  if (parameters.size() > 1) {
-    out.notes.push_back(fmt::format(
-        "rope_parameters is per layer type: spec describes the {} layers (rope_layers marks them when "
-        "layer_types lists them); the {} other layer type(s) have their own RoPE settings, not resolved",
-        excerpt(src.layer_type), parameters.size() - 1));
-  }
+  auto rank = [&](const LayerRope& t) {
+    if (is_deepseek_v4(type)) return t.name == "main" ? size_t{0} : t.name == "compress" ? size_t{1} : SIZE_MAX;
+    return first_layer_of(config, t.name);
+  };
+  std::stable_sort(out.types.begin(), out.types.end(),
+                   [&](const LayerRope& a, const LayerRope& b) { return rank(a) < rank(b); });
+  out.per_layer = true;
 }
 
-// v5 rope_parameters, else v4 rope_scaling.
-void select_rope(Source& src, ModelRope& out) {
-  const json& config = *src.config;
+// The flat rope dict: v5 rope_parameters, else v4 rope_scaling, else none.
+LayerRope flat_rope(const json& config) {
+  LayerRope flat{.name = std::string(default_layer_type), .dict = &empty_object(), .rope_name = "rope_scaling"};
   if (const json* parameters = find(config, "rope_parameters")) {
-    if (!parameters->is_object()) {
-      throw Error(fmt::format("rope_parameters={} must be an object or null", describe(*parameters)));
-    }
-    if (per_layer_type(*parameters)) {
-      select_layer_type(*parameters, src, out);
-    } else {
-      src.rope = parameters;
-      src.rope_name = "rope_parameters";
-    }
+    flat.dict = parameters;
+    flat.rope_name = "rope_parameters";
   } else if (const json* scaling = find(config, "rope_scaling")) {
     if (!scaling->is_object()) {
       throw Error(fmt::format("rope_scaling={} must be an object or null", describe(*scaling)));
     }
-    src.rope = scaling;
+    flat.dict = scaling;
+  }
+  return flat;
+}
+
+// Gemma 3 (v4): rope_local_base_freq is the base of the sliding_attention layers, default schedule;
+// the usual fields describe the full_attention layers.
+void gemma3_v4(const json& config, double local_base, LayerRope flat, RopeTypes& out) {
+  LayerRope sliding{.name = "sliding_attention", .rope_name = "rope_local_base_freq"};
+  sliding.built = {{"rope_type", "default"}, {"rope_theta", local_base}};
+  flat.name = "full_attention";
+  out.types.push_back(std::move(sliding));
+  out.types.push_back(std::move(flat));
+  if (first_layer_of(config, "full_attention") < first_layer_of(config, "sliding_attention")) {
+    std::swap(out.types[0], out.types[1]);
+  }
+  out.per_layer = true;
+}
+
+// DeepSeek-V4 (v4 keys, transformers' DeepseekV4Config.__post_init__): main = default schedule at
+// rope_theta; compress = the rope_scaling dict at compress_rope_theta (default 160000), its yarn
+// without a computed attention factor (attention_factor 1 unless given).
+void deepseek_v4_v4(const json& config, const LayerRope& flat, RopeTypes& out) {
+  LayerRope main{.name = "main", .rope_name = "rope_theta"};
+  main.built = {{"rope_type", "default"}, {"rope_theta", opt_number(config, "rope_theta", "").value_or(10000.0)}};
+  LayerRope compress{.name = "compress", .rope_name = flat.rope_name};
+  compress.built = json::object();
+  for (const auto& item : flat.rope().items()) {
+    if (item.key() != "main" && item.key() != "compress") compress.built[item.key()] = item.value();
+  }
+  compress.built["rope_theta"] = opt_number(config, "compress_rope_theta", "").value_or(160000.0);
+  if (!compress.built.contains("rope_type") && !compress.built.contains("type")) compress.built["rope_type"] = "default";
+  const json& kind = compress.built.contains("rope_type") ? compress.built["rope_type"] : compress.built["type"];
+  if (kind == "yarn" && !compress.built.contains("attention_factor")) compress.built["attention_factor"] = 1.0;
+  out.types.push_back(std::move(main));
+  out.types.push_back(std::move(compress));
+  out.per_layer = true;
+}
+
+// Every RoPE layer type of the language model `config`, each with its rope dict.
+RopeTypes rope_types(const json& config, const std::string& type) {
+  RopeTypes out;
+  LayerRope flat = flat_rope(config);
+  if (flat.dict != &empty_object() && !flat.dict->is_object()) {
+    throw Error(fmt::format("{}={} must be an object or null", flat.rope_name, describe(*flat.dict)));
+  }
+  if (flat.rope_name == "rope_parameters" && per_layer_type(*flat.dict)) {
+    per_layer_dicts(*flat.dict, config, type, out);
+  } else if (auto local_base = opt_number(config, "rope_local_base_freq", "")) {
+    gemma3_v4(config, *local_base, std::move(flat), out);
+  } else if (is_deepseek_v4(type)) {
+    deepseek_v4_v4(config, flat, out);
+  } else {
+    out.types.push_back(std::move(flat));
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += (text.empty() ? "" : ", ") + excerpt(n);
+  return text;
+}
+
+std::vector<std::string> names_of(const RopeTypes& types) {
+  std::vector<std::string> names;
+  for (const LayerRope& t : types.types) names.push_back(t.name);
+  return names;
+}
+
+// The requested layer type (empty: full_attention when present, else the first).
+void select_rope(const json& config, const std::string& requested, Source& src, ModelRope& out) {
+  const RopeTypes types = rope_types(config, out.model_type);
+  out.layer_types = names_of(types);
+  const std::string wanted = !requested.empty() ? requested
+                             : std::find(out.layer_types.begin(), out.layer_types.end(), default_layer_type) !=
+                                       out.layer_types.end()
+                                 ? std::string(default_layer_type)
+                                 : out.layer_types.front();
+  auto chosen = std::find_if(types.types.begin(), types.types.end(),
+                             [&](const LayerRope& t) { return t.name == wanted; });
+  if (chosen == types.types.end()) {
+    throw Error(fmt::format("layer_type '{}' is not a RoPE layer type of this config (known: {})", excerpt(wanted),
+                            joined(out.layer_types)));
+  }
+  src.per_layer = types.per_layer;
+  src.layer_type = chosen->name;
+  src.rope_name = chosen->rope_name;
+  // The dicts built from v4 keys live in `types`: keep the chosen one with the source.
+  if (chosen->dict) {
+    src.rope = chosen->dict;
+  } else {
+    src.owned = chosen->built;
+    src.rope = &src.owned;
+  }
+  out.layer_type = chosen->name;
+  if (types.per_layer && types.types.size() > 1) {
+    out.notes.push_back(fmt::format("RoPE differs by layer type ({}): spec describes the {} layers (rope_layers "
+                                    "marks them); choose another with layer_type (CLI --layer-type)",
+                                    joined(out.layer_types), excerpt(src.layer_type)));
   }
 }
 
-// RoPE fields whose meaning is known but which rotary does not implement yet: an error naming the
-// field, never a silent drop.
-struct Unimplemented {
-  std::string_view key;
-  std::string_view what;
-};
-constexpr std::array kUnimplemented = {
-    Unimplemented{"mrope_section",
-                  "multimodal RoPE, several position streams per token (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4.1V)"},
-    Unimplemented{"mrope_interleaved", "interleaved multimodal RoPE (Qwen3-VL)"},
-    Unimplemented{"rope_3d", "3-D multimodal RoPE (ERNIE-4.5-VL)"},
-};
-
-void refuse_unimplemented(const Source& src) {
-  const std::string rope_prefix = src.rope_name + ".";
-  for (const auto& [object, prefix] : {std::pair{src.rope, std::string_view(rope_prefix)},
-                                       std::pair{src.config, std::string_view()}}) {
-    for (const Unimplemented& field : kUnimplemented) {
-      const json* v = find(*object, field.key);
-      if (!v || (v->is_boolean() && !v->get<bool>())) continue;
-      throw Error(fmt::format("{}{}={} asks for {}, which rotary does not implement yet", prefix,
-                              field.key, describe(*v), field.what));
-    }
-  }
-  // DeepSeek-V3 reads rope_interleave; on a model type rotary does not know, what it selects is unknown.
+// DeepSeek-V3 reads rope_interleave; on a model type rotary does not know, what it selects is unknown.
+void refuse_unknown_interleave(const Source& src) {
   if (const json* v = find(*src.config, "rope_interleave"); v && !src.entry) {
     throw Error(fmt::format("rope_interleave={} on a model type rotary does not know: which pairing it "
                             "selects depends on the model's code",
@@ -282,28 +371,41 @@ void refuse_unimplemented(const Source& src) {
   }
 }
 
-void read_dims(const Source& src, ModelRope& out) {
+// partial_rotary_factor as the model type's config class resolves it.
+double partial_factor(const Source& src, const std::string& p, const ModelRope& out) {
   const json& config = *src.config;
-  const json& rope = *src.rope;
-  const std::string p = src.rope_name + ".";
   const std::string& type = out.model_type;
-  const bool neox = type == "gpt_neox";
-
-  double base = 10000.0;
-  if (neox) base = opt_number(config, "rotary_emb_base", "").value_or(base);
-  if (auto theta = opt_number(config, "rope_theta", "")) base = *theta;
-  if (auto theta = opt_number(rope, "rope_theta", p)) base = *theta;
-
   double partial = 1.0;
   if (type == "phi") partial = 0.5;
-  if (neox) partial = opt_number(config, "rotary_pct", "").value_or(0.25);
+  if (type == "gpt_neox") partial = opt_number(config, "rotary_pct", "").value_or(0.25);
+  if (is_deepseek_v4(type)) {
+    // DeepseekV4Config: qk_rope_head_dim / head_dim from older configs, else 64 / 512.
+    const auto rope_head = opt_integer(config, "qk_rope_head_dim", "");
+    partial = rope_head ? static_cast<double>(*rope_head) / static_cast<double>(out.spec.head_dim) : 64.0 / 512.0;
+  }
   if (auto f = opt_number(config, "partial_rotary_factor", "")) partial = *f;
-  if (auto f = opt_number(rope, "partial_rotary_factor", p)) partial = *f;
+  if (auto f = opt_number(*src.rope, "partial_rotary_factor", p)) partial = *f;
   if (partial <= 0 || partial > 1) {
     throw Error(fmt::format("partial_rotary_factor={} must be in (0, 1]", partial));
   }
+  return partial;
+}
+
+// base, rotary_dim (and where the rotated slice sits). `proportional` keeps the whole head and hands
+// the factor to the schedule.
+void read_dims(const Source& src, const std::string& rope_type, ModelRope& out) {
+  const json& config = *src.config;
+  const std::string p = src.rope_name + ".";
+  double base = 10000.0;
+  if (out.model_type == "gpt_neox") base = opt_number(config, "rotary_emb_base", "").value_or(base);
+  if (auto theta = opt_number(config, "rope_theta", "")) base = *theta;
+  if (auto theta = opt_number(*src.rope, "rope_theta", p)) base = *theta;
+
+  const double partial = partial_factor(src, p, out);
   const int64_t head_dim = out.spec.head_dim;
-  int64_t rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial);  // Python int()
+  const bool proportional = rope_type == "proportional";
+  int64_t rotary_dim = proportional ? head_dim : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  if (proportional) out.spec.partial_rotary_factor = partial;
   const detail::ModelTypeRope* e = src.entry;
   if (e && e->rotary_dim_key == "rotary_dim") {  // GPT-J, CodeGen: the width itself
     rotary_dim = opt_integer(config, "rotary_dim", "").value_or(head_dim);
@@ -323,13 +425,12 @@ void read_dims(const Source& src, ModelRope& out) {
   out.spec.rotary_dim = rotary_dim;
   out.spec.base = base;
   if (e && e->trailing_rotary && rotary_dim < head_dim) {
-    // [nope | rope]: the rotated slice is the last rotary_dim channels, a head of its own for rotary.
-    out.notes.push_back(fmt::format("model_type '{}' rotates the last {} of the {} channels of each head: spec "
-                                    "describes that trailing slice as a head of its own (head_dim {}): rotate "
-                                    "a view of channels {} to {}",
-                                    excerpt(out.model_type), rotary_dim, head_dim, rotary_dim,
-                                    head_dim - rotary_dim, head_dim - 1));
-    out.spec.head_dim = rotary_dim;
+    // [nope | rope]: the rotated slice is the last rotary_dim channels.
+    out.spec.rotary_offset = head_dim - rotary_dim;
+    out.notes.push_back(fmt::format("model_type '{}' rotates the last {} of the {} channels of each head "
+                                    "(channels {} to {}, nope-first): rotary_offset={}",
+                                    excerpt(out.model_type), rotary_dim, head_dim, head_dim - rotary_dim,
+                                    head_dim - 1, head_dim - rotary_dim));
   }
 }
 
@@ -373,10 +474,7 @@ std::string read_rope_type(const Source& src, const std::string& type) {
   if (rope_type.empty()) rope_type = "default";
   if (type.rfind("phi3", 0) == 0 && (legacy_type == "su" || legacy_type == "yarn")) rope_type = "longrope";
   if (rope_type == "su") rope_type = "longrope";
-  if (rope_type == "mrope") {
-    throw Error(fmt::format("{}rope_type='mrope' asks for {}, which rotary does not implement yet", p,
-                            kUnimplemented[0].what));
-  }
+  if (rope_type == "mrope") rope_type = "default";  // transformers: M-RoPE is mrope_section, the type default
   return rope_type;
 }
 
@@ -446,13 +544,15 @@ void read_llama3(const json& rope, const std::string& p, ModelRope& out) {
   spec.original_max_position = opt_integer(rope, "original_max_position_embeddings", p);
 }
 
-void read_schedule(const Source& src, ModelRope& out) {
+void read_schedule(const Source& src, const std::string& rope_type, ModelRope& out) {
   const json& rope = *src.rope;
   const std::string p = src.rope_name + ".";
-  const std::string rope_type = read_rope_type(src, out.model_type);
   Spec& spec = out.spec;
   if (rope_type == "default") {
     spec.schedule = ScheduleType::default_;
+  } else if (rope_type == "proportional") {
+    spec.schedule = ScheduleType::proportional;  // partial_rotary_factor: read_dims
+    spec.factor = opt_number(rope, "factor", p);
   } else if (rope_type == "linear" || rope_type == "dynamic") {
     spec.schedule = rope_type == "linear" ? ScheduleType::linear : ScheduleType::dynamic;
     spec.factor = opt_number(rope, "factor", p);
@@ -470,8 +570,89 @@ void read_schedule(const Source& src, ModelRope& out) {
     read_llama3(rope, p, out);
   } else {
     throw Error(fmt::format("{}rope_type='{}' is not supported (default, linear, dynamic, yarn, longrope, "
-                            "llama3, su)",
+                            "llama3, proportional, su)",
                             p, excerpt(rope_type)));
+  }
+}
+
+// ---- position streams (multimodal RoPE) ----
+
+const json* find_either(const json& rope, const json& config, std::string_view key, std::string& name,
+                        const std::string& p) {
+  if (const json* v = find(rope, key)) {
+    name = p + std::string(key);
+    return v;
+  }
+  name = std::string(key);
+  return find(config, key);
+}
+
+// mrope_section: 1 to max_streams positive integers.
+std::vector<int64_t> section_list(const json& v, const std::string& name) {
+  const auto bad = [&] {
+    return Error(fmt::format("{}={} must be a list of 1 to {} positive integers (pairs per position stream)", name,
+                             describe(v), max_streams));
+  };
+  if (!v.is_array() || v.empty() || v.size() > static_cast<size_t>(max_streams)) throw bad();
+  std::vector<int64_t> sections;
+  for (const json& item : v) {
+    if (!item.is_number_integer() && !(item.is_number() && item.get<double>() == std::floor(item.get<double>()))) {
+      throw bad();
+    }
+    const double d = item.get<double>();
+    if (d < 1 || d > 1e9) throw bad();
+    sections.push_back(static_cast<int64_t>(d));
+  }
+  return sections;
+}
+
+// ERNIE-4.5-VL's own config: rope_3d with freq_allocation t pairs of time; h and w share the rest.
+std::vector<int64_t> ernie_sections(const json& config, int64_t pairs) {
+  const int64_t time = opt_integer(config, "freq_allocation", "").value_or(20);
+  if (time < 1 || time >= pairs || (pairs - time) % 2 != 0) {
+    throw Error(fmt::format("freq_allocation={} must be in [1, {}) with rotary_dim/2 - freq_allocation even "
+                            "(rope_3d: h and w share the other pairs)",
+                            time, pairs));
+  }
+  return {(pairs - time) / 2, (pairs - time) / 2, time};
+}
+
+// Spec::sections and stream_layout from mrope_section (+ mrope_interleaved), or rope_3d.
+void read_streams(const Source& src, ModelRope& out) {
+  const json& config = *src.config;
+  const std::string p = src.rope_name + ".";
+  std::string section_name, flag_name;
+  const json* section = find_either(*src.rope, config, "mrope_section", section_name, p);
+  const json* flag = find_either(*src.rope, config, "mrope_interleaved", flag_name, p);
+  if (flag && !flag->is_boolean()) throw Error(fmt::format("{}={} must be true or false", flag_name, describe(*flag)));
+  const bool interleaved = flag && flag->get<bool>();
+  const bool rope_3d = boolean(config, "rope_3d", "", false);
+  if (!section && !rope_3d) {
+    if (src.multimodal) {
+      throw Error(fmt::format("model_type '{}' rotates several position streams per token (multimodal RoPE), "
+                              "but the config has no mrope_section saying how many pairs each stream drives",
+                              src.multimodal->model_type));
+    }
+    if (interleaved) throw Error(fmt::format("{}=true without mrope_section", flag_name));
+    return;
+  }
+  const int64_t pairs = out.spec.resolved_rotary_dim() / 2;
+  Spec& spec = out.spec;
+  spec.sections = section ? section_list(*section, section_name) : ernie_sections(config, pairs);
+  if (!section) section_name = "rope_3d sections";
+  spec.stream_layout = src.multimodal ? src.multimodal->stream_layout : StreamLayout::sections;
+  if (rope_3d) spec.stream_layout = StreamLayout::alternating_sections;
+  if (interleaved && spec.stream_layout == StreamLayout::sections) spec.stream_layout = StreamLayout::interleaved_sections;
+  int64_t sum = 0;
+  for (int64_t n : spec.sections) sum += n;
+  if (sum != pairs) {
+    throw Error(fmt::format("{}={} sums to {} pairs, but rotary_dim={} has {}", section_name,
+                            section ? describe(*section) : std::to_string(sum), sum, spec.resolved_rotary_dim(),
+                            pairs));
+  }
+  if (spec.stream_layout != StreamLayout::sections && spec.sections.size() != 3) {
+    throw Error(fmt::format("{}={} must have 3 entries for {} (streams t, h, w)", section_name,
+                            section ? describe(*section) : std::string("?"), to_string(spec.stream_layout)));
   }
 }
 
@@ -547,12 +728,19 @@ std::vector<bool> full_attention_by_pattern(const json& config) {
   return mask;
 }
 
-// Per layer: is it of the type `spec` describes (layer_types)? Empty when every layer is, or when the
-// config does not list the types.
-std::vector<bool> type_mask(const json& config, const std::string& spec_type) {
+// Per layer: is it of the RoPE layer type `spec` describes? Empty when every layer shares one RoPE,
+// or when the config does not say which layer is of which type. DeepSeek-V4 keys its RoPE by label:
+// main on the sliding_attention layers, compress on the layers with a compressor.
+std::vector<bool> type_mask(const Source& src, const std::string& model_type) {
+  if (!src.per_layer) return {};
+  const json& config = *src.config;
   const json* types = find(config, "layer_types");
-  if (spec_type == "full_attention" && !types) return full_attention_by_pattern(config);
-  if (spec_type.empty() || !types) return {};
+  if (!types) {
+    if (src.layer_type != "full_attention" && src.layer_type != "sliding_attention") return {};
+    std::vector<bool> mask = full_attention_by_pattern(config);
+    if (src.layer_type == "sliding_attention") mask.flip();
+    return mask;
+  }
   if (!types->is_array()) throw Error(fmt::format("layer_types={} must be a list of strings", describe(*types)));
   const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size());
   if (types->size() < static_cast<size_t>(n)) {
@@ -562,17 +750,19 @@ std::vector<bool> type_mask(const json& config, const std::string& spec_type) {
   for (size_t i = 0; i < mask.size(); ++i) {
     const json& t = (*types)[i];
     if (!t.is_string()) throw Error(fmt::format("layer_types[{}]={} must be a string", i, describe(t)));
-    mask[i] = t.get_ref<const std::string&>() == spec_type;
+    const std::string& name = t.get_ref<const std::string&>();
+    mask[i] = is_deepseek_v4(model_type) ? (name == "sliding_attention") == (src.layer_type == "main")
+                                         : name == src.layer_type;
   }
   return mask;
 }
 
 void read_layers(const Source& src, ModelRope& out) {
   const json& config = *src.config;
-  std::string spec_type = src.layer_type;
-  // Gemma 3 (v4 configs): sliding_attention layers rotate with their own base, default schedule.
-  if (auto local_base = opt_number(config, "rope_local_base_freq", ""); local_base && spec_type.empty()) {
-    spec_type = "full_attention";
+  // Gemma 3 (v4 configs): the sliding_attention layers' base is rope_local_base_freq.
+  const bool gemma3_v4 = src.per_layer && src.rope_name.rfind("rope_parameters.", 0) != 0;
+  if (auto local_base = opt_number(config, "rope_local_base_freq", "");
+      local_base && gemma3_v4 && src.layer_type == "full_attention") {
     out.notes.push_back(fmt::format(
         "sliding_attention layers rotate with base rope_local_base_freq={} and the default schedule; spec "
         "describes the full_attention layers (rope_layers marks them when layer_types or "
@@ -580,7 +770,7 @@ void read_layers(const Source& src, ModelRope& out) {
         *local_base));
   }
   const std::vector<bool> rope = nope_mask(config, out.model_type, out);
-  const std::vector<bool> typed = type_mask(config, spec_type);
+  const std::vector<bool> typed = type_mask(src, out.model_type);
   int64_t nope_layers = 0;
   std::string listed;  // the first 16 layers without RoPE
   for (size_t i = 0; i < rope.size(); ++i) {
@@ -602,27 +792,179 @@ void read_layers(const Source& src, ModelRope& out) {
   if (!all) out.rope_layers = std::move(layers);
 }
 
-ModelRope resolve(const json& root) {
-  if (!root.is_object()) throw Error("config must be a JSON object");
+// Gemma 4: the full_attention layers use global_head_dim (Gemma4TextConfig: default 512, handed to
+// those layers by per_layer_config), and num_global_key_value_heads when attention_k_eq_v.
+void read_global_head(const Source& src, ModelRope& out) {
+  const json& config = *src.config;
+  const bool gemma4 = out.model_type == "gemma4" || out.model_type == "gemma4_text";
+  if (!src.per_layer || src.layer_type != "full_attention" || (!gemma4 && !find(config, "global_head_dim"))) return;
+  const int64_t head_dim = opt_integer(config, "global_head_dim", "").value_or(512);
+  if (head_dim <= 0) throw Error(fmt::format("global_head_dim={} must be > 0", head_dim));
+  out.spec.head_dim = head_dim;
+  if (boolean(config, "attention_k_eq_v", "", false)) {
+    if (auto kv = opt_integer(config, "num_global_key_value_heads", "")) {
+      if (*kv <= 0 || out.num_attention_heads % *kv != 0) {
+        throw Error(fmt::format("num_global_key_value_heads={} must divide num_attention_heads={}", *kv,
+                                out.num_attention_heads));
+      }
+      out.num_key_value_heads = *kv;
+    }
+  }
+  out.notes.push_back(fmt::format("the full_attention layers use global_head_dim={}", head_dim));
+}
+
+void validate_resolved(const ModelRope& out) {
+  try {
+    validate(out.spec);
+  } catch (const Error& e) {
+    throw Error(fmt::format("config resolves to an invalid RoPE spec: {}", e.what()));
+  }
+}
+
+ModelRope resolve_text(const json& root, const ReadOptions& options) {
   Source src;
   src.config = &language_model(root);
   ModelRope out;
   read_model_type(root, src, out);
   require_rope_switched_on(src, out);
   read_attention_shape(src, out);
-  select_rope(src, out);
-  refuse_unimplemented(src);
-  refuse_multimodal(src);
-  read_dims(src, out);
+  select_rope(*src.config, options.layer_type, src, out);
+  read_global_head(src, out);
+  refuse_unknown_interleave(src);
+  const std::string rope_type = read_rope_type(src, out.model_type);
+  read_dims(src, rope_type, out);
+  read_streams(src, out);
   read_pairing(src, out);
-  read_schedule(src, out);
+  read_schedule(src, rope_type, out);
   read_layers(src, out);
-  try {
-    validate(out.spec);
-  } catch (const Error& e) {
-    throw Error(fmt::format("config resolves to an invalid RoPE spec: {}", e.what()));
-  }
+  validate_resolved(out);
   return out;
+}
+
+// ---- vision towers ----
+
+// One vision tower's RoPE, from its modeling code.
+struct VisionTower {
+  std::string_view model_type;   // vision_config's model_type (less "_vision"), or the wrapper's
+  std::string_view source;       // what its modeling code does
+  std::string_view width_key;    // vision_config key of the width split over the heads
+  std::string_view heads_key;    // vision_config key of the head count
+  StreamLayout layout;
+  Pairing pairing;
+  int64_t blocks;
+  double default_base;           // its base when vision_config gives no rope_theta
+  std::string_view positions;    // what the two streams hold
+};
+
+constexpr std::string_view kQwenViT =
+    "VisionRotaryEmbedding(head_dim // 2): freqs of (h, w) concatenated, cos = cat(freqs, freqs), rotate_half";
+constexpr std::string_view kRowColumn = "stream 0 is the patch row (h), stream 1 its column (w), from 0";
+
+// Sorted by model_type.
+constexpr std::array kVisionTowers = {
+    VisionTower{"gemma4_vision",
+                "apply_multidimensional_rope: the head split in 2 blocks, rotate_half inside each, block a turned "
+                "by position a at rope_theta^(-2k/(head_dim/2))",
+                "head_dim", "num_attention_heads", StreamLayout::axial, Pairing::half, 2, 100.0,
+                "stream 0 is the patch x (column), stream 1 its y (row)"},
+    VisionTower{"glm4v", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"llama4_vision_model",
+                "Llama4VisionRotaryEmbedding: (x + 1, y + 1) times rope_theta^(-2k/(head_dim/2)), complex pairs, "
+                "the CLS token's angle 0",
+                "hidden_size", "num_attention_heads", StreamLayout::axial, Pairing::interleaved, 1, 10000.0,
+                "stream 0 is the patch column + 1 (x), stream 1 its row + 1 (y): positions are 1-based, and the "
+                "CLS token (last) takes position 0 in both (angle 0)"},
+    VisionTower{"pixtral",
+                "PixtralRotaryEmbedding: freqs = rope_theta^(-2i/head_dim), h takes freqs[::2], w freqs[1::2], "
+                "cos = cat(freqs, freqs), rotate_half",
+                "hidden_size", "num_attention_heads", StreamLayout::axial_even_odd, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"qwen2_5_vl", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"qwen2_vl", kQwenViT, "embed_dim", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"qwen3_vl", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"qwen3_vl_moe", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1,
+                10000.0, kRowColumn},
+};
+
+// vision_config's model_type, less the "_vision" suffix transformers gives some; the wrapper's when
+// vision_config has none (Qwen2-VL, Llama 4 and Gemma 4 configs write one; older ones may not).
+std::string vision_type_of(const json& vision, const std::string& outer) {
+  std::string inner = text(vision, "model_type", "vision_config.");
+  if (inner.ends_with("_vision") && inner != "gemma4_vision") inner.resize(inner.size() - 7);
+  if (!inner.empty()) return inner;
+  if (outer == "llama4") return "llama4_vision_model";
+  if (outer == "gemma4") return "gemma4_vision";
+  if (outer == "glm4v_moe") return "glm4v";
+  return outer;
+}
+
+ModelRope vision_rope(const json& vision, const VisionTower& tower, const std::string& outer) {
+  const std::string p = "vision_config.";
+  ModelRope out;
+  out.model_type = outer.empty() ? std::string(tower.model_type) : outer;
+  out.vision = true;
+  const auto heads = opt_integer(vision, tower.heads_key, p);
+  if (!heads || *heads <= 0) throw Error(fmt::format("{}{} is missing or not > 0", p, tower.heads_key));
+  out.num_attention_heads = out.num_key_value_heads = *heads;
+  int64_t head_dim = 0;
+  if (tower.width_key == "head_dim") {
+    head_dim = opt_integer(vision, "head_dim", p).value_or(64);  // Gemma4VisionConfig default
+  } else if (auto hd = opt_integer(vision, "head_dim", p); hd && tower.layout == StreamLayout::axial_even_odd) {
+    head_dim = *hd;
+  } else {
+    const auto width = opt_integer(vision, tower.width_key, p);
+    if (!width) throw Error(fmt::format("{}{} is missing (head_dim = it / {})", p, tower.width_key, tower.heads_key));
+    head_dim = *width / *heads;
+  }
+  if (head_dim < 4 || (tower.blocks == 1 && head_dim % 4 != 0)) {
+    throw Error(fmt::format("vision head_dim={} must be a multiple of 4 (two axes of pairs)", head_dim));
+  }
+  const json* rope = find(vision, "rope_parameters");
+  double base = opt_number(vision, "rope_theta", p).value_or(tower.default_base);
+  if (rope && rope->is_object()) base = opt_number(*rope, "rope_theta", p + "rope_parameters.").value_or(base);
+  Spec& spec = out.spec;
+  spec.head_dim = head_dim;
+  spec.rotary_dim = 4 * (head_dim / 4);  // Gemma 4: leftover channels pass through
+  spec.base = base;
+  spec.pairing = tower.pairing;
+  spec.blocks = tower.blocks;
+  spec.stream_layout = tower.layout;
+  spec.sections = {head_dim / 4, head_dim / 4};
+  out.notes.push_back(fmt::format("vision tower ({}): {}; {}", tower.model_type, tower.source, tower.positions));
+  validate_resolved(out);
+  return out;
+}
+
+ModelRope resolve_vision(const json& root, const ReadOptions& options) {
+  const std::string outer = text(root, "model_type", "");
+  const json* vision = find(root, "vision_config");
+  if (!vision) {
+    throw Error(fmt::format("config (model_type '{}') has no vision_config: no vision tower to resolve",
+                            excerpt(outer)));
+  }
+  if (!vision->is_object()) throw Error(fmt::format("vision_config={} must be an object", describe(*vision)));
+  if (!options.layer_type.empty() && options.layer_type != default_layer_type) {
+    throw Error(fmt::format("layer_type '{}' is not a RoPE layer type of the vision tower (known: {})",
+                            excerpt(options.layer_type), default_layer_type));
+  }
+  const std::string type = vision_type_of(*vision, outer);
+  const auto tower = std::find_if(kVisionTowers.begin(), kVisionTowers.end(),
+                                  [&](const VisionTower& t) { return t.model_type == type; });
+  if (tower == kVisionTowers.end()) {
+    throw Error(fmt::format("vision_config of model_type '{}' (vision model_type '{}'): rotary does not know this "
+                            "vision tower's RoPE",
+                            excerpt(outer), excerpt(type)));
+  }
+  return vision_rope(*vision, *tower, outer);
+}
+
+ModelRope resolve(const json& root, const ReadOptions& options) {
+  if (!root.is_object()) throw Error("config must be a JSON object");
+  return options.vision ? resolve_vision(root, options) : resolve_text(root, options);
 }
 
 // At most max_config_bytes from any file: /dev/zero and FIFOs have no size to check first.
@@ -653,18 +995,29 @@ std::string read_capped(const std::string& path, const std::string& shown) {
 
 }  // namespace
 
-ModelRope read_hf_config(std::string_view json_text) {
-  return resolve(detail::parse_json(json_text, "config"));
+ModelRope read_hf_config(std::string_view json_text, const ReadOptions& options) {
+  return resolve(detail::parse_json(json_text, "config"), options);
 }
 
-ModelRope read_hf_config_file(const std::string& path) {
+ModelRope read_hf_config_file(const std::string& path, const ReadOptions& options) {
   const std::string shown = excerpt(path);
   const std::string text = read_capped(path, shown);
   try {
-    return read_hf_config(text);
+    return read_hf_config(text, options);
   } catch (const Error& e) {
     throw Error(fmt::format("config '{}': {}", shown, e.what()));
   }
+}
+
+std::vector<std::string> layer_types(std::string_view json_text) {
+  const json root = detail::parse_json(json_text, "config");
+  if (!root.is_object()) throw Error("config must be a JSON object");
+  const json& config = language_model(root);
+  Source src;
+  src.config = &config;
+  ModelRope out;
+  read_model_type(root, src, out);
+  return names_of(rope_types(config, out.model_type));
 }
 
 std::vector<std::string> preset_names() {
@@ -682,9 +1035,13 @@ std::string preset_text(std::string_view name) {
   throw Error(fmt::format("preset '{}' is unknown (known: {})", excerpt(name), known));
 }
 
-ModelRope load_preset(std::string_view name) {
+std::string preset_config(std::string_view name) {
+  return detail::parse_json(preset_text(name), "preset").at("config").dump();  // our own file, not user data
+}
+
+ModelRope load_preset(std::string_view name, const ReadOptions& options) {
   const json file = detail::parse_json(preset_text(name), "preset");
-  return resolve(file.at("config"));
+  return resolve(file.at("config"), options);
 }
 
 }  // namespace rotary

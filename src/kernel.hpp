@@ -27,6 +27,8 @@ struct Plan {
   int64_t seq = 0;
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;  ///< first rotated channel
+  int64_t blocks = 1;         ///< block_half: half pairing inside each of `blocks` blocks
   Pairing pairing = Pairing::half;
   bool inverse = false;
   bool copy_tail = true;
@@ -34,6 +36,7 @@ struct Plan {
   int operand_count = 0;
   Positions positions{};
   const Table* table = nullptr;
+  const CallerAngles* angles = nullptr;  ///< the caller's cos/sin (then table is null)
   const Schedule* schedule = nullptr;
   int threads = 0;
 };
@@ -43,6 +46,39 @@ struct Plan {
 /// max_threads and `blocks`, and at least 1. Every OpenMP team the library starts is sized by
 /// this, so no count a caller passes (or OMP_NUM_THREADS sets) asks for more threads than can run.
 int useful_threads(int requested, int64_t blocks);
+
+/// Per-thread room for one token's angles: `pairs` values in each array.
+struct AngleScratch {
+  float* c = nullptr;
+  float* s = nullptr;
+  double* dc = nullptr;
+  double* ds = nullptr;
+  double* pair_position = nullptr;  ///< per pair: the position of its stream (multi-stream only)
+};
+
+/// One token's angles in pair order: cos and sin times the attention factor, sin negated for the
+/// inverse. Float rows are what f32/f16/bf16 rotate with (the values a Table holds: one rounding
+/// to float of the exact value); double rows serve f64 storage (exact values times the factor in
+/// double; Table or caller floats widened).
+struct FloatRow {
+  const float* c = nullptr;
+  const float* s = nullptr;
+};
+struct DoubleRow {
+  const double* c = nullptr;
+  const double* s = nullptr;
+};
+
+/// The one angle-row builder of the reference and the CPU kernels: the token's position in each
+/// stream (plan.positions), each pair's stream (schedule pair_stream), then its value from the
+/// Table, the caller's cos/sin, or exact on-the-fly angles. `vectorised` picks how on-the-fly
+/// angles are evaluated: the Highway row (CPU) or rotary::exact_cos_sin pair by pair (reference);
+/// both round the same exact values (cpu.hpp: they agree except within ~2 double ulps of a float
+/// rounding boundary). Rows may point into the Table (single stream, forward) or into scratch.
+FloatRow float_angle_row(const Plan& plan, int64_t token, int64_t t, const AngleScratch& scratch,
+                         bool vectorised);
+DoubleRow double_angle_row(const Plan& plan, int64_t token, int64_t t, const AngleScratch& scratch,
+                           bool vectorised);
 
 /// The scalar oracle: loops written from the formulas, double arithmetic, single-threaded.
 void reference_apply(const Plan& plan);

@@ -207,14 +207,14 @@ constexpr std::array<ModelTypeRope, 255> kTable = {{
      .formula = RopeFormula::glm},
     {.model_type = "ernie4_5_vl_moe", .pairing = Pairing::interleaved,
      .source = "models/ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py: recomposition_frequencies repeat_interleave(2)s "
-               "freqs, rotate_half_text stacks (-x[..., 1::2], x[..., 0::2]); M-RoPE: position_ids.expand(3, ...) "
-               "split by mrope_section",
-     .multimodal_positions = true, .formula = RopeFormula::cohere},
+               "freqs, rotate_half_text stacks (-x[..., 1::2], x[..., 0::2]); M-RoPE: mrope_section [h, w, t], "
+               "pairs j < h + w alternate h (even j) and w (odd j), the last t pairs take t",
+     .multimodal_positions = true, .stream_layout = StreamLayout::alternating_sections, .formula = RopeFormula::cohere},
     {.model_type = "ernie4_5_vl_moe_text", .pairing = Pairing::interleaved,
      .source = "models/ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py: recomposition_frequencies repeat_interleave(2)s "
-               "freqs, rotate_half_text stacks (-x[..., 1::2], x[..., 0::2]); M-RoPE: position_ids.expand(3, ...) "
-               "split by mrope_section",
-     .multimodal_positions = true, .formula = RopeFormula::cohere},
+               "freqs, rotate_half_text stacks (-x[..., 1::2], x[..., 0::2]); M-RoPE: mrope_section [h, w, t], "
+               "pairs j < h + w alternate h (even j) and w (odd j), the last t pairs take t",
+     .multimodal_positions = true, .stream_layout = StreamLayout::alternating_sections, .formula = RopeFormula::cohere},
     {.model_type = "esm", .pairing = Pairing::half,
      .source = "models/esm/modeling_esm.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = cat(freqs, freqs) "
                "when position_embedding_type == \"rotary\"",
@@ -754,23 +754,27 @@ constexpr std::array<ModelTypeRope, 255> kTable = {{
     {.model_type = "qwen3_5", .pairing = Pairing::half,
      .source = "models/qwen3_5/modeling_qwen3_5.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = cat(freqs, "
                "freqs); apply_rotary_pos_emb rotates x[..., :cos.shape[-1]] and passes the rest; M-RoPE: "
-               "position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true, .partial_rotary = true},
+               "apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == 1, j < 3 * mrope_section[1] "
+               "and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections, .partial_rotary = true},
     {.model_type = "qwen3_5_moe", .pairing = Pairing::half,
      .source = "models/qwen3_5_moe/modeling_qwen3_5_moe.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
                "cat(freqs, freqs); apply_rotary_pos_emb rotates x[..., :cos.shape[-1]] and passes the rest; M-RoPE: "
-               "position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true, .partial_rotary = true},
+               "apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == 1, j < 3 * mrope_section[1] "
+               "and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections, .partial_rotary = true},
     {.model_type = "qwen3_5_moe_text", .pairing = Pairing::half,
      .source = "models/qwen3_5_moe/modeling_qwen3_5_moe.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
                "cat(freqs, freqs); apply_rotary_pos_emb rotates x[..., :cos.shape[-1]] and passes the rest; M-RoPE: "
-               "position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true, .partial_rotary = true},
+               "apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == 1, j < 3 * mrope_section[1] "
+               "and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections, .partial_rotary = true},
     {.model_type = "qwen3_5_text", .pairing = Pairing::half,
      .source = "models/qwen3_5/modeling_qwen3_5.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = cat(freqs, "
                "freqs); apply_rotary_pos_emb rotates x[..., :cos.shape[-1]] and passes the rest; M-RoPE: "
-               "position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true, .partial_rotary = true},
+               "apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == 1, j < 3 * mrope_section[1] "
+               "and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections, .partial_rotary = true},
     {.model_type = "qwen3_moe", .pairing = Pairing::half,
      .source = "models/qwen3_moe/modeling_qwen3_moe.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
                "cat(freqs, freqs)"},
@@ -798,21 +802,25 @@ constexpr std::array<ModelTypeRope, 255> kTable = {{
                "= cat(freqs, freqs); M-RoPE: position_ids.expand(3, ...) split by mrope_section",
      .multimodal_positions = true},
     {.model_type = "qwen3_vl", .pairing = Pairing::half,
-     .source = "models/qwen3_vl/modeling_qwen3_vl.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = cat(freqs,"
-               " freqs); M-RoPE: position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true},
+     .source = "models/qwen3_vl/modeling_qwen3_vl.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
+               "cat(freqs, freqs); M-RoPE: apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == "
+               "1, j < 3 * mrope_section[1] and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections},
     {.model_type = "qwen3_vl_moe", .pairing = Pairing::half,
      .source = "models/qwen3_vl_moe/modeling_qwen3_vl_moe.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
-               "cat(freqs, freqs); M-RoPE: position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true},
+               "cat(freqs, freqs); M-RoPE: apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == "
+               "1, j < 3 * mrope_section[1] and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections},
     {.model_type = "qwen3_vl_moe_text", .pairing = Pairing::half,
      .source = "models/qwen3_vl_moe/modeling_qwen3_vl_moe.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
-               "cat(freqs, freqs); M-RoPE: position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true},
+               "cat(freqs, freqs); M-RoPE: apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == "
+               "1, j < 3 * mrope_section[1] and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections},
     {.model_type = "qwen3_vl_text", .pairing = Pairing::half,
-     .source = "models/qwen3_vl/modeling_qwen3_vl.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = cat(freqs,"
-               " freqs); M-RoPE: position_ids.expand(3, ...) split by mrope_section",
-     .multimodal_positions = true},
+     .source = "models/qwen3_vl/modeling_qwen3_vl.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
+               "cat(freqs, freqs); M-RoPE: apply_interleaved_mrope overwrites the t frequencies with h at j % 3 == "
+               "1, j < 3 * mrope_section[1] and w at j % 3 == 2, j < 3 * mrope_section[2]",
+     .multimodal_positions = true, .stream_layout = StreamLayout::interleaved_sections},
     {.model_type = "qwen4_exp", .pairing = Pairing::half,
      .source = "models/qwen4_exp/modeling_qwen4_exp.py: rotate_half splits x at x.shape[-1] // 2, cos/sin = "
                "cat(freqs, freqs); apply_rotary_pos_emb rotates x[..., :cos.shape[-1]] and passes the rest; M-RoPE: "

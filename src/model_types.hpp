@@ -70,9 +70,14 @@ struct ModelTypeRope {
   /// code has no such switch.
   std::string_view pairing_flag = {};
   bool pairing_flag_default = false;  ///< the flag's value when config.json leaves it out
-  /// The text decoder takes several position streams per token (M-RoPE: mrope_section, ...):
-  /// rotary refuses such configs until multi-stream positions exist, never flattens them.
+  /// The text decoder takes several position streams per token (M-RoPE: mrope_section, ...): a
+  /// config of this type must say how many pairs each stream drives (read_hf_config).
   bool multimodal_positions = false;
+  /// With multimodal_positions: how the code maps the streams to pairs — `sections` (contiguous,
+  /// transformers' apply_multimodal_rotary_pos_emb; a config's mrope_interleaved may switch it to
+  /// interleaved_sections), `interleaved_sections` (the code always interleaves, whatever the config
+  /// says: Qwen3-VL's apply_interleaved_mrope) or `alternating_sections` (ERNIE-4.5-VL).
+  StreamLayout stream_layout = StreamLayout::sections;
   RopeFormula formula = RopeFormula::rotate_half;  ///< how the code writes the rotation; pairing_of(formula) == pairing
   /// The code rotates only the leading rotary_dim < head_dim channels when the config asks
   /// (partial_rotary_factor, rotary_pct, rotary_dim) and passes the rest through unchanged. False:

@@ -95,6 +95,74 @@ double ntk_base(double base, double scale, int64_t rotary_dim) {
   return base * std::pow(scale, r / (r - 2.0));
 }
 
+// Pair j's stream (DESIGN.md §5; the StreamLayout doc in spec.hpp). Empty for one stream.
+std::vector<int> pair_streams(const Spec& spec, int64_t pairs) {
+  if (spec.stream_layout == StreamLayout::single) return {};
+  const auto& sections = spec.sections;  // validated: each > 0, summing to pairs
+  const auto streams = static_cast<int64_t>(sections.size());
+  std::vector<int> out(static_cast<size_t>(pairs), 0);
+  switch (spec.stream_layout) {
+    case StreamLayout::interleaved_sections:
+      // transformers' apply_interleaved_mrope: freqs_t[..., a:S*s_a:S] = freqs[a, ..., a:S*s_a:S]
+      for (int64_t j = 0; j < pairs; ++j) {
+        const int64_t a = j % streams;
+        if (a >= 1 && j < streams * sections[static_cast<size_t>(a)]) out[static_cast<size_t>(j)] = static_cast<int>(a);
+      }
+      break;
+    case StreamLayout::alternating_sections: {
+      // ERNIE-4.5-VL's recomposition_to_3d: [h0 w0 h1 w1 ...] then t; positions are [t, h, w].
+      const int64_t spatial = sections[0] + sections[1];
+      for (int64_t j = 0; j < pairs; ++j) out[static_cast<size_t>(j)] = j >= spatial ? 0 : j % 2 == 0 ? 1 : 2;
+      break;
+    }
+    default: {  // sections, axial, axial_even_odd: contiguous runs
+      size_t j = 0;
+      for (size_t a = 0; a < sections.size(); ++a) {
+        for (int64_t k = 0; k < sections[a]; ++k) out[j++] = static_cast<int>(a);
+      }
+    }
+  }
+  return out;
+}
+
+// The frequencies before the schedule scales them: base^(-2j/r) over the rotated slice, unless the
+// stream layout or the schedule spaces them otherwise.
+std::vector<double> unscaled_inv_freq(const Spec& spec, double base, int64_t rotary_dim) {
+  const auto& sections = spec.sections;
+  switch (spec.stream_layout) {
+    case StreamLayout::axial: {  // Qwen ViT: each axis base^(-2k / (2 s_a)), k < s_a
+      std::vector<double> out;
+      for (const int64_t s : sections) {
+        const std::vector<double> axis = default_inv_freq(base, 2 * s);
+        out.insert(out.end(), axis.begin(), axis.end());
+      }
+      return out;
+    }
+    case StreamLayout::axial_even_odd: {  // Pixtral: f_2k to axis 0, f_(2k+1) to axis 1
+      const std::vector<double> f = default_inv_freq(base, rotary_dim);
+      std::vector<double> out(f.size());
+      const auto half = static_cast<size_t>(sections[0]);
+      for (size_t k = 0; k < half; ++k) {
+        out[k] = f[2 * k];
+        out[half + k] = f[2 * k + 1];
+      }
+      return out;
+    }
+    default:
+      break;
+  }
+  if (spec.schedule == ScheduleType::proportional) {
+    // transformers' _compute_proportional_rope_parameters: rope_angles = int(p * head_dim // 2)
+    // frequencies base^(-2j/head_dim), then zeros to head_dim/2 (rotary_dim == head_dim).
+    const double p = *spec.partial_rotary_factor;
+    const auto turning = static_cast<size_t>(std::floor(p * static_cast<double>(rotary_dim) / 2.0));
+    std::vector<double> out = default_inv_freq(base, rotary_dim);
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(std::min(turning, out.size())), out.end(), 0.0);
+    return out;
+  }
+  return default_inv_freq(base, rotary_dim);
+}
+
 }  // namespace
 
 std::vector<double> default_inv_freq(double base, int64_t rotary_dim) {
@@ -121,7 +189,11 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
   out.rotary_dim = spec.resolved_rotary_dim();
   out.pairing = spec.pairing;
   out.type = spec.schedule;
+  out.rotary_offset = spec.rotary_offset;
+  out.blocks = spec.blocks;
+  out.streams = spec.stream_layout == StreamLayout::single ? 1 : static_cast<int>(spec.sections.size());
   const int64_t r = out.rotary_dim;
+  out.pair_stream = pair_streams(spec, r / 2);
   const int64_t original = spec.original_length();
   double base = spec.base;
   double attention_factor = 1.0;
@@ -145,11 +217,16 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
     throw Error(fmt::format("base after {} scaling is {}: factor or seq_len too large",
                             to_string(spec.schedule), base));
   }
-  out.inv_freq = default_inv_freq(base, r);
+  out.inv_freq = unscaled_inv_freq(spec, base, r);
 
   switch (spec.schedule) {
     case linear:
       for (double& f : out.inv_freq) f /= *spec.factor;
+      break;
+    case proportional:  // transformers divides by factor (default 1) after the zeros
+      if (spec.factor) {
+        for (double& f : out.inv_freq) f /= *spec.factor;
+      }
       break;
     case yarn:
       apply_yarn(spec, out.inv_freq, attention_factor);
@@ -196,49 +273,6 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
   out.attention_factor = attention_factor;
   validate(out);
   return out;
-}
-
-void validate(const Schedule& schedule) {
-  if (schedule.head_dim <= 0) {
-    throw Error(fmt::format("head_dim={} must be > 0", schedule.head_dim));
-  }
-  if (schedule.rotary_dim <= 0 || schedule.rotary_dim % 2 != 0 ||
-      schedule.rotary_dim > schedule.head_dim) {
-    throw Error(fmt::format("rotary_dim={} must be even, > 0 and <= head_dim={}",
-                            schedule.rotary_dim, schedule.head_dim));
-  }
-  if (schedule.pairing != Pairing::interleaved && schedule.pairing != Pairing::half) {
-    throw Error(fmt::format("pairing={} is not interleaved or half", static_cast<int>(schedule.pairing)));
-  }
-  if (static_cast<int>(schedule.type) < static_cast<int>(ScheduleType::default_) ||
-      static_cast<int>(schedule.type) > static_cast<int>(ScheduleType::monotone)) {
-    throw Error(fmt::format("type={} is not a schedule type", static_cast<int>(schedule.type)));
-  }
-  if (static_cast<int64_t>(schedule.inv_freq.size()) != schedule.pairs()) {
-    throw Error(fmt::format("inv_freq has {} values but rotary_dim/2={}", schedule.inv_freq.size(),
-                            schedule.pairs()));
-  }
-  // One branch-free pass (apply calls this per call); NaN fails both comparisons, inf the second.
-  auto in_range = [](double f) { return f > 0 && f <= max_inv_freq; };
-  bool all_in_range = true;
-  for (const double f : schedule.inv_freq) all_in_range &= in_range(f);
-  if (!all_in_range) {
-    for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
-      if (!in_range(schedule.inv_freq[i])) {
-        throw Error(fmt::format("inv_freq[{}]={} must be finite, > 0 and <= 2^20 (check factor)", i,
-                                schedule.inv_freq[i]));
-      }
-    }
-  }
-  if (!std::isfinite(schedule.attention_factor) || schedule.attention_factor <= 0) {
-    throw Error(fmt::format("attention_factor={} must be finite and > 0",
-                            schedule.attention_factor));
-  }
-  if (!attention_factor_in_range(schedule.attention_factor)) {
-    throw Error(fmt::format("attention_factor={} must round to a normal float32, in [2^-126, 3.40282347e+38] "
-                            "(cos and sin times it are stored as float32)",
-                            schedule.attention_factor));
-  }
 }
 
 }  // namespace rotary

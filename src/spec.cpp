@@ -1,50 +1,117 @@
 #include "rotary/spec.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "rotary/error.hpp"
+#include "rotary/spec_fields.hpp"
 #include "text.hpp"
 
 namespace rotary {
 namespace {
 
-bool uses(ScheduleType type, std::initializer_list<ScheduleType> users) {
-  for (ScheduleType t : users) {
-    if (t == type) return true;
+// sections as an error message shows them: "[16,24,20]", at most ~100 characters of them.
+std::string describe_sections(const std::vector<int64_t>& sections) {
+  std::string out = "[";
+  for (size_t a = 0; a < sections.size(); ++a) {
+    if (out.size() > 100) return out + fmt::format("...] ({} values)", sections.size());
+    out += fmt::format("{}{}", a == 0 ? "" : ",", sections[a]);
   }
-  return false;
+  return out + "]";
 }
 
-template <class T>
-void reject_unused(const std::optional<T>& field, const char* name, ScheduleType type,
-                   std::initializer_list<ScheduleType> users) {
-  if (field && !uses(type, users)) {
-    throw Error(fmt::format("{} is set but schedule {} does not use it", name, to_string(type)));
+// "a, b, c" of the schedules that compose with the axial layouts.
+std::string per_frequency_schedules() {
+  std::string out;
+  for (const ScheduleInfo& info : schedules()) {
+    if (info.per_frequency) out += fmt::format("{}{}", out.empty() ? "" : ", ", info.name);
+  }
+  return out;
+}
+
+void check_stream_counts(const Spec& spec, int64_t pairs) {
+  const StreamLayout layout = spec.stream_layout;
+  const auto& sections = spec.sections;
+  const auto count = static_cast<int64_t>(sections.size());
+  const std::string shown = describe_sections(sections);
+  if (layout == StreamLayout::alternating_sections && count != 3) {
+    throw Error(fmt::format("sections={} must list 3 streams [height, width, time] for stream_layout "
+                            "alternating_sections", shown));
+  }
+  if (layout == StreamLayout::axial_even_odd && count != 2) {
+    throw Error(fmt::format("sections={} must list 2 streams [height, width] for stream_layout axial_even_odd",
+                            shown));
+  }
+  if (count < 2 || count > max_streams) {
+    throw Error(fmt::format("sections={} lists {} streams; stream_layout {} needs 2 to {}", shown, count,
+                            to_string(layout), max_streams));
+  }
+  int64_t sum = 0;
+  for (const int64_t s : sections) {
+    if (__builtin_add_overflow(sum, s, &sum)) {
+      throw Error(fmt::format("sections={} sum past 2^63 but rotary_dim/2={}", shown, pairs));
+    }
+  }
+  if (sum != pairs) throw Error(fmt::format("sections={} sum to {} but rotary_dim/2={}", shown, sum, pairs));
+}
+
+// Qwen3-VL's overwrite gives stream a >= 1 the pairs j % S == a below S * s_a (clipped to P): each
+// stream must get exactly its section's count, or the sections do not describe the map.
+void check_interleaved_counts(const Spec& spec, int64_t pairs) {
+  const auto streams = static_cast<int64_t>(spec.sections.size());
+  for (int64_t a = 1; a < streams; ++a) {
+    const int64_t wanted = spec.sections[static_cast<size_t>(a)];
+    const int64_t end = std::min(pairs, streams * wanted);  // wanted <= pairs: the sum was checked
+    const int64_t got = end > a ? (end - a + streams - 1) / streams : 0;
+    if (got != wanted) {
+      throw Error(fmt::format("sections={} do not interleave over rotary_dim/2={}: stream {} (pairs j % {} == {} "
+                              "below {}*{}) gets {} pairs, not {}",
+                              describe_sections(spec.sections), pairs, a, streams, a, streams, wanted, got,
+                              wanted));
+    }
   }
 }
 
-void require_finite(double value, const char* name) {
-  if (!std::isfinite(value)) throw Error(fmt::format("{}={} must be finite", name, value));
+// The stream layout's rules on sections (their values are checked as a field).
+void check_stream_layout_rules(const Spec& spec) {
+  const StreamLayout layout = spec.stream_layout;
+  if (layout == StreamLayout::single) return;
+  if (spec.sections.empty()) throw Error(fmt::format("stream_layout {} needs sections", to_string(layout)));
+  const int64_t pairs = spec.resolved_rotary_dim() / 2;
+  check_stream_counts(spec, pairs);
+  const auto& s = spec.sections;
+  if (layout == StreamLayout::interleaved_sections) check_interleaved_counts(spec, pairs);
+  if (layout == StreamLayout::alternating_sections && s[0] != s[1]) {
+    throw Error(fmt::format("sections={}: height {} and width {} must be equal for stream_layout "
+                            "alternating_sections (their pairs alternate)",
+                            describe_sections(s), s[0], s[1]));
+  }
+  if (layout == StreamLayout::axial_even_odd && s[0] != s[1]) {
+    throw Error(fmt::format("sections={}: stream_layout axial_even_odd needs two equal sections (even "
+                            "frequencies to one axis, odd to the other)",
+                            describe_sections(s)));
+  }
+  const ScheduleInfo& info = schedule_info(spec.schedule);
+  if ((layout == StreamLayout::axial || layout == StreamLayout::axial_even_odd) && !info.per_frequency) {
+    throw Error(fmt::format("schedule {} cannot be used with stream_layout {}: it does not scale each "
+                            "frequency on its own (those that do: {})",
+                            info.name, to_string(layout), per_frequency_schedules()));
+  }
 }
 
-void require_positive(const std::optional<double>& value, const char* name) {
-  if (!value) return;
-  require_finite(*value, name);
-  if (*value <= 0) throw Error(fmt::format("{}={} must be > 0", name, *value));
-}
-
-// cos and sin times the factor are stored as float32: it must be a normal float32.
-void require_float32_factor(const std::optional<double>& value, const char* name) {
-  if (!value || (*value >= min_attention_factor && *value <= max_attention_factor)) return;
-  throw Error(fmt::format("{}={} must round to a normal float32, in [2^-126, 3.40282347e+38] (cos and sin "
-                          "times it are stored as float32)",
-                          name, *value));
-}
-
-void require_length(const std::optional<int64_t>& value, const char* name) {
-  if (value && *value < 1) throw Error(fmt::format("{}={} must be >= 1", name, *value));
+// "schedule S needs A" or "... needs A or B".
+void check_required(const Spec& spec, const ScheduleInfo& info) {
+  for (const auto& any_of : info.required) {
+    bool given = false;
+    for (std::string_view name : any_of) given = given || find_spec_field(name)->is_set(spec);
+    if (given) continue;
+    std::string names;
+    for (std::string_view name : any_of) names += fmt::format("{}{}", names.empty() ? "" : " or ", name);
+    throw Error(fmt::format("schedule {} needs {}", info.name, names));
+  }
 }
 
 }  // namespace
@@ -69,6 +136,19 @@ std::string_view to_string(ScheduleType schedule) {
     case ScheduleType::llama3: return "llama3";
     case ScheduleType::longrope: return "longrope";
     case ScheduleType::monotone: return "monotone";
+    case ScheduleType::proportional: return "proportional";
+  }
+  return "?";
+}
+
+std::string_view to_string(StreamLayout layout) {
+  switch (layout) {
+    case StreamLayout::single: return "single";
+    case StreamLayout::sections: return "sections";
+    case StreamLayout::interleaved_sections: return "interleaved_sections";
+    case StreamLayout::alternating_sections: return "alternating_sections";
+    case StreamLayout::axial: return "axial";
+    case StreamLayout::axial_even_odd: return "axial_even_odd";
   }
   return "?";
 }
@@ -80,120 +160,45 @@ Pairing parse_pairing(std::string_view text, std::string_view what) {
 }
 
 ScheduleType parse_schedule(std::string_view text, std::string_view what) {
-  for (ScheduleType t : {ScheduleType::default_, ScheduleType::linear, ScheduleType::ntk,
-                         ScheduleType::dynamic, ScheduleType::yarn, ScheduleType::llama3,
-                         ScheduleType::longrope, ScheduleType::monotone}) {
-    if (text == to_string(t)) return t;
+  std::string names;
+  for (const ScheduleInfo& info : schedules()) {
+    if (text == info.name) return info.type;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", info.name);
   }
-  throw Error(fmt::format(
-      "{}='{}' must be one of default, linear, ntk, dynamic, yarn, llama3, longrope, monotone", what,
-      detail::excerpt(text)));
+  throw Error(fmt::format("{}='{}' must be one of {}", what, detail::excerpt(text), names));
+}
+
+StreamLayout parse_stream_layout(std::string_view text, std::string_view what) {
+  std::string names;
+  for (int i = 0; i <= static_cast<int>(StreamLayout::axial_even_odd); ++i) {
+    const auto layout = static_cast<StreamLayout>(i);
+    if (text == to_string(layout)) return layout;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(layout));
+  }
+  throw Error(fmt::format("{}='{}' must be one of {}", what, detail::excerpt(text), names));
 }
 
 void validate(const Spec& spec) {
-  using enum ScheduleType;
-  const ScheduleType type = spec.schedule;
-  if (spec.head_dim <= 0) throw Error(fmt::format("head_dim={} must be > 0", spec.head_dim));
-  if (spec.head_dim > (int64_t{1} << 20)) {
-    throw Error(fmt::format("head_dim={} exceeds 1048576", spec.head_dim));
+  const auto& fields = spec_fields();
+  for (const SpecField& field : fields) {
+    if (field.scope == FieldScope::common && field.check) field.check(spec, field.name);
   }
-  if (spec.rotary_dim < 0) throw Error(fmt::format("rotary_dim={} must be > 0", spec.rotary_dim));
-  const int64_t r = spec.resolved_rotary_dim();
-  if (r % 2 != 0) {
-    throw Error(fmt::format("rotary_dim={} must be even and <= head_dim={}", r, spec.head_dim));
-  }
-  if (r > spec.head_dim) {
-    throw Error(fmt::format("rotary_dim={} exceeds head_dim={}", r, spec.head_dim));
-  }
-  require_finite(spec.base, "base");
-  if (spec.base <= 1) throw Error(fmt::format("base={} must be > 1", spec.base));
-
-  reject_unused(spec.factor, "factor", type, {linear, ntk, dynamic, yarn, llama3});
-  reject_unused(spec.original_max_position, "original_max_position", type,
-                {dynamic, yarn, llama3, longrope});
-  reject_unused(spec.max_position, "max_position", type, {dynamic, yarn, llama3, longrope});
-  reject_unused(spec.beta_fast, "beta_fast", type, {yarn});
-  reject_unused(spec.beta_slow, "beta_slow", type, {yarn});
-  reject_unused(spec.mscale, "mscale", type, {yarn});
-  reject_unused(spec.mscale_all_dim, "mscale_all_dim", type, {yarn});
-  reject_unused(spec.truncate, "truncate", type, {yarn});
-  reject_unused(spec.low_freq_factor, "low_freq_factor", type, {llama3});
-  reject_unused(spec.high_freq_factor, "high_freq_factor", type, {llama3});
-  reject_unused(spec.max_length, "max_length", type, {monotone});
-  reject_unused(spec.monotone_scale, "monotone_scale", type, {monotone});
-  if (type != longrope && !spec.short_factor.empty()) {
-    throw Error(fmt::format("short_factor is set but schedule {} does not use it", to_string(type)));
-  }
-  if (type != longrope && !spec.long_factor.empty()) {
-    throw Error(fmt::format("long_factor is set but schedule {} does not use it", to_string(type)));
-  }
-
-  require_positive(spec.factor, "factor");
-  require_positive(spec.attention_factor, "attention_factor");
-  require_float32_factor(spec.attention_factor, "attention_factor");
-  require_positive(spec.beta_fast, "beta_fast");
-  require_positive(spec.beta_slow, "beta_slow");
-  require_positive(spec.low_freq_factor, "low_freq_factor");
-  require_positive(spec.high_freq_factor, "high_freq_factor");
-  require_positive(spec.monotone_scale, "monotone_scale");
-  if (spec.mscale) require_finite(*spec.mscale, "mscale");
-  if (spec.mscale_all_dim) require_finite(*spec.mscale_all_dim, "mscale_all_dim");
-  require_length(spec.original_max_position, "original_max_position");
-  require_length(spec.max_position, "max_position");
-
-  if (uses(type, {linear, ntk, dynamic, yarn, llama3}) && !spec.factor) {
-    throw Error(fmt::format("schedule {} needs factor", to_string(type)));
-  }
-  if (uses(type, {ntk, dynamic}) && r <= 2) {
-    throw Error(fmt::format(
-        "rotary_dim={} must be > 2 for schedule {} (its base exponent is r/(r-2))", r,
-        to_string(type)));
-  }
-  if (uses(type, {dynamic, yarn, llama3, longrope}) && spec.original_length() == 0) {
-    throw Error(fmt::format("schedule {} needs original_max_position or max_position",
-                            to_string(type)));
-  }
-  if (type == yarn) {
-    const double fast = spec.beta_fast.value_or(32.0);
-    const double slow = spec.beta_slow.value_or(1.0);
-    if (fast <= slow) {
-      throw Error(fmt::format("beta_fast={} must exceed beta_slow={}", fast, slow));
+  const ScheduleInfo& info = schedule_info(spec.schedule);
+  for (const SpecField& field : fields) {
+    if (field.scope == FieldScope::common || !field.is_set(spec)) continue;
+    if (field.scope == FieldScope::streams && spec.stream_layout == StreamLayout::single) {
+      throw Error(fmt::format("{} is set but stream_layout single does not use it", field.name));
+    }
+    if (!schedule_uses(info, field)) {
+      throw Error(fmt::format("{} is set but schedule {} does not use it", field.name, info.name));
     }
   }
-  if (type == llama3) {
-    if (!spec.low_freq_factor) throw Error("schedule llama3 needs low_freq_factor");
-    if (!spec.high_freq_factor) throw Error("schedule llama3 needs high_freq_factor");
-    // Equal factors are allowed (Llama 4 Scout): two bands, no smoothing (see make_schedule).
-    if (*spec.low_freq_factor > *spec.high_freq_factor) {
-      throw Error(fmt::format("low_freq_factor={} must be <= high_freq_factor={}",
-                              *spec.low_freq_factor, *spec.high_freq_factor));
-    }
+  for (const SpecField& field : fields) {
+    if (field.scope != FieldScope::common && field.check && field.is_set(spec)) field.check(spec, field.name);
   }
-  if (type == longrope) {
-    const auto pairs = static_cast<size_t>(r / 2);
-    for (const auto* list : {&spec.short_factor, &spec.long_factor}) {
-      const char* name = list == &spec.short_factor ? "short_factor" : "long_factor";
-      if (list->size() != pairs) {
-        throw Error(fmt::format("{} has {} values but rotary_dim/2={}", name, list->size(), pairs));
-      }
-      for (size_t i = 0; i < list->size(); ++i) {
-        const double v = (*list)[i];
-        if (!std::isfinite(v) || v <= 0) {
-          throw Error(fmt::format("{}[{}]={} must be finite and > 0", name, i, v));
-        }
-      }
-    }
-    if (spec.original_length() < 2) {
-      throw Error(fmt::format("original_max_position={} must be >= 2 for schedule longrope",
-                              spec.original_length()));
-    }
-  }
-  if (type == monotone) {
-    if (!spec.max_length) throw Error("schedule monotone needs max_length");
-    if (*spec.max_length < 2 || *spec.max_length > max_position_limit) {
-      throw Error(fmt::format("max_length={} must be in [2, 2^31]", *spec.max_length));
-    }
-  }
+  check_required(spec, info);
+  if (info.check) info.check(spec);
+  check_stream_layout_rules(spec);
 }
 
 }  // namespace rotary

@@ -83,6 +83,12 @@ Table Table::range(const Schedule& schedule, int64_t first, int64_t count, Angle
 Table Table::at(const Schedule& schedule, std::span<const int64_t> positions, AngleMode mode) {
   check_mode(mode);
   for (int64_t p : positions) check_position(p, "position");
+  // Consecutive positions are a range: row_of is then O(1) instead of a binary search.
+  bool consecutive = !positions.empty();
+  for (size_t i = 1; consecutive && i < positions.size(); ++i) {
+    consecutive = positions[i] == positions[0] + static_cast<int64_t>(i);
+  }
+  if (consecutive) return range(schedule, positions[0], static_cast<int64_t>(positions.size()), mode);
   Table table(schedule, static_cast<int64_t>(positions.size()));
   table.mode_ = mode;
   table.is_range_ = false;

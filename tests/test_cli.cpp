@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "parse.hpp"
+#include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
 #include "support/oracle.hpp"
 
@@ -38,8 +39,14 @@ TEST(Cli, InfoJsonIsExactlyTheContract) {
   const auto j = nlohmann::ordered_json::parse(r.out);
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
-  EXPECT_EQ(keys, (std::vector<std::string>{"head_dim", "rotary_dim", "pairing", "schedule", "base",
-                                            "inv_freq", "attention_factor"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"head_dim", "rotary_dim", "pairing", "schedule", "base", "inv_freq",
+                                            "attention_factor", "layout", "rotary_offset", "blocks", "streams",
+                                            "pair_stream"}));
+  EXPECT_EQ(j["layout"], "half");
+  EXPECT_EQ(j["rotary_offset"], 0);
+  EXPECT_EQ(j["blocks"], 1);
+  EXPECT_EQ(j["streams"], 1);
+  EXPECT_EQ(j["pair_stream"], std::vector<int>(16, 0));
   EXPECT_EQ(j["head_dim"], 64);
   EXPECT_EQ(j["rotary_dim"], 32);
   EXPECT_EQ(j["pairing"], "half");
@@ -52,6 +59,71 @@ TEST(Cli, InfoJsonIsExactlyTheContract) {
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(j["inv_freq"][i].get<double>(), s.inv_freq[i]);
   EXPECT_EQ(j["attention_factor"].get<double>(), s.attention_factor);
   EXPECT_EQ(r.out.find(' '), std::string::npos);  // compact
+}
+
+// The descriptor: layout, rotary_offset, streams and the pair -> stream map, in both forms.
+TEST(Cli, InfoShowsTheDescriptor) {
+  const Result r = run({"info", "--head-dim", "128", "--base", "1000000", "--stream-layout", "sections",
+                        "--sections", "16,24,24", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const Schedule s = make_schedule(Spec{.head_dim = 128, .base = 1000000, .stream_layout = StreamLayout::sections,
+                                        .sections = {16, 24, 24}});
+  EXPECT_EQ(j["streams"], 3);
+  EXPECT_EQ(j["layout"], "half");
+  std::vector<int> want;
+  for (int64_t p = 0; p < s.pairs(); ++p) want.push_back(s.stream_of(p));
+  EXPECT_EQ(j["pair_stream"], want);
+  EXPECT_EQ(want[15], 0);
+  EXPECT_EQ(want[16], 1);
+  EXPECT_EQ(want[40], 2);
+  const Result text = run({"info", "--head-dim", "128", "--stream-layout", "sections", "--sections", "16,24,24"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("layout half  rotary_offset 0  blocks 1  streams 3  pair_stream 0-15:0 16-39:1 40-63:2\n"),
+            std::string::npos) << text.out;
+  const Result slice = run({"info", "--head-dim", "16", "--rotary-dim", "8", "--rotary-offset", "8", "--json"});
+  ASSERT_EQ(slice.status, 0) << slice.err;
+  EXPECT_EQ(nlohmann::json::parse(slice.out)["rotary_offset"], 8);
+  const Result blocks = run({"info", "--head-dim", "64", "--blocks", "2", "--stream-layout", "axial", "--sections",
+                             "16,16", "--base", "100"});
+  ASSERT_EQ(blocks.status, 0) << blocks.err;
+  EXPECT_NE(blocks.out.find("layout block_half  rotary_offset 0  blocks 2  streams 2  pair_stream 0-15:0 16-31:1"),
+            std::string::npos) << blocks.out;
+  const Result prop = run({"info", "--head-dim", "64", "--schedule", "proportional", "--partial-rotary-factor", "0.25",
+                           "--json"});
+  ASSERT_EQ(prop.status, 0) << prop.err;
+  const auto pj = nlohmann::json::parse(prop.out);
+  EXPECT_GT(pj["inv_freq"][7].get<double>(), 0.0);
+  EXPECT_EQ(pj["inv_freq"][8].get<double>(), 0.0);
+}
+
+// A config's layer types: listed by info, one chosen with --layer-type; the vision tower with --vision.
+TEST(Cli, LayerTypesAndVisionTower) {
+  const Result full = run({"info", "--preset", "gemma-3-4b-it", "--json"});
+  ASSERT_EQ(full.status, 0) << full.err;
+  const auto fj = nlohmann::json::parse(full.out);
+  EXPECT_EQ(fj["layer_types"], (std::vector<std::string>{"sliding_attention", "full_attention"}));
+  EXPECT_EQ(fj["layer_type"], "full_attention");
+  EXPECT_EQ(fj["vision"], false);
+  const Result local = run({"info", "--preset", "gemma-3-4b-it", "--layer-type", "sliding_attention", "--json"});
+  ASSERT_EQ(local.status, 0) << local.err;
+  const auto lj = nlohmann::json::parse(local.out);
+  EXPECT_EQ(lj["layer_type"], "sliding_attention");
+  EXPECT_EQ(lj["schedule"], "default");
+  EXPECT_EQ(lj["base"], 10000.0);
+  const ModelRope want = load_preset("gemma-3-4b-it", ReadOptions{.layer_type = "sliding_attention"});
+  EXPECT_EQ(lj["inv_freq"].get<std::vector<double>>(), make_schedule(want.spec).inv_freq);
+  const Result text = run({"info", "--preset", "gemma-3-4b-it"});
+  EXPECT_NE(text.out.find("layer types: sliding_attention, full_attention (this: full_attention; others with "
+                          "--layer-type)"), std::string::npos) << text.out;
+  const Result vision = run({"info", "--preset", "qwen2.5-vl-7b-instruct", "--vision", "--json"});
+  ASSERT_EQ(vision.status, 0) << vision.err;
+  const auto vj = nlohmann::json::parse(vision.out);
+  EXPECT_EQ(vj["vision"], true);
+  EXPECT_EQ(vj["streams"], 2);
+  const Result mrope = run({"info", "--preset", "qwen2.5-vl-7b-instruct", "--json"});
+  ASSERT_EQ(mrope.status, 0) << mrope.err;
+  EXPECT_EQ(nlohmann::json::parse(mrope.out)["streams"], 3);
 }
 
 TEST(Cli, TableJsonRoundTripsFloats) {
@@ -119,6 +191,18 @@ TEST(Cli, BadInputExitsTwoWithOneLineNamingTheOption) {
       {{"info", "--head-dim", "64", "--base", "1e400"}, "--base='1e400' is not a number"},
       {{"info", "--head-dim", "64", "--pairing", "neox"}, "--pairing='neox' must be interleaved or half"},
       {{"info", "--head-dim", "64", "--schedule", "su"}, "--schedule='su' must be one of"},
+      {{"info", "--head-dim", "64", "--stream-layout", "diag"}, "--stream-layout='diag' must be one of single, sections"},
+      {{"info", "--head-dim", "64", "--stream-layout", "sections", "--sections", "16,a"},
+       "--sections='a' is not an integer"},
+      {{"info", "--head-dim", "64", "--stream-layout", "sections", "--sections", "16,15"}, "--sections: sections"},
+      {{"info", "--head-dim", "64", "--sections", "16,16"}, "--sections: sections is set but stream_layout single"},
+      {{"info", "--head-dim", "64", "--rotary-dim", "32", "--rotary-offset", "33"}, "--rotary-offset: rotary_offset=33"},
+      {{"info", "--head-dim", "64", "--blocks", "0"}, "--blocks: blocks=0"},
+      {{"info", "--head-dim", "64", "--layer-type", "x"}, "--layer-type needs --config or --preset"},
+      {{"info", "--head-dim", "64", "--vision"}, "--vision needs --config or --preset"},
+      {{"info", "--preset", "gemma-3-4b-it", "--layer-type", "chunked"}, "--preset 'gemma-3-4b-it': "},
+      {{"info", "--preset", "llama-3-8b", "--vision"}, "--preset 'llama-3-8b': "},
+      {{"info", "--preset", "llama-3-8b", "--sections", "1,2"}, "--sections cannot be combined with --config/--preset"},
       {{"info", "--head-dim", "64", "--schedule", "linear", "--factor", "-2"}, "--factor: factor=-2 must be > 0"},
       {{"info", "--head-dim", "64", "--schedule", "linear", "--factor", "nan"}, "--factor: factor=nan must be finite"},
       {{"info", "--head-dim", "8", "--schedule", "longrope", "--max-position", "10", "--short-factor", "1,,2"},

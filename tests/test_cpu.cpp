@@ -334,7 +334,7 @@ TEST_P(CpuKernels, OnTheFlyFloatAnglesAreTheTableValues) {
     std::vector<float> c(static_cast<size_t>(h)), sn(static_cast<size_t>(h)), tc(c), ts(c);
     for (int64_t p : positions) {
       for (float sign : {1.0f, -1.0f}) {
-        detail::cos_sin_row_f32(p, s.inv_freq.data(), h, s.attention_factor, sign, c.data(), sn.data());
+        detail::cos_sin_row_f32(static_cast<double>(p), nullptr, s.inv_freq.data(), h, s.attention_factor, sign, c.data(), sn.data());
         table_row(s, p, tc.data(), ts.data());
         for (int64_t i = 0; i < h; ++i) {
           const size_t u = static_cast<size_t>(i);
@@ -366,7 +366,7 @@ TEST_P(CpuKernels, VectorisedAnglesMatchMpfr) {
   double worst = 0;
   for (int64_t p : positions) {
     for (int64_t pairs : {int64_t{128}, int64_t{5}}) {  // full vectors and a padded tail
-      detail::cos_sin_row(p, s.inv_freq.data(), pairs, 1.0, c.data(), sn.data());
+      detail::cos_sin_row(static_cast<double>(p), nullptr, s.inv_freq.data(), pairs, 1.0, c.data(), sn.data());
       for (int64_t i = 0; i < pairs; ++i) {
         const test::Exact e = test::mpfr_cos_sin(p, s.inv_freq[static_cast<size_t>(i)]);
         const double ec = std::fabs(c[i] - e.cos) / (0x1p-51 * std::fabs(e.cos) + 0x1p-90);

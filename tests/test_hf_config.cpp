@@ -202,7 +202,25 @@ TEST(Presets, EveryPresetMatchesItsPublishedConfig) {
       {"gemma-2b", 256, 256, 10000, default_, Pairing::half, 8, 1},
       {"gpt-oss-20b", 64, 64, 150000, yarn, Pairing::half, 64, 8},
       {"llama-4-scout-17b-16e", 128, 128, 500000, llama3, Pairing::interleaved, 40, 8},
+      {"qwen2-vl-7b-instruct", 128, 128, 1e6, default_, Pairing::half, 28, 4},
+      {"qwen2.5-vl-7b-instruct", 128, 128, 1e6, default_, Pairing::half, 28, 4},
+      {"qwen3-vl-8b-instruct", 128, 128, 5e6, default_, Pairing::half, 32, 8},
+      {"glm-4.1v-9b-thinking", 128, 64, 10000, default_, Pairing::interleaved, 32, 2},
+      {"gemma-3-4b-it", 256, 256, 1e6, linear, Pairing::half, 8, 4},
+      {"gemma-4-config-defaults", 512, 512, 1e6, proportional, Pairing::half, 8, 4},
+      {"phi-4-mini-instruct", 128, 96, 10000, longrope, Pairing::half, 24, 8},
+      {"command-r-v01", 128, 128, 8e6, default_, Pairing::interleaved, 64, 64},
+      {"glm-4-9b-chat-hf", 128, 64, 10000, default_, Pairing::interleaved, 32, 2},
+      {"qwen3-8b", 128, 128, 1e6, default_, Pairing::half, 32, 8},
+      {"kimi-k2-instruct", 64, 64, 50000, yarn, Pairing::interleaved, 64, 64},
+      {"mistral-small-3.1-24b-instruct-2503", 128, 128, 1e9, default_, Pairing::half, 32, 8},
+      {"llama-3.3-70b-instruct", 128, 128, 500000, llama3, Pairing::half, 64, 8},
+      {"qwen2.5-72b-instruct", 128, 128, 1e6, default_, Pairing::half, 64, 8},
+      {"mistral-nemo-instruct-2407", 128, 128, 1e6, default_, Pairing::half, 32, 8},
+      {"gemma-2-9b", 256, 256, 10000, default_, Pairing::half, 16, 8},
+      {"stablelm-2-1_6b", 64, 16, 10000, default_, Pairing::half, 32, 32},
   };
+  EXPECT_GE(std::size(expected), 30u);
   EXPECT_EQ(preset_names().size(), std::size(expected));
   for (const Expected& e : expected) {
     const ModelRope m = load_preset(e.name);
@@ -225,6 +243,12 @@ TEST(Presets, EveryPresetMatchesItsPublishedConfig) {
   EXPECT_NEAR(phi.inv_freq[47], std::pow(10000.0, -94.0 / 96.0) / 64.81001281738281, 1e-18);
   EXPECT_NEAR(phi.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-15);
   EXPECT_ROTARY_ERROR(load_preset("llama-4"), "preset 'llama-4' is unknown (known: codellama-7b");
+  for (const std::string& name : preset_names()) {  // each cites where its values come from
+    EXPECT_NE(preset_text(name).find("\"source\": \""), std::string::npos) << name;
+    for (const std::string& type : layer_types(preset_config(name))) {
+      EXPECT_NO_THROW(make_schedule(load_preset(name, {.layer_type = type}).spec)) << name << " " << type;
+    }
+  }
 }
 
 // transformers computes inv_freq in float32: 1 / (base ** (arange(0, dim, 2).float() / dim)), then
@@ -391,9 +415,19 @@ TEST(HfConfig, EveryModelTypeResolvesAsItsModelingCode) {
     const std::string on = key.empty() ? "" : ", \"" + key + "\": " + std::string(e.rope_switch_value);
     const std::string wrapper = R"({"model_type": ")" + type + R"(", "text_config": )";
     if (e.multimodal_positions) {
-      EXPECT_ROTARY_ERROR(read(config_of_type(type, on)), "model_type '" + type + "' rotates several position streams");
-      EXPECT_ROTARY_ERROR(read(wrapper + config_of_type("unknown_text", on) + "}"),
-                          "model_type '" + type + "' rotates several position streams");
+      const std::string missing = "model_type '" + type + "' rotates several position streams per token "
+                                  "(multimodal RoPE), but the config has no mrope_section";
+      EXPECT_ROTARY_ERROR(read(config_of_type(type, on)), missing);
+      EXPECT_ROTARY_ERROR(read(wrapper + config_of_type("unknown_text", on) + "}"), missing);
+      // head_dim 128 (hidden_size 1024 / 8 heads): 64 pairs.
+      const bool alternating = e.stream_layout == StreamLayout::alternating_sections;  // [h, w, t], h == w
+      const std::vector<int64_t> sections = alternating ? std::vector<int64_t>{22, 22, 20} : std::vector<int64_t>{24, 20, 20};
+      const ModelRope m = read(config_of_type(
+          type, on + (alternating ? R"(, "rope_scaling": {"mrope_section": [22, 22, 20]})"
+                                  : R"(, "rope_scaling": {"mrope_section": [24, 20, 20]})")));
+      EXPECT_EQ(m.spec.stream_layout, e.stream_layout) << type;
+      EXPECT_EQ(m.spec.sections, sections) << type;
+      EXPECT_EQ(m.spec.pairing, e.pairing) << type;
       continue;
     }
     if (!key.empty()) {  // RoPE switched off: no rotation to resolve
@@ -415,7 +449,8 @@ TEST(HfConfig, EveryModelTypeResolvesAsItsModelingCode) {
     } else if (e.partial_rotary) {
       const ModelRope partial = read(half_rotated);
       EXPECT_EQ(partial.spec.resolved_rotary_dim(), head_dim / 2) << type;
-      EXPECT_EQ(partial.spec.head_dim, e.trailing_rotary ? head_dim / 2 : head_dim) << type;
+      EXPECT_EQ(partial.spec.head_dim, head_dim) << type;
+      EXPECT_EQ(partial.spec.rotary_offset, e.trailing_rotary ? head_dim / 2 : 0) << type;  // nope-first
       EXPECT_EQ(has_note(partial, "rotates the last"), e.trailing_rotary) << type;
     } else {
       EXPECT_ROTARY_ERROR(read(half_rotated), "' rotates the whole head: its attention code has no partial rotation");
@@ -463,31 +498,88 @@ TEST(HfConfig, UnknownModelTypeAssumesHalfWithANote) {
   EXPECT_FALSE(has_note(read(config_of_type("llama")), "assumed"));
 }
 
-// ---- fields rotary does not implement: an error naming them, never a silent drop ----
+// ---- multimodal RoPE: mrope_section, mrope_interleaved, rope_3d (formerly refused by name) ----
 
-TEST(HfConfig, UnimplementedRopeFieldsAreRefusedByName) {
+TEST(HfConfig, MropeSectionsResolveAsEachModelsCode) {
   const std::string head = R"({"model_type": "frobnicator", "hidden_size": 128, "num_attention_heads": 1, )";
+  // Qwen2-VL (v4 config): legacy type "mrope" is default; contiguous sections t, h, w.
+  const ModelRope qwen2 = read(head + R"("rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})");
+  EXPECT_EQ(qwen2.spec.schedule, ScheduleType::default_);
+  EXPECT_EQ(qwen2.spec.stream_layout, StreamLayout::sections);
+  EXPECT_EQ(qwen2.spec.sections, std::vector<int64_t>({16, 24, 24}));
+  // mrope_interleaved on a type whose code reads it: interleaved (Qwen3-VL's apply_interleaved_mrope).
+  const ModelRope flag = read(head + R"("rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20],
+                                        "mrope_interleaved": true}})");
+  EXPECT_EQ(flag.spec.stream_layout, StreamLayout::interleaved_sections);
+  // Qwen3-VL's code interleaves whatever the flag says.
+  const std::string qwen3 = R"({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text",
+      "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128, "rope_theta": 5000000,
+      "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20])";
+  EXPECT_EQ(read(qwen3 + "}}}").spec.stream_layout, StreamLayout::interleaved_sections);
+  EXPECT_EQ(read(qwen3 + R"(, "mrope_interleaved": false}}})").spec.stream_layout, StreamLayout::interleaved_sections);
+  // GLM-4.1V (v5 config): partial 0.5, GLM's even/odd pairs, contiguous sections over the 32 rotated pairs.
+  const ModelRope glm = read(R"({"model_type": "glm4v_text", "hidden_size": 4096, "num_attention_heads": 32,
+      "partial_rotary_factor": 0.5, "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}})");
+  EXPECT_EQ(glm.spec.resolved_rotary_dim(), 64);
+  EXPECT_EQ(glm.spec.pairing, Pairing::interleaved);
+  EXPECT_EQ(glm.spec.stream_layout, StreamLayout::sections);
+  // ERNIE-4.5-VL: transformers' mrope_section [h, w, t], or its own rope_3d + freq_allocation t.
+  const std::string ernie = R"({"model_type": "ernie4_5_vl_moe_text", "hidden_size": 2560, "num_attention_heads": 20,
+      "rope_theta": 500000, )";
+  const ModelRope hf = read(ernie + R"("rope_parameters": {"rope_type": "default", "mrope_section": [22, 22, 20]}})");
+  const ModelRope own = read(
+      R"({"model_type": "frobnicator", "hidden_size": 2560, "num_attention_heads": 20, "rope_3d": true, "freq_allocation": 20})");
+  EXPECT_EQ(hf.spec.stream_layout, StreamLayout::alternating_sections);
+  EXPECT_EQ(hf.spec.pairing, Pairing::interleaved);
+  EXPECT_EQ(own.spec.stream_layout, StreamLayout::alternating_sections);
+  EXPECT_EQ(own.spec.sections, hf.spec.sections);
+  EXPECT_EQ(read(R"({"hidden_size": 2560, "num_attention_heads": 20, "rope_3d": true})").spec.sections,
+            std::vector<int64_t>({22, 22, 20}));  // freq_allocation default 20
+  // Switched off, they are nothing.
+  EXPECT_EQ(read(head + R"("rope_3d": false, "rope_scaling": {"mrope_interleaved": false}})").spec.stream_layout,
+            StreamLayout::single);
+}
+
+// The descriptor's stream of each pair, from transformers' code written out here.
+TEST(HfConfig, MropeSchedulesFollowTheModelFormulas) {
+  const Schedule qwen2 = make_schedule(load_preset("qwen2-vl-7b-instruct").spec);
+  ASSERT_EQ(qwen2.pair_stream.size(), 64u);
+  for (int j = 0; j < 64; ++j) {
+    // apply_multimodal_rotary_pos_emb: cos split by mrope_section * 2, chunk i takes stream i % 3
+    EXPECT_EQ(qwen2.pair_stream[static_cast<size_t>(j)], j < 16 ? 0 : j < 40 ? 1 : 2) << j;
+  }
+  const Schedule qwen3 = make_schedule(load_preset("qwen3-vl-8b-instruct").spec);
+  for (int j = 0; j < 64; ++j) {
+    // apply_interleaved_mrope: freqs_t[..., offset:3*s:3] = freqs[dim] for (dim, offset) in (1, 1), (2, 2)
+    const int expected = (j % 3 == 1 && j < 3 * 20) ? 1 : (j % 3 == 2 && j < 3 * 20) ? 2 : 0;
+    EXPECT_EQ(qwen3.pair_stream[static_cast<size_t>(j)], expected) << j;
+  }
+  const Schedule glm = make_schedule(load_preset("glm-4.1v-9b-thinking").spec);
+  ASSERT_EQ(glm.pairs(), 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(glm.pair_stream[static_cast<size_t>(j)], j < 8 ? 0 : j < 20 ? 1 : 2) << j;
+  EXPECT_EQ(glm.channels(5), std::make_pair(int64_t{10}, int64_t{11}));  // GLM: (2j, 2j + 1)
+}
+
+TEST(HfConfig, MropeValidationNamesTheField) {
+  const std::string head = R"({"hidden_size": 128, "num_attention_heads": 1, )";
   const std::pair<std::string, std::string> cases[] = {
-      // Qwen2-VL (v4 config)
-      {R"("rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}})",
-       "rope_scaling.mrope_section=a list of 3 items asks for multimodal RoPE, several position streams"},
-      // Qwen3-VL: rope_type default, sections interleaved
-      {R"("rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": true}})",
-       "rope_scaling.mrope_section=a list of 3 items asks for multimodal RoPE"},
-      {R"("rope_scaling": {"rope_type": "default", "mrope_interleaved": true}})",
-       "rope_scaling.mrope_interleaved=true asks for interleaved multimodal RoPE (Qwen3-VL)"},
-      // GLM-4.1V (v5 config)
-      {R"("partial_rotary_factor": 0.5, "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}})",
-       "rope_parameters.mrope_section=a list of 3 items asks for multimodal RoPE"},
-      {R"("rope_3d": true, "freq_allocation": 20})", "rope_3d=true asks for 3-D multimodal RoPE (ERNIE-4.5-VL)"},
-      {R"("mrope_section": [2, 3, 3]})", "mrope_section=a list of 3 items asks for multimodal RoPE"},
-      {R"("rope_scaling": {"type": "mrope"}})", "rope_scaling.rope_type='mrope' asks for multimodal RoPE"},
-      // Gemma 4's full attention
-      {R"("rope_parameters": {"rope_type": "proportional", "partial_rotary_factor": 0.25}})",
-       "rope_parameters.rope_type='proportional' is not supported"},
+      {R"("rope_scaling": {"mrope_section": [16, -1, 49]}})",
+       "rope_scaling.mrope_section=a list of 3 items must be a list of 1 to 8 positive integers"},
+      {R"("rope_scaling": {"mrope_section": [16, 24.5, 24]}})", "must be a list of 1 to 8 positive integers"},
+      {R"("rope_scaling": {"mrope_section": "16,24,24"}})", "rope_scaling.mrope_section='16,24,24' must be a list"},
+      {R"("rope_scaling": {"mrope_section": []}})", "must be a list of 1 to 8 positive integers"},
+      {R"("rope_scaling": {"mrope_section": [1, 1, 1, 1, 1, 1, 1, 1, 56]}})", "must be a list of 1 to 8"},
+      {R"("rope_scaling": {"mrope_section": [16, 24, 20]}})",
+       "rope_scaling.mrope_section=a list of 3 items sums to 60 pairs, but rotary_dim=128 has 64"},
+      {R"("mrope_section": [2, 3, 3]})", "mrope_section=a list of 3 items sums to 8 pairs, but rotary_dim=128 has 64"},
+      {R"("rope_scaling": {"mrope_section": [32, 32], "mrope_interleaved": true}})",
+       "must have 3 entries for interleaved_sections"},
+      {R"("rope_scaling": {"mrope_interleaved": true}})", "rope_scaling.mrope_interleaved=true without mrope_section"},
+      {R"("rope_scaling": {"mrope_interleaved": 1}})", "rope_scaling.mrope_interleaved=1 must be true or false"},
+      {R"("rope_3d": true, "freq_allocation": 21})", "freq_allocation=21 must be in [1, 64) with rotary_dim/2"},
+      {R"("rope_3d": "yes"})", "rope_3d='yes' must be true or false"},
       {R"("rope_interleave": true})", "rope_interleave=true on a model type rotary does not know"},
-      {R"("rope_parameters": {"sliding_attention": {"rope_theta": 10000}, "chunked_attention": {"rope_theta": 10000}}})",
-       "rope_parameters is per layer type (2 types) without a full_attention entry"},
+      {R"("rope_parameters": {"rope_type": "xdrope"}})", "rope_parameters.rope_type='xdrope' is not supported"},
       {R"("rope_parameters": {"full_attention": {"rope_type": "default"}, "rope_theta": 1000000.0}})",
        "rope_parameters.rope_theta=1000000.0 must be an object"},
   };
@@ -496,14 +588,203 @@ TEST(HfConfig, UnimplementedRopeFieldsAreRefusedByName) {
     EXPECT_NE(m.find(needle), std::string::npos) << "'" << m << "' lacks '" << needle << "'";
     EXPECT_LT(m.size(), 400u);
   }
-  // A known multimodal model type whose config names the field is refused by the field (Qwen3-VL).
-  EXPECT_ROTARY_ERROR(
-      read(R"({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096,
-               "num_attention_heads": 32, "head_dim": 128, "rope_theta": 5000000,
-               "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": true}}})"),
-      "rope_scaling.mrope_section=a list of 3 items asks for multimodal RoPE");
-  // Switched off, they are nothing to refuse.
-  EXPECT_NO_THROW(read(head + R"("rope_3d": false, "rope_scaling": {"mrope_interleaved": false}})"));
+}
+
+// ---- proportional, global_head_dim, per-layer-type RoPE in both config forms ----
+
+TEST(HfConfig, Gemma4ProportionalOnGlobalHeadDim) {
+  const ModelRope full = load_preset("gemma-4-config-defaults");
+  EXPECT_EQ(full.layer_type, "full_attention");
+  EXPECT_EQ(full.layer_types, std::vector<std::string>({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(full.spec.schedule, ScheduleType::proportional);
+  EXPECT_EQ(full.spec.head_dim, 512);  // global_head_dim
+  EXPECT_EQ(full.spec.resolved_rotary_dim(), 512);  // the whole head; the tail frequencies are 0
+  EXPECT_EQ(*full.spec.partial_rotary_factor, 0.25);
+  EXPECT_EQ(full.spec.base, 1e6);
+  const ModelRope sliding = load_preset("gemma-4-config-defaults", {.layer_type = "sliding_attention"});
+  EXPECT_EQ(sliding.spec.schedule, ScheduleType::default_);
+  EXPECT_EQ(sliding.spec.head_dim, 256);
+  EXPECT_EQ(sliding.spec.base, 1e4);
+  ASSERT_EQ(full.rope_layers.size(), 30u);
+  for (size_t i = 0; i < 30; ++i) {
+    EXPECT_EQ(full.rope_layers[i], (i + 1) % 6 == 0) << i;
+    EXPECT_EQ(sliding.rope_layers[i], (i + 1) % 6 != 0) << i;
+  }
+  // _compute_proportional_rope_parameters: inv_freq[j] = base^(-2j/head_dim) for j < int(0.25 * 512 // 2), then 0.
+  const Schedule s = make_schedule(full.spec);
+  for (size_t j = 0; j < 256; ++j) {
+    const double expected = j < 64 ? std::pow(1e6, -2.0 * static_cast<double>(j) / 512.0) : 0.0;
+    EXPECT_NEAR(s.inv_freq[j], expected, 1e-15 * expected) << j;
+  }
+  // global_head_dim on any model type that carries it; kv heads of the global layers when keys are values.
+  const ModelRope other = read(R"({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+      "head_dim": 16, "global_head_dim": 32, "attention_k_eq_v": true, "num_global_key_value_heads": 1,
+      "rope_parameters": {"full_attention": {"rope_theta": 10000}, "sliding_attention": {"rope_theta": 10}}})");
+  EXPECT_EQ(other.spec.head_dim, 32);
+  EXPECT_EQ(other.num_key_value_heads, 1);
+  EXPECT_ROTARY_ERROR(read(R"({"hidden_size": 64, "num_attention_heads": 4, "global_head_dim": -2,
+      "rope_parameters": {"full_attention": {}, "sliding_attention": {}}})"),
+                      "global_head_dim=-2 must be > 0");
+}
+
+// Gemma 3 in transformers v4 (rope_local_base_freq) and v5 (rope_parameters per layer type): the same
+// Spec, and Schedule, for each layer type.
+TEST(HfConfig, PerLayerTypeConfigsInBothFormsAgree) {
+  const std::string head = R"({"model_type": "gemma3_text", "hidden_size": 2560, "head_dim": 256,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 12, "max_position_embeddings": 131072,
+      "sliding_window_pattern": 6, )";
+  const std::string v4 = head + R"("rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+      "rope_scaling": {"factor": 8.0, "rope_type": "linear"}})";
+  const std::string v5 = head + R"("rope_parameters": {
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}})";
+  EXPECT_EQ(layer_types(v4), std::vector<std::string>({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(layer_types(v4), layer_types(v5));
+  for (const std::string type : {"full_attention", "sliding_attention"}) {
+    const ModelRope a = read_hf_config(v4, {.layer_type = type});
+    const ModelRope b = read_hf_config(v5, {.layer_type = type});
+    EXPECT_EQ(a.layer_type, type);
+    EXPECT_EQ(a.spec.base, b.spec.base) << type;
+    EXPECT_EQ(a.spec.schedule, b.spec.schedule) << type;
+    EXPECT_EQ(a.spec.factor, b.spec.factor) << type;
+    EXPECT_EQ(a.rope_layers, b.rope_layers) << type;
+    EXPECT_EQ(make_schedule(a.spec), make_schedule(b.spec)) << type;
+  }
+  EXPECT_EQ(read_hf_config(v4, {.layer_type = "sliding_attention"}).spec.schedule, ScheduleType::default_);
+  EXPECT_EQ(read_hf_config(v4, {.layer_type = "sliding_attention"}).rope_layers,
+            std::vector<bool>({true, true, true, true, true, false, true, true, true, true, true, false}));
+  EXPECT_ROTARY_ERROR(read_hf_config(v5, {.layer_type = "chunked_attention"}),
+                      "layer_type 'chunked_attention' is not a RoPE layer type of this config (known: "
+                      "sliding_attention, full_attention)");
+  EXPECT_ROTARY_ERROR(read_hf_config(R"({"hidden_size": 64, "num_attention_heads": 1})", {.layer_type = "sliding"}),
+                      "(known: full_attention)");
+  // Several types without full_attention: the first is the default, the others by name.
+  const std::string two = R"({"hidden_size": 128, "num_attention_heads": 1, "rope_parameters": {
+      "sliding_attention": {"rope_theta": 10000}, "chunked_attention": {"rope_theta": 500000}}})";
+  EXPECT_EQ(read(two).layer_type, "chunked_attention");  // the dict's order when layer_types does not say
+  EXPECT_EQ(read_hf_config(two, {.layer_type = "sliding_attention"}).spec.base, 10000.0);
+}
+
+TEST(HfConfig, LayerTypesOfEveryForm) {
+  const std::vector<std::string> one = {"full_attention"};
+  EXPECT_EQ(layer_types(R"({"hidden_size": 64, "num_attention_heads": 1})"), one);
+  // GPT-OSS lists sliding and full layers that rotate alike: one RoPE layer type.
+  EXPECT_EQ(layer_types(R"({"hidden_size": 64, "num_attention_heads": 1, "num_hidden_layers": 2,
+                            "layer_types": ["sliding_attention", "full_attention"], "rope_theta": 150000})"),
+            one);
+  EXPECT_EQ(layer_types(preset_config("gemma-3-4b-it")),
+            std::vector<std::string>({"sliding_attention", "full_attention"}));
+  EXPECT_EQ(load_preset("gemma-3-4b-it").layer_types, layer_types(preset_config("gemma-3-4b-it")));
+  EXPECT_EQ(load_preset("llama-3.1-8b").layer_types, one);
+  EXPECT_ROTARY_ERROR(layer_types("[1]"), "config must be a JSON object");
+}
+
+// DeepSeek-V4: main / compress, nope-first; v4 keys (compress_rope_theta + rope_scaling) and the v5 dict agree.
+TEST(HfConfig, DeepseekV4MainAndCompressNopeFirst) {
+  const std::string head = R"({"model_type": "deepseek_v4", "hidden_size": 4096, "num_attention_heads": 64,
+      "num_key_value_heads": 1, "head_dim": 512, "num_hidden_layers": 4, "max_position_embeddings": 1048576,
+      "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                      "sliding_attention"], )";
+  const std::string v4 = head + R"("qk_rope_head_dim": 64, "rope_theta": 10000.0, "compress_rope_theta": 160000.0,
+      "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536}})";
+  const std::string v5 = head + R"("rope_parameters": {
+      "main": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.125},
+      "compress": {"rope_type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                   "rope_theta": 160000.0, "partial_rotary_factor": 0.125, "attention_factor": 1.0}}})";
+  EXPECT_EQ(layer_types(v4), std::vector<std::string>({"main", "compress"}));
+  EXPECT_EQ(layer_types(v5), layer_types(v4));
+  for (const std::string type : {"main", "compress"}) {
+    const ModelRope a = read_hf_config(v4, {.layer_type = type});
+    const ModelRope b = read_hf_config(v5, {.layer_type = type});
+    EXPECT_EQ(a.spec.head_dim, 512);
+    EXPECT_EQ(a.spec.resolved_rotary_dim(), 64);
+    EXPECT_EQ(a.spec.rotary_offset, 448);  // [nope | rope]
+    EXPECT_EQ(a.spec.pairing, Pairing::interleaved);
+    EXPECT_EQ(a.spec.base, b.spec.base) << type;
+    EXPECT_EQ(a.spec.schedule, b.spec.schedule) << type;
+    EXPECT_EQ(a.spec.attention_factor, b.spec.attention_factor) << type;
+    EXPECT_EQ(a.rope_layers, b.rope_layers) << type;
+    EXPECT_EQ(make_schedule(a.spec), make_schedule(b.spec)) << type;
+  }
+  const ModelRope main = read(v4);  // no full_attention: the first, main
+  EXPECT_EQ(main.layer_type, "main");
+  EXPECT_EQ(main.spec.schedule, ScheduleType::default_);
+  EXPECT_EQ(main.rope_layers, std::vector<bool>({true, false, false, true}));
+  const ModelRope compress = read_hf_config(v4, {.layer_type = "compress"});
+  EXPECT_EQ(compress.spec.schedule, ScheduleType::yarn);
+  EXPECT_EQ(compress.spec.base, 160000.0);
+  EXPECT_EQ(*compress.spec.attention_factor, 1.0);  // DeepseekV4Config sets it for yarn
+  EXPECT_EQ(compress.rope_layers, std::vector<bool>({false, true, true, false}));
+  const Schedule s = make_schedule(main.spec);
+  EXPECT_EQ(s.channels(0), std::make_pair(int64_t{448}, int64_t{449}));
+  EXPECT_EQ(s.channels(31), std::make_pair(int64_t{510}, int64_t{511}));
+}
+
+// ---- vision towers ----
+
+TEST(HfConfig, VisionTowersFromTheirModelingCode) {
+  struct Case {
+    const char* preset;
+    int64_t head_dim, rotary_dim;
+    double base;
+    Pairing pairing;
+    StreamLayout layout;
+    int64_t blocks;
+  };
+  const Case cases[] = {
+      {"qwen2-vl-7b-instruct", 80, 80, 10000, Pairing::half, StreamLayout::axial, 1},  // embed_dim 1280 / 16
+      {"qwen2.5-vl-7b-instruct", 80, 80, 10000, Pairing::half, StreamLayout::axial, 1},
+      {"qwen3-vl-8b-instruct", 72, 72, 10000, Pairing::half, StreamLayout::axial, 1},
+      {"glm-4.1v-9b-thinking", 128, 128, 10000, Pairing::half, StreamLayout::axial, 1},
+      {"mistral-small-3.1-24b-instruct-2503", 64, 64, 10000, Pairing::half, StreamLayout::axial_even_odd, 1},
+      {"llama-4-scout-17b-16e", 88, 88, 10000, Pairing::interleaved, StreamLayout::axial, 1},
+      {"gemma-4-config-defaults", 64, 64, 100, Pairing::half, StreamLayout::axial, 2},
+  };
+  for (const Case& c : cases) {
+    const ModelRope m = load_preset(c.preset, {.vision = true});
+    EXPECT_TRUE(m.vision) << c.preset;
+    EXPECT_EQ(m.spec.head_dim, c.head_dim) << c.preset;
+    EXPECT_EQ(m.spec.resolved_rotary_dim(), c.rotary_dim) << c.preset;
+    EXPECT_EQ(m.spec.base, c.base) << c.preset;
+    EXPECT_EQ(m.spec.pairing, c.pairing) << c.preset;
+    EXPECT_EQ(m.spec.stream_layout, c.layout) << c.preset;
+    EXPECT_EQ(m.spec.blocks, c.blocks) << c.preset;
+    EXPECT_EQ(m.spec.sections, std::vector<int64_t>({c.head_dim / 4, c.head_dim / 4})) << c.preset;
+    EXPECT_EQ(m.layer_types, std::vector<std::string>({"full_attention"})) << c.preset;
+    EXPECT_NO_THROW(make_schedule(m.spec)) << c.preset;
+  }
+  EXPECT_TRUE(has_note(load_preset("llama-4-scout-17b-16e", {.vision = true}),
+                       "positions are 1-based, and the CLS token (last) takes position 0 in both"));
+  // Qwen ViT: k < D/4 -> h with base^(-2k/(D/2)), the next D/4 pairs -> w, the index restarting.
+  const Schedule qwen = make_schedule(load_preset("qwen2-vl-7b-instruct", {.vision = true}).spec);
+  for (size_t j = 0; j < 40; ++j) {
+    const double k = static_cast<double>(j % 20);
+    EXPECT_EQ(qwen.pair_stream[j], j < 20 ? 0 : 1) << j;
+    EXPECT_NEAR(qwen.inv_freq[j], std::pow(10000.0, -2.0 * k / 40.0), 1e-15) << j;
+  }
+  // Pixtral: f_i = base^(-2i/D); h takes f_0, f_2, ..., w takes f_1, f_3, ...
+  const Schedule pixtral = make_schedule(load_preset("mistral-small-3.1-24b-instruct-2503", {.vision = true}).spec);
+  for (size_t j = 0; j < 32; ++j) {
+    const double i = j < 16 ? 2.0 * static_cast<double>(j) : 2.0 * static_cast<double>(j - 16) + 1;
+    EXPECT_NEAR(pixtral.inv_freq[j], std::pow(10000.0, -2.0 * i / 64.0), 1e-15) << j;
+  }
+  // Gemma 4: two blocks of 32 channels, each half-paired inside: pair 16 is (32, 48).
+  const Schedule gemma = make_schedule(load_preset("gemma-4-config-defaults", {.vision = true}).spec);
+  EXPECT_EQ(gemma.channels(16), std::make_pair(int64_t{32}, int64_t{48}));
+  EXPECT_ROTARY_ERROR(load_preset("gemma-3-4b-it", {.vision = true}),
+                      "vision_config of model_type 'gemma3' (vision model_type 'siglip_vision_model'): rotary does "
+                      "not know this vision tower's RoPE");
+  EXPECT_ROTARY_ERROR(load_preset("llama-3.1-8b", {.vision = true}),
+                      "config (model_type 'llama') has no vision_config: no vision tower to resolve");
+  EXPECT_ROTARY_ERROR(load_preset("qwen2-vl-7b-instruct", {.layer_type = "sliding_attention", .vision = true}),
+                      "layer_type 'sliding_attention' is not a RoPE layer type of the vision tower (known: "
+                      "full_attention)");
+  EXPECT_ROTARY_ERROR(read_hf_config(R"({"model_type": "qwen2_vl", "vision_config": {"num_heads": 16}})",
+                                     {.vision = true}),
+                      "vision_config.embed_dim is missing");
+  EXPECT_ROTARY_ERROR(read_hf_config(R"({"model_type": "qwen2_vl", "vision_config": {"num_heads": 3, "embed_dim": 30}})",
+                                     {.vision = true}),
+                      "vision head_dim=10 must be a multiple of 4");
 }
 
 // ---- layers: which apply the resolved RoPE ----

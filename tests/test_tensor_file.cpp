@@ -652,13 +652,110 @@ TEST(CliFiles, PositionsFileIsCheckedAndNamed) {
        "--positions '" + dir / "negative.npy" + "': positions[2]=-2 must be in [0, 2^31)"},
       {positions("large.npy", "I64", {0, int64_t{1} << 31, 2, 3, 4, 5}), "positions[1]=2147483648 must be in [0, 2^31)"},
       {positions("five.npy", "I64", {0, 1, 2, 3, 4}), "has 5 entries; the tensor needs batch*seq=6 or seq=3"},
-      {dir / "q.npy", "must be int32 or int64, not F32"},
+      {dir / "q.npy", "has 4 dimensions; positions are [streams, batch, seq], [batch, seq] or [seq]"},
   };
   for (const auto& [file, needle] : cases) {
     expect_user_error(run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--positions", file, "--out", dir / "o.npy"}),
                       needle);
   }
   EXPECT_FALSE(fs::exists(dir.path / "o.npy"));
+}
+
+// A positions file of any shape or kind: every stream count, dtype and value checked before a write.
+TEST(CliFiles, StreamAndFloatPositionsAreCheckedAndNamed) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {2, 3, 2, 128}, 1)));
+  auto positions = [&](const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                       std::vector<double> values) {
+    HostTensor t{"array", dtype, std::move(shape), {}};
+    for (const double v : values) {
+      const auto f = static_cast<float>(v);
+      const auto i = static_cast<int64_t>(v);
+      const unsigned char* bytes = dtype == "F32" ? reinterpret_cast<const unsigned char*>(&f)
+                                   : dtype == "F64" ? reinterpret_cast<const unsigned char*>(&v)
+                                                    : reinterpret_cast<const unsigned char*>(&i);
+      t.data.insert(t.data.end(), bytes, bytes + cli::dtype_size(dtype));
+    }
+    write_bytes(dir / name, cli::format_npy(t));
+    return dir / name;
+  };
+  const std::vector<double> six(6, 1.0), nine(9, 1.0);
+  std::vector<double> negative(9, 1.0), nan(9, 1.0), fraction(9, 1.0);
+  negative[4] = -0.25;
+  nan[8] = std::nan("");
+  fraction[2] = 2.5;
+  const std::vector<std::string> mrope = {"apply", "--head-dim", "128", "--stream-layout", "sections", "--sections",
+                                          "16,24,24"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--positions", positions("two.npy", "I64", {2, 1, 3}, six)},
+       "--positions '" + dir / "two.npy" + "' has 2 streams but the schedule reads 3 (give 3 or 1"},
+      {{"--positions", positions("nine.npy", "I64", {9, 1, 1}, nine)}, "has 9 streams (its first dimension); at most 8"},
+      {{"--positions", positions("four.npy", "I32", {3, 1, 1, 3}, nine)}, "has 4 dimensions"},
+      {{"--positions", positions("neg.npy", "F32", {3, 1, 3}, negative)}, "positions[1][1]=-0.25 must be in [0, 2^31)"},
+      {{"--positions", positions("nan.npy", "F64", {3, 1, 3}, nan)}, "positions[2][2]=nan must be in [0, 2^31)"},
+      {{"--positions", positions("short.npy", "F64", {3, 1, 2}, six)},
+       "has 2 entries per stream; the tensor needs batch*seq=6 or seq=3"},
+      {{"--positions", positions("frac.npy", "F64", {3, 1, 3}, fraction), "--angles", "hf-float32"},
+       "holds fractional positions; --angles=hf-float32 needs whole ones"},
+  };
+  for (const auto& [extra, needle] : cases) {
+    std::vector<std::string> args = mrope;
+    args.insert(args.end(), {"--q", dir / "q.npy", "--out", dir / "o.npy"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    expect_user_error(run(args), needle);
+  }
+  HostTensor f16{"array", "F16", {3}, std::vector<unsigned char>(6)};
+  write_bytes(dir / "f16.npy", cli::format_npy(f16));
+  expect_user_error(run({"apply", "--head-dim", "128", "--q", dir / "q.npy", "--positions", dir / "f16.npy", "--out",
+                         dir / "o.npy"}),
+                    "must be int32, int64, float32 or float64, not F16");
+  EXPECT_FALSE(fs::exists(dir.path / "o.npy"));
+}
+
+// M-RoPE through the CLI: [3, batch, seq] and [3, 1, seq] positions (int64, whole float32,
+// fractional float64) give exactly what one library call gives.
+TEST(CliFiles, ApplyMropePositionsEqualsTheLibrary) {
+  TempDir dir;
+  const Spec spec{.head_dim = 128, .base = 1000000, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}};
+  const Schedule schedule = make_schedule(spec);
+  const HostTensor q = tensor("array", "F32", {2, 5, 3, 128}, 4);
+  write_bytes(dir / "q.npy", cli::format_npy(q));
+  struct Case {
+    std::string dtype;
+    int64_t rows;  // batch rows in the file: 2, or 1 broadcast
+    bool fractional;
+  };
+  for (const Case& c : {Case{"I64", 2, false}, Case{"F32", 1, false}, Case{"F64", 2, true}, Case{"I32", 1, false}}) {
+    SCOPED_TRACE(c.dtype + " rows " + std::to_string(c.rows));
+    std::mt19937 rng(11);
+    std::vector<double> values;
+    for (int64_t i = 0; i < 3 * c.rows * 5; ++i) {
+      values.push_back(static_cast<double>(rng() % 100000) + (c.fractional ? 0.375 : 0.0));
+    }
+    HostTensor pos{"array", c.dtype, {3, c.rows, 5}, {}};
+    for (const double v : values) {
+      const auto f = static_cast<float>(v);
+      const auto i64 = static_cast<int64_t>(v);
+      const auto i32 = static_cast<int32_t>(v);
+      const unsigned char* bytes = c.dtype == "F32" ? reinterpret_cast<const unsigned char*>(&f)
+                                   : c.dtype == "F64" ? reinterpret_cast<const unsigned char*>(&v)
+                                   : c.dtype == "I64" ? reinterpret_cast<const unsigned char*>(&i64)
+                                                      : reinterpret_cast<const unsigned char*>(&i32);
+      pos.data.insert(pos.data.end(), bytes, bytes + cli::dtype_size(c.dtype));
+    }
+    write_bytes(dir / "pos.npy", cli::format_npy(pos));
+    const RunResult r = run({"apply", "--head-dim", "128", "--base", "1000000", "--stream-layout", "sections",
+                             "--sections", "16,24,24", "--q", dir / "q.npy", "--positions", dir / "pos.npy", "--out",
+                             dir / "out.npy"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    HostTensor want = q;
+    const TensorView view = TensorView::bshd(want.data.data(), DType::f32, 2, 5, 3, 128);
+    std::vector<int64_t> whole(values.begin(), values.end());
+    const Positions p = c.fractional ? Positions::per_token(std::span<const double>(values), 3)
+                                     : Positions::per_token(std::span<const int64_t>(whole), 3);
+    apply(schedule, ApplyArgs{.q = view, .positions = p});
+    EXPECT_TRUE(cli::read_tensor_file(dir / "out.npy").tensors.at(0).data == want.data);
+  }
 }
 
 TEST(CliFiles, BadInputNamesTheOptionInOneLine) {

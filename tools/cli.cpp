@@ -2,7 +2,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <new>
@@ -17,6 +19,7 @@
 #include "parse.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/rotary.hpp"
+#include "rotary/spec_fields.hpp"
 
 namespace rotary::cli {
 namespace {
@@ -31,45 +34,39 @@ struct Resolved {
 };
 
 // Spec options, kept as text until parsed so that every error names the option and the value.
-// Each option is its spec field's name with '-' for '_' (--no-truncate sets `truncate`).
+// One option per Spec field (spec_fields(): its name with '-' for '_'; a boolean field gives
+// --no-NAME), plus --seq-len, and --config/--preset with --layer-type and --vision.
 struct SpecOptions {
   std::map<std::string, std::string> given;  // option name (without --) -> text
-  bool no_truncate = false;
   std::string config_path;
   std::string preset_name;
+  std::string layer_type;
+  bool vision = false;
 
   void attach(CLI::App& app) {
-    static const char* const names[][2] = {
-        {"head-dim", "head_dim D: width of one attention head (required)"},
-        {"rotary-dim", "rotary_dim R: rotated leading channels (default: head_dim)"},
-        {"base", "base (rope_theta), default 10000"},
-        {"pairing", "interleaved|half (default half)"},
-        {"schedule", "default|linear|ntk|dynamic|yarn|llama3|longrope|monotone"},
-        {"factor", "scaling factor s"},
-        {"original-max-position", "L: original_max_position_embeddings"},
-        {"max-position", "M: max_position_embeddings"},
-        {"seq-len", "n: current sequence length (dynamic, longrope)"},
-        {"beta-fast", "yarn beta_fast (default 32)"},
-        {"beta-slow", "yarn beta_slow (default 1)"},
-        {"mscale", "yarn mscale"},
-        {"mscale-all-dim", "yarn mscale_all_dim"},
-        {"attention-factor", "explicit attention factor"},
-        {"low-freq-factor", "llama3 low_freq_factor"},
-        {"high-freq-factor", "llama3 high_freq_factor"},
-        {"short-factor", "longrope short factors a,b,... (rotary_dim/2 values)"},
-        {"long-factor", "longrope long factors a,b,... (rotary_dim/2 values)"},
-        {"max-length", "monotone: max length N"},
-        {"monotone-scale", "monotone: the constant c (default: largest allowed)"},
-    };
-    for (const auto& [name, help] : names) {
-      std::string key = name;
-      app.add_option_function<std::string>(
-             "--" + key, [this, key](const std::string& v) { given[key] = v; }, help)
+    for (const SpecField& field : spec_fields()) {
+      const std::string option = cli_option(field);
+      const std::string key = option.substr(2);
+      if (field.kind == FieldKind::boolean) {
+        app.add_flag_callback(option, [this, key] { given[key] = "false"; },
+                              fmt::format("{} false: {}", field.name, field.doc));
+        continue;
+      }
+      std::string help(field.doc);
+      if (field.kind == FieldKind::choice) help += fmt::format(" [{}]", fmt::join(field.choices, "|"));
+      if (field.kind == FieldKind::numbers || field.kind == FieldKind::integers) help += " [a,b,...]";
+      app.add_option_function<std::string>(option, [this, key](const std::string& v) { given[key] = v; }, help)
           ->type_name("VALUE");
     }
-    app.add_flag("--no-truncate", no_truncate, "yarn: do not round the ramp ends");
+    app.add_option_function<std::string>(
+           "--seq-len", [this](const std::string& v) { given["seq-len"] = v; },
+           "n: current sequence length (dynamic, longrope)")
+        ->type_name("VALUE");
     app.add_option("--config", config_path, "a Hugging Face config.json (instead of spec options)");
     app.add_option("--preset", preset_name, "a built-in model preset (see `rotary presets`)");
+    app.add_option("--layer-type", layer_type,
+                   "with --config/--preset: the RoPE of this layer type (`rotary info` lists them)");
+    app.add_flag("--vision", vision, "with --config/--preset: the vision tower's RoPE (vision_config)");
   }
 
   // Reads the config or preset (once), builds the spec and the schedule.
@@ -88,15 +85,19 @@ struct SpecOptions {
  private:
   std::optional<ModelRope> model() const {
     if (!config_path.empty() && !preset_name.empty()) throw Error("--config and --preset cannot both be given");
-    if (config_path.empty() && preset_name.empty()) return std::nullopt;
+    if (config_path.empty() && preset_name.empty()) {
+      if (!layer_type.empty()) throw Error("--layer-type needs --config or --preset");
+      if (vision) throw Error("--vision needs --config or --preset");
+      return std::nullopt;
+    }
     for (const auto& [key, value] : given) {
       if (key != "seq-len") {
         throw Error(fmt::format("--{} cannot be combined with --config/--preset (edit the config instead)", key));
       }
     }
-    if (no_truncate) throw Error("--no-truncate cannot be combined with --config/--preset");
+    const ReadOptions options{.layer_type = layer_type, .vision = vision};
     try {
-      return config_path.empty() ? load_preset(preset_name) : read_hf_config_file(config_path);
+      return config_path.empty() ? load_preset(preset_name, options) : read_hf_config_file(config_path, options);
     } catch (const Error& e) {
       throw Error(blame(e.what()));
     }
@@ -119,31 +120,36 @@ struct SpecOptions {
   }
 
   Spec spec_from_options() const {
+    if (!given.contains("head-dim")) throw Error("--head-dim is required");
     Spec s;
-    auto head_dim = integer("head-dim");
-    if (!head_dim) throw Error("--head-dim is required");
-    s.head_dim = *head_dim;
-    s.rotary_dim = integer("rotary-dim").value_or(0);
-    if (text("rotary-dim") && s.rotary_dim == 0) throw Error("--rotary-dim=0 must be > 0");
-    s.base = number("base").value_or(10000.0);
-    if (auto t = text("pairing")) s.pairing = parse_pairing(*t, "--pairing");
-    if (auto t = text("schedule")) s.schedule = parse_schedule(*t, "--schedule");
-    s.factor = number("factor");
-    s.original_max_position = integer("original-max-position");
-    s.max_position = integer("max-position");
-    s.beta_fast = number("beta-fast");
-    s.beta_slow = number("beta-slow");
-    s.mscale = number("mscale");
-    s.mscale_all_dim = number("mscale-all-dim");
-    if (no_truncate) s.truncate = false;
-    s.attention_factor = number("attention-factor");
-    s.low_freq_factor = number("low-freq-factor");
-    s.high_freq_factor = number("high-freq-factor");
-    if (auto t = text("short-factor")) s.short_factor = parse_double_list(*t, "--short-factor");
-    if (auto t = text("long-factor")) s.long_factor = parse_double_list(*t, "--long-factor");
-    s.max_length = integer("max-length");
-    s.monotone_scale = number("monotone-scale");
+    for (const SpecField& field : spec_fields()) {
+      const std::string option = cli_option(field);
+      const auto t = text(option.substr(2));
+      if (!t) continue;
+      const std::string name(field.name);
+      if (name == "rotary_dim" && parse_int(*t, option) == 0) throw Error("--rotary-dim=0 must be > 0");
+      set_field(s, name, value_of(field, *t, option));
+    }
     return s;
+  }
+
+  // The option's text as the field's kind (errors name the option and the text).
+  static FieldValue value_of(const SpecField& field, const std::string& t, const std::string& option) {
+    switch (field.kind) {
+      case FieldKind::integer: return parse_int(t, option);
+      case FieldKind::number: return parse_double(t, option);
+      case FieldKind::boolean: return false;  // --no-NAME
+      case FieldKind::numbers: return parse_double_list(t, option);
+      case FieldKind::integers: return parse_int_list(t, option);
+      case FieldKind::choice: break;
+    }
+    if (std::find(field.choices.begin(), field.choices.end(), t) == field.choices.end()) {
+      const std::string last(field.choices.back());
+      std::vector<std::string_view> others(field.choices.begin(), field.choices.end() - 1);
+      throw Error(fmt::format("{}='{}' must be {}{} or {}", option, excerpt(t), field.choices.size() > 2 ? "one of " : "",
+                              fmt::join(others, ", "), last));
+    }
+    return t;
   }
 
   // Library errors name what they check: a spec field ("factor=-2 must be > 0", "schedule yarn
@@ -156,7 +162,9 @@ struct SpecOptions {
     }
     std::string option = message.substr(0, end);
     for (char& c : option) c = c == '_' ? '-' : c;
-    if (option == "truncate" ? no_truncate : given.contains(option)) return "--" + option + ": " + message;
+    if (option == "truncate" ? given.contains("no-truncate") : given.contains(option)) {
+      return "--" + (option == "truncate" ? "no-truncate" : option) + ": " + message;
+    }
     if (!config_path.empty()) {
       if (message.starts_with("config '")) return "--" + message;
       return fmt::format("--config '{}': {}", excerpt(config_path), message);
@@ -210,28 +218,77 @@ void print_drift(const Schedule& schedule, int64_t max_position, std::ostream& o
                      p, d.max_angle_error, d.worst_pair, d.max_ulps);
 }
 
-void print_info_json(const Schedule& schedule, double base, std::ostream& out) {
-  require_finite_for_json(base, "base");
+// Pair j's stream as runs "first-last:stream" ("0-15:0 16-39:1 40-63:2"; one pair "7:1").
+std::string pair_stream_runs(const Schedule& schedule) {
+  std::string out;
+  for (int64_t j = 0; j < schedule.pairs();) {
+    int64_t end = j;
+    while (end + 1 < schedule.pairs() && schedule.stream_of(end + 1) == schedule.stream_of(j)) ++end;
+    if (!out.empty()) out += ' ';
+    out += end == j ? fmt::format("{}:{}", j, schedule.stream_of(j))
+                    : fmt::format("{}-{}:{}", j, end, schedule.stream_of(j));
+    j = end + 1;
+  }
+  return out;
+}
+
+// `text` as a JSON string literal (a config's names may hold any character).
+std::string json_string(std::string_view text) {
+  std::string s = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      s += '\\';
+      s += ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      s += fmt::format("\\u{:04x}", c);
+    } else {
+      s += ch;
+    }
+  }
+  return s + "\"";
+}
+
+std::string json_strings(const std::vector<std::string>& items) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? "," : "") + json_string(items[i]);
+  return s + "]";
+}
+
+void print_info_json(const Resolved& r, std::ostream& out) {
+  const Schedule& schedule = r.schedule;
+  require_finite_for_json(r.spec.base, "base");
   require_finite_for_json(schedule.attention_factor, "attention_factor");
   std::string s = fmt::format(
       "{{\"head_dim\":{},\"rotary_dim\":{},\"pairing\":\"{}\",\"schedule\":\"{}\",\"base\":{},\"inv_freq\":[",
-      schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing), to_string(schedule.type), g17(base));
+      schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing), to_string(schedule.type), g17(r.spec.base));
   for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
     require_finite_for_json(schedule.inv_freq[i], fmt::format("inv_freq[{}]", i));
     if (i) s += ',';
     s += g17(schedule.inv_freq[i]);
   }
-  s += fmt::format("],\"attention_factor\":{}}}\n", g17(schedule.attention_factor));
-  out << s;
+  s += fmt::format("],\"attention_factor\":{},\"layout\":\"{}\",\"rotary_offset\":{},\"blocks\":{},\"streams\":{},"
+                   "\"pair_stream\":[",
+                   g17(schedule.attention_factor), to_string(schedule.layout()), schedule.rotary_offset, schedule.blocks,
+                   schedule.streams);
+  for (int64_t j = 0; j < schedule.pairs(); ++j) s += fmt::format("{}{}", j ? "," : "", schedule.stream_of(j));
+  s += ']';
+  if (r.model) {
+    s += fmt::format(",\"layer_type\":{},\"layer_types\":{},\"vision\":{}", json_string(r.model->layer_type),
+                     json_strings(r.model->layer_types), r.model->vision);
+  }
+  out << s << "}\n";
 }
 
 void print_info(const Resolved& r, bool json, std::ostream& out) {
   const Schedule& schedule = r.schedule;
-  if (json) return print_info_json(schedule, r.spec.base, out);
+  if (json) return print_info_json(r, out);
   const std::vector<double> plain = default_inv_freq(r.spec.base, schedule.rotary_dim);
   out << fmt::format("schedule {}  pairing {}  head_dim {}  rotary_dim {}  base {}  attention_factor {}\n",
                      to_string(schedule.type), to_string(schedule.pairing), schedule.head_dim,
                      schedule.rotary_dim, g17(r.spec.base), g17(schedule.attention_factor));
+  out << fmt::format("layout {}  rotary_offset {}  blocks {}  streams {}  pair_stream {}\n", to_string(schedule.layout()),
+                     schedule.rotary_offset, schedule.blocks, schedule.streams, pair_stream_runs(schedule));
   out << fmt::format("{:>5}  {:>24}  {:>24}  {:>12}\n", "pair", "inv_freq (rad/token)",
                      "wavelength (tokens)", "to default");
   for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
@@ -242,6 +299,9 @@ void print_info(const Resolved& r, bool json, std::ostream& out) {
   if (r.model) {
     out << fmt::format("model: {} query heads, {} key/value heads, max_position_embeddings {}\n",
                        r.model->num_attention_heads, r.model->num_key_value_heads, r.model->max_position_embeddings);
+    out << fmt::format("layer types: {} (this: {}{})\n", fmt::join(r.model->layer_types, ", "),
+                       r.model->vision ? "vision tower" : r.model->layer_type,
+                       r.model->layer_types.size() > 1 ? "; others with --layer-type" : "");
   }
   print_drift(schedule, r.model ? r.model->max_position_embeddings : r.spec.max_position.value_or(0), out);
 }
@@ -357,7 +417,7 @@ struct Commands {
     apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
     apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
     apply_cmd->add_option("--positions", file_options.positions,
-                          ".npy of int32/int64 positions [batch, seq] or [seq]");
+                          ".npy of int32/int64/float32/float64 positions [batch, seq] or [seq], or [streams, batch, seq] or [streams, 1, seq] (M-RoPE)");
     apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
     apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
     apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
@@ -390,8 +450,8 @@ struct Commands {
 
   void add_bench() {
     bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
-    bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode (default all)");
-    bench->add_option("--dtypes", bench_dtypes, "f32,bf16,f16 (default f32,bf16)");
+    bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode,mrope (default all)");
+    bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
     bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
     bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
     bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");

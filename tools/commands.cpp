@@ -187,8 +187,10 @@ std::string header_for(const std::string& path, const TensorFile& file) {
 }
 
 // Each token's position: --offset + s for token s of every batch row, or a --positions file of
-// int32/int64 entries, one per token (batch * seq) or one per s, shared by every batch row. The
-// file is read a block at a time, never whole.
+// int32/int64/float32/float64 entries: one per token (batch * seq) or one per s, shared by every
+// batch row, in one stream ([batch, seq], [seq]) or in S ([S, batch, seq], [S, 1, seq]: M-RoPE's
+// position_ids; one stream serves every stream of the schedule). The file is read a block at a
+// time, never whole.
 class TokenPositions {
  public:
   explicit TokenPositions(int64_t offset) : offset_(offset) {}
@@ -201,74 +203,135 @@ class TokenPositions {
       throw Error(fmt::format("{} must hold one tensor, not {}", shown_, index.tensors.size()));
     }
     entry_ = index.tensors[0];
-    if (entry_.dtype != "I32" && entry_.dtype != "I64") {
-      throw Error(fmt::format("{} must be int32 or int64, not {}", shown_, entry_.dtype));
+    if (entry_.dtype != "I32" && entry_.dtype != "I64" && entry_.dtype != "F32" && entry_.dtype != "F64") {
+      throw Error(fmt::format("{} must be int32, int64, float32 or float64, not {}", shown_, entry_.dtype));
     }
-    count_ = entry_.elements();
-    if (count_ == 0) throw Error(fmt::format("{} has no entries (leave it out for positions from --offset)", shown_));
-    std::vector<int64_t> chunk;
-    for (int64_t first = 0; first < count_; first += kBlockBytes / 8) {
-      chunk.resize(static_cast<size_t>(std::min(kBlockBytes / 8, count_ - first)));
-      read_entries(first, chunk.size(), chunk.data());
-      for (size_t i = 0; i < chunk.size(); ++i) {
-        if (chunk[i] < 0 || chunk[i] >= max_position_limit) {
-          throw Error(fmt::format("{}: positions[{}]={} must be in [0, 2^31)", shown_, first + static_cast<int64_t>(i),
-                                  chunk[i]));
-        }
+    if (entry_.shape.size() > 3) {
+      throw Error(fmt::format("{} has {} dimensions; positions are [streams, batch, seq], [batch, seq] or [seq]",
+                              shown_, entry_.shape.size()));
+    }
+    const int64_t total = entry_.elements();
+    if (total == 0) throw Error(fmt::format("{} has no entries (leave it out for positions from --offset)", shown_));
+    if (entry_.shape.size() == 3) {
+      if (entry_.shape[0] > max_streams) {
+        throw Error(fmt::format("{} has {} streams (its first dimension); at most {}", shown_, entry_.shape[0],
+                                max_streams));
       }
+      streams_ = static_cast<int>(entry_.shape[0]);
     }
+    count_ = total / streams_;
+    scan(total);
   }
 
-  // Throws unless the positions suit a tensor of this geometry.
-  void check(const Geometry& g) const {
+  // Throws unless the positions suit a tensor of this geometry and the schedule's streams.
+  void check(const Geometry& g, const Schedule& schedule) const {
     if (!file_) {
       if (offset_ < 0 || offset_ > max_position_limit - g.seq) {
         throw Error(fmt::format("--offset={} with seq={} must keep positions in [0, 2^31)", offset_, g.seq));
       }
-    } else if (count_ != g.tokens() && count_ != g.seq) {
-      throw Error(fmt::format("{} has {} entries; the tensor needs batch*seq={} or seq={}", shown_, count_,
-                              g.tokens(), g.seq));
+      return;
+    }
+    if (count_ != g.tokens() && count_ != g.seq) {
+      throw Error(fmt::format("{} has {} entries{}; the tensor needs batch*seq={} or seq={}", shown_, count_,
+                              streams_ > 1 ? " per stream" : "", g.tokens(), g.seq));
+    }
+    if (streams_ != 1 && streams_ != schedule.streams) {
+      throw Error(fmt::format("{} has {} streams but the schedule reads {} (give {} or 1, one stream serving all)",
+                              shown_, streams_, schedule.streams, schedule.streams));
     }
   }
 
-  // out = the positions of tokens first .. first + n - 1 (index b * seq + s) of a checked tensor.
-  void fill(const Geometry& g, int64_t first, int64_t n, std::vector<int64_t>& out) const {
-    out.resize(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n;) {
-      const int64_t s = (first + k) % g.seq;
-      if (file_ && count_ == g.tokens()) {
-        read_entries(first + k, static_cast<size_t>(n - k), out.data() + k);
-        return;
+  int streams() const { return streams_; }
+  bool fractional() const { return fractional_; }
+
+  // out = the positions of tokens first .. first + n - 1 (index b * seq + s) of a checked tensor,
+  // stream after stream (n entries each). T: int64_t, or double for fractional positions.
+  template <class T>
+  void fill(const Geometry& g, int64_t first, int64_t n, std::vector<T>& out) const {
+    out.resize(static_cast<size_t>(n * streams_));
+    for (int stream = 0; stream < streams_; ++stream) {
+      T* row = out.data() + stream * n;
+      const int64_t base = stream * count_;
+      for (int64_t k = 0; k < n;) {
+        const int64_t s = (first + k) % g.seq;
+        if (file_ && count_ == g.tokens()) {
+          read_entries(base + first + k, static_cast<size_t>(n - k), row + k);
+          break;
+        }
+        const int64_t run = std::min(n - k, g.seq - s);  // up to the end of this batch row
+        if (file_) {
+          read_entries(base + s, static_cast<size_t>(run), row + k);
+        } else {
+          for (int64_t i = 0; i < run; ++i) row[k + i] = static_cast<T>(offset_ + s + i);
+        }
+        k += run;
       }
-      const int64_t run = std::min(n - k, g.seq - s);  // up to the end of this batch row
-      if (file_) {
-        read_entries(s, static_cast<size_t>(run), out.data() + k);
-      } else {
-        for (int64_t i = 0; i < run; ++i) out[static_cast<size_t>(k + i)] = offset_ + s + i;
-      }
-      k += run;
     }
   }
 
  private:
-  // Entries first .. first + n - 1 of the file, widened to int64 in place.
-  void read_entries(int64_t first, size_t n, int64_t* out) const {
-    const uint64_t size = entry_.dtype == "I32" ? 4 : 8;
-    auto* bytes = reinterpret_cast<unsigned char*>(out);
-    file_->read(entry_.offset + static_cast<uint64_t>(first) * size, bytes, n * size);
-    if (size == 8) return;
-    for (size_t i = n; i-- > 0;) {  // backwards: entry i moves from bytes 4i.. to 8i.., never over an unread one
-      int32_t v = 0;
-      std::memcpy(&v, bytes + 4 * i, 4);
-      out[i] = v;
+  bool is_float() const { return entry_.dtype == "F32" || entry_.dtype == "F64"; }
+
+  // Every entry in [0, 2^31); notes whether any is fractional.
+  void scan(int64_t total) {
+    std::vector<double> chunk;
+    for (int64_t first = 0; first < total; first += kBlockBytes / 8) {
+      chunk.resize(static_cast<size_t>(std::min(kBlockBytes / 8, total - first)));
+      if (!is_float()) {
+        std::vector<int64_t> whole(chunk.size());
+        read_entries(first, whole.size(), whole.data());
+        for (size_t i = 0; i < whole.size(); ++i) {
+          if (whole[i] < 0 || whole[i] >= max_position_limit) throw out_of_range(first + static_cast<int64_t>(i), fmt::format("{}", whole[i]));
+        }
+        continue;
+      }
+      read_entries(first, chunk.size(), chunk.data());
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (!(chunk[i] >= 0 && chunk[i] < static_cast<double>(max_position_limit))) {
+          throw out_of_range(first + static_cast<int64_t>(i), fmt::format("{}", chunk[i]));
+        }
+        if (chunk[i] != static_cast<double>(static_cast<int64_t>(chunk[i]))) fractional_ = true;
+      }
     }
+  }
+
+  // The error for entry `flat` (stream-major), named as [stream][index] when there are streams.
+  Error out_of_range(int64_t flat, const std::string& value) const {
+    const std::string where = streams_ > 1 ? fmt::format("positions[{}][{}]", flat / count_, flat % count_)
+                                           : fmt::format("positions[{}]", flat);
+    return Error(fmt::format("{}: {}={} must be in [0, 2^31)", shown_, where, value));
+  }
+
+  // Entries first .. first + n - 1 of the file, converted to T (int64_t or double; a fractional
+  // entry read as int64_t is never asked for: fractional files are read as double).
+  template <class T>
+  void read_entries(int64_t first, size_t n, T* out) const {
+    const uint64_t size = entry_.dtype == "I32" || entry_.dtype == "F32" ? 4 : 8;
+    std::vector<unsigned char> bytes(n * size);
+    file_->read(entry_.offset + static_cast<uint64_t>(first) * size, bytes.data(), bytes.size());
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned char* at = bytes.data() + i * size;
+      if (entry_.dtype == "I32") out[i] = static_cast<T>(load<int32_t>(at));
+      else if (entry_.dtype == "I64") out[i] = static_cast<T>(load<int64_t>(at));
+      else if (entry_.dtype == "F32") out[i] = static_cast<T>(load<float>(at));
+      else out[i] = static_cast<T>(load<double>(at));
+    }
+  }
+
+  template <class V>
+  static V load(const unsigned char* at) {
+    V v{};
+    std::memcpy(&v, at, sizeof v);
+    return v;
   }
 
   int64_t offset_ = 0;
   std::string shown_;
   std::unique_ptr<InputFile> file_;
   HostTensor entry_;
-  int64_t count_ = 0;
+  int64_t count_ = 0;   // entries per stream
+  int streams_ = 1;
+  bool fractional_ = false;
 };
 
 // Rotates one tensor of `input` into `output` a block at a time; hf-float32 tables hold only the
@@ -277,14 +340,24 @@ void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const To
                    const Geometry& g, const InputFile& input, const HostTensor& t, AtomicOutputs::File& output,
                    std::vector<unsigned char>& buffer) {
   const bool hf = o.angles == AngleMode::hf_float32;
-  // Per token: its position (8 bytes) and, for hf-float32, a table row (8 bytes per pair) and its lookup.
-  const int64_t max_tokens = std::max<int64_t>(1, kBlockBytes / (hf ? 8 * schedule.pairs() + 32 : 8));
+  const int64_t streams = positions.streams();
+  // Per token: its positions (8 bytes each) and, for hf-float32, a table row per stream (8 bytes
+  // per pair) and its lookup.
+  const int64_t max_tokens = std::max<int64_t>(1, kBlockBytes / (streams * (hf ? 8 * schedule.pairs() + 32 : 8)));
   std::vector<int64_t> token_positions, distinct;
+  std::vector<double> fractional;
   for_each_block(g, max_tokens, [&](const Block& b) {
     const int64_t bytes = b.tokens * b.heads * g.head_bytes();
     if (buffer.size() < static_cast<size_t>(bytes)) buffer.resize(static_cast<size_t>(bytes));
     input.read(t.offset + b.first_byte, buffer.data(), static_cast<uint64_t>(bytes));
-    positions.fill(g, b.first_token, b.tokens, token_positions);
+    Positions block_positions;
+    if (positions.fractional()) {
+      positions.fill(g, b.first_token, b.tokens, fractional);
+      block_positions = Positions::per_token(std::span<const double>(fractional), static_cast<int>(streams));
+    } else {
+      positions.fill(g, b.first_token, b.tokens, token_positions);
+      block_positions = Positions::per_token(std::span<const int64_t>(token_positions), static_cast<int>(streams));
+    }
     std::optional<Table> table;
     if (hf) {
       distinct = token_positions;
@@ -294,7 +367,7 @@ void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const To
     }
     const TensorView view = g.bhsd ? TensorView::bhsd(buffer.data(), g.dtype, 1, b.heads, b.tokens, g.head_dim)
                                    : TensorView::bshd(buffer.data(), g.dtype, 1, b.tokens, b.heads, g.head_dim);
-    apply(schedule, ApplyArgs{.q = view, .positions = Positions::per_token(token_positions),
+    apply(schedule, ApplyArgs{.q = view, .positions = block_positions,
                               .direction = o.inverse ? Direction::inverse : Direction::forward,
                               .table = table ? &*table : nullptr, .threads = static_cast<int>(o.threads)});
     output.write(buffer.data(), static_cast<uint64_t>(bytes));
@@ -324,7 +397,7 @@ ApplyJob plan_job(const Schedule& schedule, const ApplyFileOptions& o, const Tok
     with_context(fmt::format("{} '{}' {}: ", in.option, excerpt(in.path), tensor_label(t)), [&] {
       const Geometry g = geometry_of(t, o.layout);
       check_against_schedule(schedule, g, o.threads);
-      positions.check(g);
+      positions.check(g, schedule);
       job.rotate.back() = g;
     });
   }
@@ -379,6 +452,10 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
                     {{"--q", o.q}, {"--k", o.k}, {"--positions", o.positions}, {"--config", o.config}});
   const TokenPositions positions =
       o.positions.empty() ? TokenPositions(o.offset.value_or(0)) : TokenPositions(o.positions);
+  if (positions.fractional() && o.angles == AngleMode::hf_float32) {
+    throw Error(fmt::format("--positions '{}' holds fractional positions; --angles=hf-float32 needs whole ones "
+                            "(transformers' float32 table)", excerpt(o.positions)));
+  }
   std::vector<ApplyJob> jobs;
   jobs.push_back(plan_job(schedule, o, positions, {"--q", o.q}, {"--out", o.out}));
   if (!o.k.empty()) jobs.push_back(plan_job(schedule, o, positions, {"--k", o.k}, {"--k-out", o.k_out}));

@@ -21,6 +21,11 @@ struct CosSin {
 /// Pure; thread-safe.
 CosSin exact_cos_sin(int64_t position, double inv_freq);
 
+/// cos and sin of the real number position * inv_freq for a fractional position (a double in
+/// [0, 2^31)), formed and reduced exactly as above: the product of two doubles is exact as a
+/// double-double. Equals exact_cos_sin(p, f) for a whole number p.
+CosSin exact_cos_sin_real(double position, double inv_freq);
+
 /// cos and sin of one double angle, |angle| < 2^51, with the same reduction and accuracy.
 CosSin cos_sin_of(double angle);
 

@@ -1,6 +1,7 @@
 // rotary — rotate q and k.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "rotary/schedule.hpp"
@@ -22,12 +23,41 @@ enum class Backend { automatic, reference, cpu };
 /// The most threads an apply call takes (ApplyArgs::threads); the CLI's and Python's limit too.
 inline constexpr int max_threads = 1024;
 
+/// cos and sin the caller computed (already times the attention factor), used instead of a Table
+/// or exact angles, so a model's own tables get the fused kernel. Read-only, any strides.
+///   index per_token:    [batch or 1, seq, width] — transformers' `cos, sin = rotary_emb(x, ids)`
+///                       (a batch of 1 broadcasts); row (b, s) serves token (b, s)
+///   index per_position: [rows, width] — flash-attn's cos/sin [seqlen, rotary_dim/2], vLLM's
+///                       cos_sin_cache halves; pair j of a token reads row p, p the token's
+///                       position in the pair's stream (as vLLM's M-RoPE indexes its cache);
+///                       positions must be whole numbers below rows
+/// columns says where pair j's value sits in a row:
+///   pairs:    width rotary_dim/2, column j
+///   halves:   width rotary_dim, [c_0 .. c_{P-1} c_0 .. c_{P-1}] (rotate_half form): column j
+///   repeated: width rotary_dim, [c_0 c_0 c_1 c_1 ..] (repeat_interleave form, GLM): column 2j
+/// The duplicate columns are not read. Values are f32, f16, bf16 or f64 (widened to the compute
+/// type: float32, or double for f64 data); the inverse negates sin. Pairs of a multi-stream
+/// schedule take the caller's value as given (the caller merged the streams).
+struct CallerAngles {
+  enum class Index { per_token, per_position };
+  enum class Columns { pairs, halves, repeated };
+  Index index = Index::per_token;
+  Columns columns = Columns::halves;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  DType dtype = DType::f32;
+  std::array<int64_t, 3> shape{};        ///< per_token: [batch or 1, seq, width];
+                                         ///< per_position: [1, rows, width]
+  std::array<int64_t, 3> cos_strides{};  ///< elements, any sign
+  std::array<int64_t, 3> sin_strides{};
+};
+
 /// One call rotates q and (optionally) k, sharing each token's angles between all heads.
 ///
 /// For pair (a, b) of a head at position p, with φ = p * inv_freq[i] and g = attention_factor:
 ///   a' = g (a cos φ - b sin φ),   b' = g (a sin φ + b cos φ)       (inverse: sin φ -> -sin φ)
-/// Channels rotary_dim..head_dim pass through: left alone in place, copied bit for bit out of place
-/// (unless copy_tail is false).
+/// Channels outside the rotated slice [rotary_offset, rotary_offset + rotary_dim) pass through:
+/// left alone in place, copied bit for bit out of place (unless copy_tail is false).
 ///
 /// Arithmetic: float32 for f32, f16 and bf16. cos and sin times g are rounded once to float (the
 /// values a Table holds), then each output is one fused multiply-add in which the larger of the
@@ -56,7 +86,8 @@ struct ApplyArgs {
   Direction direction = Direction::forward;
   const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
                                  ///< null: computed exactly on the fly, once per token
-  bool copy_tail = true;         ///< out of place: copy channels rotary_dim..head_dim
+  const CallerAngles* angles = nullptr;  ///< or the caller's cos/sin (table must then be null)
+  bool copy_tail = true;         ///< out of place: copy the channels outside the rotated slice
   int threads = 0;               ///< 0: all OpenMP threads, else at most max_threads; results
                                  ///< are bit-identical for any value
   Backend backend = Backend::automatic;
@@ -68,8 +99,11 @@ struct ApplyArgs {
 /// negative extents; a non-empty view has non-null data and spans < max_view_bytes (checked
 /// without overflow for any extents and strides); outputs do not overlap themselves, each other,
 /// or an input they do not alias exactly (in place means the same data pointer and strides);
-/// per-token positions count == batch*seq and every position in [0, 2^31) (and in the table when
-/// one is given); the table was built from an equal schedule; threads in [0, max_threads];
+/// positions: streams equal to the schedule's or 1 (one stream serving all), per-token count ==
+/// batch*seq or seq (one row broadcast over the batch), every position in [0, 2^31) (a whole number
+/// in the table, or below the rows of per_position caller angles, when one is given); caller
+/// angles: not together with a table, shape and width as CallerAngles says, not overlapping an
+/// output; the table was built from an equal schedule; threads in [0, max_threads];
 /// direction and backend named enumerators.
 void validate(const Schedule& schedule, const ApplyArgs& args);
 

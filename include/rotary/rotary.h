@@ -74,7 +74,8 @@ typedef enum rotary_schedule_type {
   ROTARY_SCHEDULE_YARN = 4,
   ROTARY_SCHEDULE_LLAMA3 = 5,
   ROTARY_SCHEDULE_LONGROPE = 6,
-  ROTARY_SCHEDULE_MONOTONE = 7
+  ROTARY_SCHEDULE_MONOTONE = 7,
+  ROTARY_SCHEDULE_PROPORTIONAL = 8 /**< Gemma 4: set rotary_spec_ext.partial_rotary_factor */
 } rotary_schedule_type;
 
 /** A yes/no setting that may be left unset (then the schedule's default applies). */
@@ -113,6 +114,27 @@ typedef struct rotary_spec {
   double monotone_scale;          /**< monotone: c; default the largest c with a 2^-10 margin */
 } rotary_spec;
 
+/** Which position stream drives each pair (rotary::StreamLayout, spec.hpp; zero: single). */
+typedef enum rotary_stream_layout {
+  ROTARY_STREAMS_SINGLE = 0,               /**< one stream (text models) */
+  ROTARY_STREAMS_SECTIONS = 1,             /**< contiguous runs (Qwen2-VL, Qwen2.5-VL mrope_section) */
+  ROTARY_STREAMS_INTERLEAVED_SECTIONS = 2, /**< Qwen3-VL mrope_interleaved */
+  ROTARY_STREAMS_ALTERNATING_SECTIONS = 3, /**< ERNIE-4.5-VL */
+  ROTARY_STREAMS_AXIAL = 4,                /**< vision towers: frequencies restart per axis */
+  ROTARY_STREAMS_AXIAL_EVEN_ODD = 5        /**< Pixtral */
+} rotary_stream_layout;
+
+/** The settings rotary_spec predates (appended here so that rotary_spec keeps its size): the
+ *  rotated slice's place, its blocks and the position streams. Zeroed means rotary_spec alone. */
+typedef struct rotary_spec_ext {
+  int64_t rotary_offset;              /**< first rotated channel, in [0, head_dim - rotary_dim] */
+  int64_t blocks;                     /**< blocks of half pairs (block_half layout); 0: 1 */
+  rotary_stream_layout stream_layout;
+  const int64_t* sections;            /**< pairs per stream (copied), e.g. {16, 24, 24} */
+  int64_t sections_count;
+  double partial_rotary_factor;       /**< proportional: p in (0, 1]; 0: unset */
+} rotary_spec_ext;
+
 /** Immutable: per-pair inv_freq and the attention factor, all a kernel needs. Opaque. */
 typedef struct rotary_schedule rotary_schedule;
 
@@ -128,6 +150,17 @@ int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_s
 int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len, rotary_schedule** out);
 /** From a built-in preset, e.g. "llama-3.1-8b" (see rotary_preset_name). */
 int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out);
+/** From settings with the extension (NULL ext: as rotary_schedule_from_spec). */
+int rotary_schedule_from_spec_ext(const rotary_spec* spec, const rotary_spec_ext* ext, int64_t seq_len,
+                                  rotary_schedule** out);
+/** From a config or preset, choosing which of its RoPEs (rotary::ReadOptions): layer_type one of
+ *  the model's layer types (e.g. "sliding_attention"; NULL or "": full_attention when it has it,
+ *  else its first; an unknown name fails listing the known ones), vision 1 for the vision tower
+ *  (vision_config), 0 for the text decoder. */
+int rotary_schedule_from_hf_config_ex(const char* config_json, const char* layer_type, int vision,
+                                      int64_t seq_len, rotary_schedule** out);
+int rotary_schedule_from_preset_ex(const char* name, const char* layer_type, int vision, int64_t seq_len,
+                                   rotary_schedule** out);
 /** Frees a schedule; NULL is a no-op. */
 void rotary_schedule_free(rotary_schedule* schedule);
 
@@ -142,6 +175,24 @@ double rotary_schedule_attention_factor(const rotary_schedule* schedule);
 int rotary_schedule_pairing(const rotary_schedule* schedule);
 /** A rotary_schedule_type value, or -1. */
 int rotary_schedule_type_of(const rotary_schedule* schedule);
+
+/** How channels form pairs (rotary::Layout, schedule.hpp). */
+typedef enum rotary_layout {
+  ROTARY_LAYOUT_HALF = 0,        /**< pair j is (off + j, off + j + r/2) */
+  ROTARY_LAYOUT_INTERLEAVED = 1, /**< pair j is (off + 2j, off + 2j + 1) */
+  ROTARY_LAYOUT_BLOCK_HALF = 2   /**< `blocks` blocks of width w = r/blocks, half pairs in each */
+} rotary_layout;
+/** A rotary_layout value, or -1. */
+int rotary_schedule_layout(const rotary_schedule* schedule);
+/** First rotated channel (off above). */
+int64_t rotary_schedule_rotary_offset(const rotary_schedule* schedule);
+/** Blocks of the block_half layout, else 1. */
+int64_t rotary_schedule_blocks(const rotary_schedule* schedule);
+/** Position streams the pairs read (1 for text models, 3 for M-RoPE). */
+int rotary_schedule_streams(const rotary_schedule* schedule);
+/** The stream pair `pair` (in [0, rotary_dim/2)) reads, or -1 (NULL schedule, pair out of range;
+ *  the last error says which). */
+int rotary_schedule_pair_stream(const rotary_schedule* schedule, int64_t pair);
 
 /** Built-in presets: the name at `index` (0, 1, ...), or NULL past the last one. Static storage. */
 const char* rotary_preset_name(int64_t index);
@@ -242,6 +293,25 @@ typedef struct rotary_apply_args {
                              default), 1 leaves them unwritten */
 } rotary_apply_args;
 
+/** Element type of rotary_positions. */
+typedef enum rotary_position_kind {
+  ROTARY_POSITIONS_I64 = 0,
+  ROTARY_POSITIONS_I32 = 1,
+  ROTARY_POSITIONS_F32 = 2, /**< fractional positions turn by the exact real angle (no table) */
+  ROTARY_POSITIONS_F64 = 3
+} rotary_position_kind;
+
+/** Per-token positions in one or more streams (rotary::Positions, positions.hpp): `streams`
+ *  arrays one after the other, count / streams entries each, [streams, batch, seq] or
+ *  [streams, 1, seq] (one row for every batch row) — transformers' M-RoPE position_ids. One
+ *  stream serves every stream of the schedule. Every position in [0, 2^31). */
+typedef struct rotary_positions {
+  rotary_position_kind kind;
+  const void* data;
+  int64_t count;  /**< entries in all: streams * (batch * seq or seq) */
+  int streams;    /**< in [1, 8]; 0: 1 */
+} rotary_positions;
+
 /** Rotates q and (optionally) k: pair (a, b) of a head at position p, with phi = p * inv_freq[i]
  *  and g = attention_factor, becomes (g (a cos phi - b sin phi), g (a sin phi + b cos phi));
  *  inverse negates sin. Channels rotary_dim..head_dim pass through. Arithmetic, accuracy,
@@ -249,6 +319,10 @@ typedef struct rotary_apply_args {
  *  result within 2^-23 * g * (|a| + |b|) of the exact rotation; f64 in double. Checks everything
  *  first; on failure nothing was written. Does not allocate. */
 int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args);
+/** rotary_apply with `positions` (NULL: as rotary_apply); args->positions, positions_i32,
+ *  positions_count and offset must then be 0. */
+int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_args* args,
+                           const rotary_positions* positions);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -3,23 +3,64 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rotary/spec.hpp"
 
 namespace rotary {
 
-/// The data every kernel needs: which channels rotate, how they pair, and at what frequency.
-/// Kernels never learn which schedule produced it.
+/// How the channels of the rotated slice form pairs (DESIGN.md §5), derived from Schedule.
+///   interleaved: pair j is (off + 2j, off + 2j + 1)
+///   half:        pair j is (off + j, off + j + r/2)
+///   block_half:  the slice is `blocks` blocks of width w = r/blocks, half-paired inside each:
+///                pair j = k*(w/2) + i (block k, i < w/2) is (off + k*w + i, off + k*w + i + w/2)
+///                (Gemma 4's vision tower: 2 blocks, one per image axis)
+enum class Layout { half, interleaved, block_half };
+std::string_view to_string(Layout layout);
+
+/// The descriptor: everything a kernel needs to know about one head, pair by pair. Schedules and
+/// configs produce it; kernels never learn which schedule or model did.
+///
+/// Pair j (j < pairs() = rotary_dim / 2) rotates channels channels(j) of each head by the angle
+/// p * inv_freq[j], p being the token's position in stream stream_of(j), times attention_factor.
+/// Channels outside [rotary_offset, rotary_offset + rotary_dim) pass through.
 struct Schedule {
   int64_t head_dim = 0;
-  int64_t rotary_dim = 0;
+  int64_t rotary_dim = 0;          ///< width of the rotated slice, even
   Pairing pairing = Pairing::half;
   ScheduleType type = ScheduleType::default_;
-  std::vector<double> inv_freq;    ///< rotary_dim/2 angular frequencies, radians per position, finite, > 0
+  std::vector<double> inv_freq;    ///< rotary_dim/2 angular frequencies, radians per position,
+                                   ///< finite, >= 0; 0 leaves the pair unturned (scaled by
+                                   ///< attention_factor, as transformers' cos(0) * scaling)
   double attention_factor = 1.0;   ///< multiplied into cos and sin, a normal float32 (spec.hpp)
+  int64_t rotary_offset = 0;       ///< first rotated channel: 0, or head_dim - rotary_dim when the
+                                   ///< rotated slice comes last (nope-first, DeepSeek-V4); any
+                                   ///< offset with rotary_offset + rotary_dim <= head_dim
+  int64_t blocks = 1;              ///< > 1: block_half layout (pairing half, rotary_dim divisible
+                                   ///< by 2 * blocks)
+  int streams = 1;                 ///< position streams the pairs read, in [1, max_streams]
+  std::vector<int> pair_stream;    ///< empty (every pair reads stream 0) or pairs() entries, each
+                                   ///< in [0, streams)
 
   int64_t pairs() const { return rotary_dim / 2; }
+  Layout layout() const {
+    return blocks > 1 ? Layout::block_half
+                      : pairing == Pairing::interleaved ? Layout::interleaved : Layout::half;
+  }
+  /// The stream driving pair j (j < pairs()).
+  int stream_of(int64_t j) const { return pair_stream.empty() ? 0 : pair_stream[static_cast<size_t>(j)]; }
+  /// The two channels of pair j within a head (see Layout), rotary_offset included.
+  std::pair<int64_t, int64_t> channels(int64_t j) const {
+    if (blocks > 1) {
+      const int64_t half_width = rotary_dim / blocks / 2;
+      const int64_t start = rotary_offset + (j / half_width) * 2 * half_width + j % half_width;
+      return {start, start + half_width};
+    }
+    if (pairing == Pairing::interleaved) return {rotary_offset + 2 * j, rotary_offset + 2 * j + 1};
+    return {rotary_offset + j, rotary_offset + j + rotary_dim / 2};
+  }
   bool operator==(const Schedule&) const = default;
 };
 
@@ -30,7 +71,12 @@ inline constexpr double max_inv_freq = 1048576.0;
 /// The unscaled frequencies base^(-2i/r), i in [0, r/2), in double.
 std::vector<double> default_inv_freq(double base, int64_t rotary_dim);
 
-/// Computes inv_freq and attention_factor in double exactly as DESIGN.md §2 writes them.
+/// The descriptor of a Spec: inv_freq and attention_factor computed in double exactly as DESIGN.md
+/// §2 writes them; rotary_offset and blocks copied; streams and pair_stream from stream_layout and
+/// sections (spec.hpp's StreamLayout: streams = sections.size(), pair_stream empty for single).
+/// The unscaled frequencies are base^(-2j/r) except for the axial layouts (per axis, restarting)
+/// and proportional (base^(-2j/head_dim) for j < floor(p * head_dim / 2), 0 after, then divided by
+/// factor if given: transformers' _compute_proportional_rope_parameters); the schedule scales them.
 /// `seq_len` is n for the schedules that depend on the current sequence length (dynamic: NTK base
 /// grows when n > L; longrope: long factors when n > L); unset means n <= L. Other schedules ignore it.
 /// llama3 follows transformers' comparisons, with λ_i = 2π/default_i: λ_i < L/hf kept, λ_i > L/lf
@@ -41,10 +87,13 @@ std::vector<double> default_inv_freq(double base, int64_t rotary_dim);
 /// attention_factor outside [min_attention_factor, max_attention_factor]). Allocates; thread-safe.
 Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len = std::nullopt);
 
-/// Checks a Schedule built by hand (or received from elsewhere): head_dim > 0, rotary_dim even and
-/// <= head_dim, rotary_dim/2 inv_freq values each finite, > 0 and <= max_inv_freq, attention_factor
-/// in [min_attention_factor, max_attention_factor] (a normal float32). Throws rotary::Error naming
-/// the first broken rule.
+/// Checks a Schedule built by hand (or received from elsewhere): head_dim > 0, rotary_dim even,
+/// > 0 and <= head_dim, rotary_offset >= 0 and rotary_offset + rotary_dim <= head_dim, pairing a
+/// named Pairing, blocks >= 1 (> 1 only with half pairing and rotary_dim divisible by 2 * blocks),
+/// streams in [1, max_streams], pair_stream empty or pairs() entries in [0, streams), rotary_dim/2
+/// inv_freq values each finite, >= 0 and <= max_inv_freq, attention_factor in
+/// [min_attention_factor, max_attention_factor] (a normal float32). Throws rotary::Error naming the
+/// first broken rule, e.g. "pair_stream[5]=3 must be in [0, streams=3)".
 void validate(const Schedule& schedule);
 
 /// The monotone schedule's default constant c for window N and first default frequency f0:

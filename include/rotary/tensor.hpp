@@ -6,6 +6,8 @@
 #include <span>
 #include <string_view>
 
+#include "rotary/positions.hpp"
+
 namespace rotary {
 
 /// Element types. f16 is IEEE binary16, bf16 is bfloat16, both passed as 16-bit storage.
@@ -58,39 +60,6 @@ struct TensorView {
   /// Throws rotary::Error as bshd does.
   static TensorView bhsd(void* data, DType dtype, int64_t batch, int64_t heads, int64_t seq,
                          int64_t head_dim);
-};
-
-/// Which position each token has.
-///   sequential: token s of every batch row is at offset + s (prefill, or decode with one offset)
-///   per_token:  a [batch, seq] array, int32 or int64, row-major (KV-cache decode, batched decode at
-///               different lengths, packed sequences)
-/// Every position must lie in [0, 2^31). Non-owning: the array must outlive the call using it.
-struct Positions {
-  enum class Kind { sequential, per_token_i32, per_token_i64 };
-  Kind kind = Kind::sequential;
-  int64_t offset = 0;          ///< sequential only
-  const void* data = nullptr;  ///< per_token only
-  int64_t count = 0;           ///< per_token only: number of entries, must equal batch * seq
-
-  static Positions sequential(int64_t offset = 0) { return Positions{.offset = offset}; }
-  static Positions per_token(std::span<const int32_t> positions) {
-    return Positions{.kind = Kind::per_token_i32, .data = positions.data(),
-                     .count = static_cast<int64_t>(positions.size())};
-  }
-  static Positions per_token(std::span<const int64_t> positions) {
-    return Positions{.kind = Kind::per_token_i64, .data = positions.data(),
-                     .count = static_cast<int64_t>(positions.size())};
-  }
-  /// Position of token (b, s), where index = b * seq + s. Unchecked (the kernels call it once per
-  /// token): per_token needs 0 <= index < count and so non-null data, which apply's validate
-  /// checks; call it only on positions that passed validate.
-  int64_t at(int64_t index, int64_t s) const {
-    switch (kind) {
-      case Kind::per_token_i32: return static_cast<const int32_t*>(data)[index];
-      case Kind::per_token_i64: return static_cast<const int64_t*>(data)[index];
-      default: return offset + s;
-    }
-  }
 };
 
 }  // namespace rotary

@@ -16,8 +16,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
+from .mrope import MROPE_FAMILIES, mrope_decode_positions, mrope_positions
 
-__all__ = ["Rope", "permute_for_pairing", "preset_names", "RotaryError", "max_threads"]
+__all__ = ["Rope", "permute_for_pairing", "preset_names", "layer_types", "RotaryError", "max_threads",
+           "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES"]
 
 RotaryError = _rotary.RotaryError  # a ValueError
 _show = _rotary.shown  # repr(value) cut to ~100 characters, for error messages
@@ -81,14 +83,26 @@ def _object_positions(arr: np.ndarray, name: str) -> np.ndarray:
     return flat.astype(np.int64)
 
 
-def _positions_array(positions: Any, name: str = "positions") -> np.ndarray:
-    """positions as a new flat int64 array; TypeError unless they are integers, ValueError for values
-    int64 cannot hold (the library checks the range of the others). Always a copy: another thread
-    changing the caller's array cannot change positions after the library checked them."""
+def _float_positions(arr: np.ndarray, name: str) -> np.ndarray:
+    """Real positions as a flat float64 array; whole ones (the common case) as int64, so that they
+    take the cached table. Beyond int64 they stay float64 for the library's range check."""
+    flat = np.array(arr.reshape(-1), dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        whole = bool(np.all((flat == np.floor(flat)) & (np.abs(flat) < 2.0 ** 62)))
+    return flat.astype(np.int64) if whole else flat
+
+
+def _positions_array(positions: Any, name: str = "positions", real: bool = False) -> np.ndarray:
+    """positions as a new flat int64 array (or, with ``real``, float64 for fractional ones);
+    TypeError unless they are integers (or real numbers), ValueError for values int64 cannot hold
+    (the library checks the range of the others). Always a copy: another thread changing the
+    caller's array cannot change positions after the library checked them."""
     if _is_torch(positions):
         dtype = positions.dtype
-        if dtype.is_floating_point or dtype.is_complex or dtype == sys.modules["torch"].bool:
-            raise TypeError(f"{name} must hold integers, got dtype {positions.dtype}")
+        if dtype.is_complex or dtype == sys.modules["torch"].bool or (dtype.is_floating_point and not real):
+            raise TypeError(f"{name} must hold integers{' or real numbers' if real else ''}, got dtype {positions.dtype}")
+        if dtype.is_floating_point:
+            positions = positions.detach().cpu().double()
         positions = positions.detach().cpu().numpy()
     try:
         arr = np.asarray(positions)
@@ -96,13 +110,33 @@ def _positions_array(positions: Any, name: str = "positions") -> np.ndarray:
         raise TypeError(f"{name} must be an array of integers, got {_show(positions)}") from e
     if arr.dtype == object:
         return _object_positions(arr, name)
+    if real and arr.dtype.kind == "f":
+        return _float_positions(arr, name)
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+        kinds = "integers or real numbers" if real else "integers"
+        raise TypeError(f"{name} must hold {kinds}, got dtype {arr.dtype}")
     flat = arr.reshape(-1)
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and flat.size and flat.max() > _INT64_MAX:
         i = int(np.argmax(flat > _INT64_MAX))
         raise _position_range_error(name, i, int(flat[i]))
     return np.array(flat, dtype=np.int64)
+
+
+def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
+    """apply's positions: ``[S, batch, seq]`` or ``[S, 1, seq]`` (S streams, transformers' M-RoPE
+    ``position_ids``), ``[batch, seq]`` or ``[seq]`` (one stream); ints or reals."""
+    try:
+        ndim = positions.dim() if _is_torch(positions) else np.ndim(positions)
+    except (TypeError, ValueError) as e:  # ragged lists
+        raise TypeError(f"positions must be an array of integers or real numbers, got {_show(positions)}") from e
+    if ndim > 3:
+        raise ValueError(f"positions must have at most 3 dimensions ([streams, batch, seq]), got {ndim}")
+    streams = 1
+    if ndim == 3:
+        streams = int(positions.shape[0])
+        if streams == 0:
+            raise ValueError("positions has 0 streams ([streams, batch, seq] with streams >= 1)")
+    return _positions_array(positions, real=True), streams
 
 
 class Rope:
@@ -114,13 +148,21 @@ class Rope:
         base: ``rope_theta``.
         pairing: ``"half"`` (pairs ``(x[i], x[i + r/2])``, Hugging Face ``rotate_half``) or
             ``"interleaved"`` (pairs ``(x[2i], x[2i+1])``, Meta LLaMA / RoFormer).
-        schedule: ``default``, ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``
-            or ``monotone``.
+        schedule: ``default``, ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``,
+            ``monotone`` or ``proportional``.
         seq_len: current sequence length, for ``dynamic`` and ``longrope``.
         **schedule_args: ``factor``, ``original_max_position``, ``max_position``, ``beta_fast``,
             ``beta_slow``, ``mscale``, ``mscale_all_dim``, ``truncate``, ``attention_factor``,
             ``low_freq_factor``, ``high_freq_factor``, ``short_factor``, ``long_factor``,
-            ``max_length``, ``monotone_scale``.
+            ``max_length``, ``monotone_scale``, ``partial_rotary_factor`` (proportional), and for
+            every schedule ``rotary_offset`` (first rotated channel), ``blocks`` (> 1: block_half
+            layout), ``stream_layout`` (``single``, ``sections``, ``interleaved_sections``,
+            ``alternating_sections``, ``axial``, ``axial_even_odd``) with ``sections`` (pairs per
+            position stream, e.g. Qwen2-VL's ``mrope_section`` ``[16, 24, 24]``).
+
+    The descriptor the settings come to: ``layout`` (``half``, ``interleaved`` or ``block_half``),
+    ``rotary_offset``, ``streams`` (position streams ``apply`` reads) and ``pair_stream`` (the
+    stream of each pair, int32 ``[rotary_dim/2]``).
 
     Numbers may be Python or numpy scalars (``bool`` is not a number); lists of numbers may be
     lists, tuples or 1-D arrays.
@@ -140,48 +182,62 @@ class Rope:
         self.notes: list[str] = []
         self.rope_layers: Optional[list[bool]] = None
         self.rotates_backward = False
+        self.layer_type = "full_attention"
+        self.layer_types = ["full_attention"]
+        self.vision = False
 
     @classmethod
     def _wrap(cls, impl: Any, notes: Sequence[str] = (), rope_layers: Optional[Sequence[bool]] = None,
-              rotates_backward: bool = False) -> "Rope":
+              rotates_backward: bool = False, layer_type: str = "full_attention",
+              layer_types: Sequence[str] = ("full_attention",), vision: bool = False) -> "Rope":
         rope = cls.__new__(cls)
         rope._impl = impl
         rope.notes = list(notes)
         rope.rope_layers = None if rope_layers is None else list(rope_layers)
         rope.rotates_backward = bool(rotates_backward)
+        rope.layer_type = str(layer_type)
+        rope.layer_types = list(layer_types)
+        rope.vision = bool(vision)
         return rope
 
     @classmethod
-    def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None) -> "Rope":
+    def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None, *,
+                       layer_type: Optional[str] = None, vision: bool = False) -> "Rope":
         """From a Hugging Face ``config.json`` (a path, read by the library with its size limit) or
         its dict, resolved as transformers does; ``notes`` holds what resolving it found worth saying,
         ``rope_layers`` which decoder layers rotate with these settings (None: all of them; False:
         a NoPE layer or one of another type, see ``notes``), and ``rotates_backward`` whether the
         model turns pairs by -angle (NanoChat), which ``apply`` then does as well.
 
+        ``layer_type`` picks one RoPE of a model whose layer types differ (Gemma 3's
+        ``"sliding_attention"``; ``rotary.layer_types(config)`` lists them; default
+        ``"full_attention"`` when the model has it, else its first); ``vision=True`` resolves the
+        vision tower (``vision_config``) instead of the text decoder. ``layer_type``,
+        ``layer_types`` and ``vision`` on the result say which RoPE it is.
+
         Raises:
             TypeError: path_or_dict is neither a path nor a dict, or the dict holds values JSON
-                cannot hold.
-            ValueError: the config breaks a rule (naming the key), or the file cannot be read.
+                cannot hold; layer_type not a str, vision not a bool.
+            ValueError: the config breaks a rule (naming the key), an unknown layer_type (listing
+                the known ones), or the file cannot be read.
         """
-        if isinstance(path_or_dict, dict):
-            try:
-                text = json.dumps(path_or_dict, allow_nan=False)
-            except (TypeError, ValueError, RecursionError) as e:
-                kind = TypeError if isinstance(e, TypeError) else ValueError
-                raise kind(f"path_or_dict is not a JSON config: {_show(str(e))}") from None
-            resolved = _rotary.Rope.from_config_text(text, seq_len)
-        elif isinstance(path_or_dict, (str, bytes, os.PathLike)):
-            resolved = _rotary.Rope.from_config_file(os.fsdecode(path_or_dict), seq_len)
+        layer_type = "" if layer_type is None else layer_type
+        vision = _bool_arg(vision, "vision")
+        text, path = _config_source(path_or_dict)
+        if text is not None:
+            resolved = _rotary.Rope.from_config_text(text, seq_len, layer_type, vision)
         else:
-            raise TypeError(f"path_or_dict must be a path or a dict, got {type(path_or_dict).__name__}")
+            resolved = _rotary.Rope.from_config_file(path, seq_len, layer_type, vision)
         return cls._wrap(*resolved)
 
     @classmethod
-    def from_preset(cls, name: str, seq_len: Optional[int] = None) -> "Rope":
+    def from_preset(cls, name: str, seq_len: Optional[int] = None, *, layer_type: Optional[str] = None,
+                    vision: bool = False) -> "Rope":
         """From a built-in preset (see ``rotary.preset_names()``); ``notes`` holds what resolving it
-        found worth saying (e.g. an explicit YaRN factor overriding the context-length ratio)."""
-        return cls._wrap(*_rotary.Rope.from_preset(name, seq_len))
+        found worth saying (e.g. an explicit YaRN factor overriding the context-length ratio);
+        ``layer_type`` and ``vision`` as in ``from_hf_config``."""
+        layer_type = "" if layer_type is None else layer_type
+        return cls._wrap(*_rotary.Rope.from_preset(name, seq_len, layer_type, _bool_arg(vision, "vision")))
 
     inv_freq = property(lambda self: np.array(self._impl.inv_freq, dtype=np.float64),
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
@@ -192,6 +248,15 @@ class Rope:
     pairing = property(lambda self: self._impl.pairing)
     schedule = property(lambda self: self._impl.schedule)
     base = property(lambda self: self._impl.base)
+    layout = property(lambda self: self._impl.layout,
+                      doc="How channels form pairs: 'half', 'interleaved' or 'block_half'.")
+    rotary_offset = property(lambda self: self._impl.rotary_offset, doc="First rotated channel of a head.")
+    blocks = property(lambda self: self._impl.blocks, doc="Blocks of the block_half layout (1 otherwise).")
+    streams = property(lambda self: self._impl.streams, doc="Position streams the pairs read (M-RoPE: 3).")
+    stream_layout = property(lambda self: self._impl.stream_layout)
+    sections = property(lambda self: list(self._impl.sections))
+    pair_stream = property(lambda self: np.array(self._impl.pair_stream, dtype=np.int32),
+                           doc="The position stream of each pair, int32 [rotary_dim/2].")
 
     def table(self, positions: Any, angles: str = "exact") -> tuple[np.ndarray, np.ndarray]:
         """(cos, sin), float32 [len(positions), rotary_dim/2], times attention_factor; within 1 ulp
@@ -199,44 +264,66 @@ class Rope:
         return self._impl.table(_positions_array(positions), angles)
 
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
-              inplace: bool = False, inverse: bool = False, angles: str = "table", threads: int = 0) -> Any:
+              inplace: bool = False, inverse: bool = False, angles: str = "table", threads: int = 0,
+              cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
+              cos_sin_columns: Optional[str] = None) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
 
         Args:
             q, k: numpy arrays or torch CPU tensors, float32/float64/float16/bfloat16, 4-D:
                 ``[batch, seq, heads, head_dim]`` (``layout="bshd"``) or ``[batch, heads, seq,
                 head_dim]`` (``"bhsd"``); any strides (transposed views work without copies).
-            positions: one integer per token, ``[batch, seq]`` (or ``[batch * seq]``); default
-                ``offset + 0..seq-1`` for every batch row.
+            positions: each token's position, integers or real numbers (fractional ones turn by
+                the exact real angle): ``[batch, seq]`` (or ``[batch * seq]``, or ``[seq]`` shared
+                by every batch row), or ``[streams, batch, seq]`` / ``[streams, 1, seq]`` for a
+                Rope with several position streams (M-RoPE: transformers' 3-row ``position_ids``;
+                a single stream serves every stream); default ``offset + 0..seq-1`` for every
+                batch row in every stream.
             inplace: write the results into q and k themselves.
             inverse: rotate by -angle (the backward pass).
             angles: ``"table"`` (cached exact cos/sin), ``"on_the_fly"`` (exact, computed per
-                call) or ``"hf-float32"`` (transformers' float32 numerics).
+                call) or ``"hf-float32"`` (transformers' float32 numerics, whole positions).
             threads: 0 = all, at most ``rotary.max_threads``; results are bit-identical for any
                 count.
+            cos, sin: the model's own cos and sin (already times its attention factor), used
+                instead of rotary's angles (``angles`` must stay ``"table"``): 3-D ``[batch or 1,
+                seq, width]``, one row per token, as transformers' ``cos, sin = rotary_emb(x,
+                position_ids)`` gives them; or 2-D ``[rows, width]``, row p for every token at
+                position p (flash-attn's tables; ``positions`` then index them).
+            cos_sin_cache: instead of cos and sin, vLLM's ``cos_sin_cache`` ``[rows, rotary_dim]``:
+                row p holds the rotary_dim/2 cos values of position p, then the sin values.
+            cos_sin_columns: where pair j sits in a cos/sin row: ``"pairs"`` (width rotary_dim/2,
+                column j), ``"halves"`` (width rotary_dim, ``rotate_half`` form, column j) or
+                ``"repeated"`` (width rotary_dim, ``repeat_interleave`` form, column 2j); default
+                ``"pairs"`` for width rotary_dim/2, else ``"halves"``.
 
         Inputs are only read when ``inplace=False``: read-only or memory-mapped arrays, broadcast
         views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
         and leaves them untouched. Empty tensors (a zero extent) give empty results.
 
         Raises:
-            TypeError: an argument of the wrong kind (a list for q, floats for positions, a str
+            TypeError: an argument of the wrong kind (a list for q, strings for positions, a str
                 for threads ...), naming it.
-            ValueError: a value that breaks a rule (shapes, positions outside [0, 2^31),
-                threads > max_threads, layout ...), naming it; q and k are untouched.
+            ValueError: a value that breaks a rule (shapes, positions outside [0, 2^31), a
+                streams count the Rope does not take, cos/sin of the wrong width, threads >
+                max_threads, layout ...), naming it; q and k are untouched.
         """
         _check_tensor(q, "q")
         if k is not None:
             _check_tensor(k, "k")
             if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
                 raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
+        for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache)):
+            if value is not None:
+                _check_tensor(value, name)
         inplace = _bool_arg(inplace, "inplace")
-        pos = None if positions is None else _positions_array(positions)
+        pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
         q_out = None if inplace else _empty_like(q)
         k_out = None if (inplace or k is None) else _empty_like(k)
         if self.rotates_backward:  # the model's code turns pairs by -angle (NanoChat)
             inverse = not _bool_arg(inverse, "inverse")
-        self._impl.apply(q, k, q_out, k_out, pos, offset, layout, inverse, angles, threads)
+        self._impl.apply(q, k, q_out, k_out, pos, streams, offset, layout, inverse, angles, threads,
+                         cos, sin, cos_sin_cache, cos_sin_columns)
         rq = q if inplace else q_out
         if k is None:
             return rq
@@ -245,6 +332,27 @@ class Rope:
     def __repr__(self) -> str:
         return (f"Rope(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
                 f"pairing='{self.pairing}', schedule='{self.schedule}', attention_factor={self.attention_factor})")
+
+
+def _config_source(path_or_dict: Any) -> tuple[Optional[str], Optional[str]]:
+    """(JSON text, None) for a dict, (None, path) for a path."""
+    if isinstance(path_or_dict, dict):
+        try:
+            return json.dumps(path_or_dict, allow_nan=False), None
+        except (TypeError, ValueError, RecursionError) as e:
+            kind = TypeError if isinstance(e, TypeError) else ValueError
+            raise kind(f"path_or_dict is not a JSON config: {_show(str(e))}") from None
+    if isinstance(path_or_dict, (str, bytes, os.PathLike)):
+        return None, os.fsdecode(path_or_dict)
+    raise TypeError(f"path_or_dict must be a path or a dict, got {type(path_or_dict).__name__}")
+
+
+def layer_types(path_or_dict: Any) -> list[str]:
+    """The RoPE layer types of a Hugging Face config (a path or its dict), in the order they first
+    appear: what ``Rope.from_hf_config(..., layer_type=...)`` accepts. ``["full_attention"]`` when
+    every layer shares one RoPE."""
+    text, path = _config_source(path_or_dict)
+    return list(_rotary.layer_types_text(text) if text is not None else _rotary.layer_types_file(path))
 
 
 def permute_for_pairing(weight: Any, num_heads: int, to: str = "half", rotary_dim: Optional[int] = None) -> Any:

@@ -16,36 +16,43 @@ class _RopeFunction(torch.autograd.Function):
     expanded gradients included), never copied."""
 
     @staticmethod
-    def forward(ctx, rope, positions, offset, layout, inverse, q, k):  # type: ignore[override]
-        ctx.call = (rope, positions, offset, layout, inverse)
+    def forward(ctx, rope, positions, offset, layout, inverse, caller, q, k):  # type: ignore[override]
+        ctx.call = (rope, positions, offset, layout, inverse, caller)
         ctx.has_k = k is not None
-        kw = dict(positions=positions, offset=offset, layout=layout, inverse=inverse)
+        kw = dict(positions=positions, offset=offset, layout=layout, inverse=inverse, **caller)
         if k is None:
             return rope.apply(q, **kw)
         return rope.apply(q, k, **kw)
 
     @staticmethod
     def backward(ctx, grad_q, grad_k=None):  # type: ignore[override]
-        rope, positions, offset, layout, inverse = ctx.call
-        grads = _RopeFunction.apply(rope, positions, offset, layout, not inverse, grad_q,
+        rope, positions, offset, layout, inverse, caller = ctx.call
+        grads = _RopeFunction.apply(rope, positions, offset, layout, not inverse, caller, grad_q,
                                     grad_k if ctx.has_k else None)
         gq, gk = grads if ctx.has_k else (grads, None)
-        return None, None, None, None, None, gq, gk
+        return None, None, None, None, None, None, gq, gk
 
 
 def apply_rope(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, *, positions: Any = None,
-               offset: int = 0, layout: str = "bshd", inverse: bool = False):
+               offset: int = 0, layout: str = "bshd", inverse: bool = False, cos: Any = None, sin: Any = None,
+               cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None):
     """Differentiable RoPE: returns q, or (q, k) when k is given (``inverse=True`` rotates by
     -angle). Gradients are the opposite rotation of the upstream gradients, themselves
     differentiable (exact in float64, gradcheck- and gradgradcheck-clean). Arguments as
-    ``Rope.apply``; q and k are only read."""
+    ``Rope.apply`` (M-RoPE positions ``[streams, batch, seq]``, the caller's ``cos``/``sin``:
+    constants, no gradient flows into them); q and k are only read."""
     if not isinstance(rope, Rope):
         raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
     if k is not None and not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
-    return _RopeFunction.apply(rope, positions, offset, layout, inverse, q, k)
+    caller = {name: value for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache),
+                                              ("cos_sin_columns", cos_sin_columns)) if value is not None}
+    for name in ("cos", "sin", "cos_sin_cache"):
+        if isinstance(caller.get(name), torch.Tensor):
+            caller[name] = caller[name].detach()
+    return _RopeFunction.apply(rope, positions, offset, layout, inverse, caller, q, k)
 
 
 class RotaryEmbedding(torch.nn.Module):

@@ -14,12 +14,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "text.hpp"
 #include "rotary/rotary.hpp"
+#include "rotary/spec_fields.hpp"
 
 namespace py = pybind11;
 using namespace rotary;
@@ -111,6 +113,19 @@ std::vector<double> numbers_arg(py::handle v, const std::string& name) {
   return out;
 }
 
+// A list, tuple or 1-D array of ints.
+std::vector<int64_t> ints_arg(py::handle v, const std::string& name) {
+  if (PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr()) ||
+      !PySequence_Check(v.ptr())) {
+    throw py::type_error(name + " must be a list of ints, got " + type_name(v));
+  }
+  const auto items = py::reinterpret_borrow<py::sequence>(v);
+  std::vector<int64_t> out;
+  out.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) out.push_back(int_arg(items[i], name + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
 // `threads` as ApplyArgs takes it: a value beyond int cannot be narrowed, so it is refused here with
 // the library's rule; within int the library's validate decides.
 int threads_arg(py::handle v) {
@@ -148,61 +163,34 @@ AngleMode angle_mode_arg(py::handle v) {
   throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'exact' or 'hf-float32'");
 }
 
-// ---- Spec <-> keyword arguments: one table for parsing, pickling and the error texts -------------
+// ---- Spec <-> keyword arguments: the library's table of Spec fields (spec_fields.hpp) -------------
 
-using SpecMember = std::variant<std::optional<double> Spec::*, std::optional<int64_t> Spec::*,
-                                std::optional<bool> Spec::*, std::vector<double> Spec::*>;
-struct SpecField {
-  const char* name;
-  SpecMember member;
-};
-const SpecField kSpecFields[] = {
-    {"factor", &Spec::factor},
-    {"original_max_position", &Spec::original_max_position},
-    {"max_position", &Spec::max_position},
-    {"beta_fast", &Spec::beta_fast},
-    {"beta_slow", &Spec::beta_slow},
-    {"mscale", &Spec::mscale},
-    {"mscale_all_dim", &Spec::mscale_all_dim},
-    {"truncate", &Spec::truncate},
-    {"attention_factor", &Spec::attention_factor},
-    {"low_freq_factor", &Spec::low_freq_factor},
-    {"high_freq_factor", &Spec::high_freq_factor},
-    {"short_factor", &Spec::short_factor},
-    {"long_factor", &Spec::long_factor},
-    {"max_length", &Spec::max_length},
-    {"monotone_scale", &Spec::monotone_scale},
-};
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-
-void set_field(Spec& s, const SpecField& field, py::handle v) {
-  const std::string name = field.name;
-  std::visit(Overloaded{
-                 [&](std::optional<double> Spec::*m) { s.*m = number_arg(v, name); },
-                 [&](std::optional<int64_t> Spec::*m) { s.*m = int_arg(v, name); },
-                 [&](std::optional<bool> Spec::*m) { s.*m = bool_arg(v, name); },
-                 [&](std::vector<double> Spec::*m) { s.*m = numbers_arg(v, name); },
-             },
-             field.member);
+// The constructor's own parameters; every other Spec field is a keyword argument.
+bool is_parameter(std::string_view name) {
+  return name == "head_dim" || name == "rotary_dim" || name == "base" || name == "pairing" || name == "schedule";
 }
 
-// The set fields as keyword arguments (what set_field reads back).
+// `v` converted as the field's kind says (TypeError naming the field), then stored.
+void set_keyword(Spec& s, const SpecField& field, py::handle v) {
+  const std::string name(field.name);
+  switch (field.kind) {
+    case FieldKind::integer: return set_field(s, field.name, int_arg(v, name));
+    case FieldKind::number: return set_field(s, field.name, number_arg(v, name));
+    case FieldKind::boolean: return set_field(s, field.name, bool_arg(v, name));
+    case FieldKind::numbers: return set_field(s, field.name, numbers_arg(v, name));
+    case FieldKind::integers: return set_field(s, field.name, ints_arg(v, name));
+    case FieldKind::choice: return set_field(s, field.name, str_arg(v, name));
+  }
+}
+
+// The set keyword fields (what set_keyword reads back).
 py::dict schedule_args_of(const Spec& s) {
   py::dict out;
-  for (const SpecField& field : kSpecFields) {
-    std::visit(Overloaded{
-                   [&](auto Spec::*m) -> void {
-                     if (s.*m) out[field.name] = *(s.*m);
-                   },
-                   [&](std::vector<double> Spec::*m) {
-                     if (!(s.*m).empty()) out[field.name] = s.*m;
-                   },
-               },
-               field.member);
+  for (const SpecField& field : spec_fields()) {
+    if (is_parameter(field.name)) continue;
+    if (const std::optional<FieldValue> value = field.get(s)) {
+      std::visit([&](const auto& v) { out[py::str(std::string(field.name))] = py::cast(v); }, *value);
+    }
   }
   return out;
 }
@@ -220,12 +208,11 @@ Spec spec_from(py::handle head_dim, py::handle rotary_dim, py::handle base, py::
   for (auto item : args) {
     if (item.second.is_none()) continue;
     const std::string key = str_arg(item.first, "schedule argument name");
-    const auto* field = std::find_if(std::begin(kSpecFields), std::end(kSpecFields),
-                                     [&](const SpecField& f) { return key == f.name; });
-    if (field == std::end(kSpecFields)) {
+    const SpecField* field = find_spec_field(key);
+    if (field == nullptr || is_parameter(key)) {
       throw py::type_error("unknown schedule argument '" + detail::excerpt(key) + "'");
     }
-    set_field(s, *field, item.second);
+    set_keyword(s, *field, item.second);
   }
   return s;
 }
@@ -304,7 +291,11 @@ enum class Access { read, write };
 class Borrowed {
  public:
   Borrowed() = default;
-  Borrowed(const py::object& obj, const char* name, Access access) : name_(name) {
+  /// A cos/sin tensor of caller angles (2-D or 3-D, only read).
+  struct AnglesTag {};
+  Borrowed(const py::object& obj, const char* name, AnglesTag) : Borrowed(obj, name, Access::read, true) {}
+  Borrowed(const py::object& obj, const char* name, Access access, bool angles = false)
+      : angles_(angles), name_(name) {
     if (obj.is_none()) return;
     if (py::isinstance<py::array>(obj)) {
       from_numpy(py::reinterpret_borrow<py::array>(obj), access);
@@ -318,6 +309,19 @@ class Borrowed {
   Borrowed& operator=(const Borrowed&) = delete;
   ~Borrowed() {
     if (managed_ != nullptr && managed_->deleter != nullptr) managed_->deleter(managed_);
+  }
+
+  bool given() const { return given_; }
+  int ndim() const { return ndim_; }
+  DType dtype() const { return view_.dtype; }
+  const void* data() const { return view_.data; }
+  // A cos/sin tensor's shape and strides as CallerAngles takes them: [d0, d1, d2], a 2-D tensor
+  // [rows, width] as [1, rows, width].
+  std::pair<std::array<int64_t, 3>, std::array<int64_t, 3>> angles_shape() const {
+    if (ndim_ == 3) {
+      return {{view_.shape[0], view_.shape[1], view_.shape[2]}, {view_.strides[0], view_.strides[1], view_.strides[2]}};
+    }
+    return {{1, view_.shape[0], view_.shape[1]}, {0, view_.strides[0], view_.strides[1]}};
   }
 
   // The view in [batch, seq, heads, head_dim] order; unset (TensorView{}) when no object was given.
@@ -349,7 +353,7 @@ class Borrowed {
     if (!kind) throw_bad_dtype(shown(dtype));
     check_ndim(array.ndim());
     std::array<int64_t, 4> shape{}, strides{};
-    for (size_t d = 0; d < 4; ++d) {
+    for (size_t d = 0; d < static_cast<size_t>(array.ndim()); ++d) {
       const auto stride_bytes = static_cast<int64_t>(array.strides(static_cast<py::ssize_t>(d)));
       if (stride_bytes % itemsize != 0) {
         throw py::value_error(name_ + " stride " + std::to_string(stride_bytes) + " bytes is not a multiple of its " +
@@ -392,7 +396,7 @@ class Borrowed {
     check_ndim(t.ndim);
     std::array<int64_t, 4> shape{}, strides{};
     int64_t contiguous = 1;
-    for (int d = 3; d >= 0; --d) {
+    for (int d = t.ndim - 1; d >= 0; --d) {
       shape[static_cast<size_t>(d)] = t.shape[d];
       strides[static_cast<size_t>(d)] = t.strides ? t.strides[d] : contiguous;
       contiguous *= t.shape[d];
@@ -406,17 +410,26 @@ class Borrowed {
     throw py::type_error(name_ + " dtype must be float32, float64, float16 or bfloat16, got " + dtype);
   }
 
-  void check_ndim(int64_t ndim) const {
-    if (ndim != 4) {
+  void check_ndim(int64_t ndim) {
+    if (angles_) {
+      if (ndim != 2 && ndim != 3) {
+        throw py::value_error(name_ + " must have 3 dimensions ([batch or 1, seq, width]) or 2 ([rows, width]), got " +
+                              std::to_string(ndim));
+      }
+    } else if (ndim != 4) {
       throw py::value_error(name_ + " must have 4 dimensions ([batch, seq, heads, head_dim] or [batch, heads, seq, "
                             "head_dim]), got " + std::to_string(ndim));
     }
+    ndim_ = static_cast<int>(ndim);
   }
 
   void take(void* data, DType dtype, const std::array<int64_t, 4>& shape, const std::array<int64_t, 4>& strides) {
     view_ = TensorView{.data = data, .dtype = dtype, .shape = shape, .strides = strides};
     given_ = true;
   }
+
+  bool angles_ = false;  // a cos/sin tensor: 2-D or 3-D
+  int ndim_ = 0;
 
   std::string name_;
   bool given_ = false;
@@ -427,20 +440,43 @@ class Borrowed {
 
 // ---- apply -----------------------------------------------------------------------------------------
 
-// Positions as the Python layer passes them (rotary._positions_array checked the user's value).
-py::array_t<int64_t> positions_arg(py::handle v) {
-  auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
-  if (!array || !py::isinstance<py::array_t<int64_t>>(v)) {
-    throw py::type_error("positions must be an int64 numpy array here, got " + type_name(v));
+// Positions as the Python layer passes them (rotary._positions_array checked the user's value):
+// a flat int64 or float64 array of `streams` equal parts, alive while this lives.
+struct PositionsArg {
+  py::array array;
+  Positions positions;
+  std::span<const int64_t> whole;  // the int64 entries (empty for float64)
+};
+
+PositionsArg positions_arg(py::handle v, py::handle streams_value) {
+  const int64_t streams = int_arg(streams_value, "positions streams");
+  if (streams < 1 || streams > max_streams) {
+    throw Error("positions streams=" + std::to_string(streams) + " must be in [1, " + std::to_string(max_streams) + "]");
   }
-  return array;
+  const int s = static_cast<int>(streams);
+  PositionsArg out;
+  if (py::isinstance<py::array_t<int64_t>>(v)) {
+    auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
+    out.whole = std::span<const int64_t>(array.data(), static_cast<size_t>(array.size()));
+    out.positions = Positions::per_token(out.whole, s);
+    out.array = array;
+  } else if (py::isinstance<py::array_t<double>>(v)) {
+    auto array = py::array_t<double, py::array::c_style>::ensure(v);
+    out.positions = Positions::per_token(std::span<const double>(array.data(), static_cast<size_t>(array.size())), s);
+    out.array = array;
+  } else {
+    throw py::type_error("positions must be an int64 or float64 numpy array here, got " + type_name(v));
+  }
+  return out;
 }
 
 // The table this call reads: a snapshot of the Rope's cache, or (beyond the cache) a table of just
-// this call's distinct positions; null for on-the-fly angles or no tokens. `args` passed validate.
+// this call's distinct positions (of every stream); null for on-the-fly angles, fractional
+// positions or no tokens. `args` passed validate.
 std::shared_ptr<const Table> table_for(const PyRope& rope, const ApplyArgs& args, Angles angles,
                                        std::span<const int64_t> positions) {
   if (angles == Angles::on_the_fly || args.q.batch() == 0 || args.q.seq() == 0) return nullptr;
+  if (args.positions.is_fractional()) return nullptr;
   const AngleMode mode = angles == Angles::hf_float32 ? AngleMode::hf_float32 : AngleMode::exact;
   const bool sequential = args.positions.kind == Positions::Kind::sequential;
   const int64_t max_position = sequential ? args.positions.offset + args.q.seq() - 1
@@ -458,11 +494,71 @@ std::shared_ptr<const Table> table_for(const PyRope& rope, const ApplyArgs& args
   return std::make_shared<const Table>(Table::at(rope.schedule(), wanted, mode));
 }
 
+CallerAngles::Columns columns_arg(py::handle v) {
+  const std::string text = str_arg(v, "cos_sin_columns");
+  if (text == "pairs") return CallerAngles::Columns::pairs;
+  if (text == "halves") return CallerAngles::Columns::halves;
+  if (text == "repeated") return CallerAngles::Columns::repeated;
+  throw py::value_error("cos_sin_columns='" + detail::excerpt(text) + "' must be 'pairs', 'halves' or 'repeated'");
+}
+
+// The caller's cos and sin as CallerAngles: `cos`/`sin` 3-D [batch or 1, seq, width] per token or
+// 2-D [rows, width] per position; or `cache` 2-D [rows, rotary_dim], cos in the first rotary_dim/2
+// columns, sin in the others (vLLM's cos_sin_cache). `columns` None: pairs for width rotary_dim/2,
+// else halves.
+struct CallerAnglesArg {
+  std::optional<Borrowed> cos, sin;
+  CallerAngles angles;
+};
+
+void caller_angles_arg(const Schedule& schedule, const py::object& cos, const py::object& sin,
+                       const py::object& cache, const py::object& columns, CallerAnglesArg& out) {
+  if (!cache.is_none()) {
+    if (!cos.is_none() || !sin.is_none()) throw py::value_error("cos_sin_cache cannot be combined with cos and sin");
+    out.cos.emplace(cache, "cos_sin_cache", Borrowed::AnglesTag{});
+    if (out.cos->ndim() != 2) {
+      throw py::value_error("cos_sin_cache must have 2 dimensions ([rows, rotary_dim]), got " +
+                            std::to_string(out.cos->ndim()));
+    }
+    auto [shape, strides] = out.cos->angles_shape();
+    if (shape[2] != schedule.rotary_dim) {
+      throw py::value_error("cos_sin_cache width=" + std::to_string(shape[2]) + " must be rotary_dim=" +
+                            std::to_string(schedule.rotary_dim) + " (cos then sin, rotary_dim/2 columns each)");
+    }
+    if (!columns.is_none()) throw py::value_error("cos_sin_columns is set but cos_sin_cache is always pairs");
+    const int64_t half = schedule.pairs() * strides[2] * size_of(out.cos->dtype());
+    shape[2] = schedule.pairs();
+    out.angles = CallerAngles{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::pairs,
+                              .cos = out.cos->data(),
+                              .sin = out.cos->data() == nullptr ? nullptr : static_cast<const char*>(out.cos->data()) + half,
+                              .dtype = out.cos->dtype(), .shape = shape, .cos_strides = strides, .sin_strides = strides};
+    return;
+  }
+  if (cos.is_none() != sin.is_none()) throw py::value_error(std::string(cos.is_none() ? "sin" : "cos") +
+                                                            " is given without " + (cos.is_none() ? "cos" : "sin"));
+  out.cos.emplace(cos, "cos", Borrowed::AnglesTag{});
+  out.sin.emplace(sin, "sin", Borrowed::AnglesTag{});
+  if (out.cos->ndim() != out.sin->ndim()) {
+    throw py::value_error("cos has " + std::to_string(out.cos->ndim()) + " dimensions but sin has " +
+                          std::to_string(out.sin->ndim()));
+  }
+  if (out.cos->dtype() != out.sin->dtype()) throw py::type_error("cos and sin must have the same dtype");
+  const auto [shape, cos_strides] = out.cos->angles_shape();
+  const auto [sin_shape, sin_strides] = out.sin->angles_shape();
+  if (shape != sin_shape) throw py::value_error("cos and sin must have the same shape");
+  CallerAngles::Columns c = shape[2] == schedule.pairs() ? CallerAngles::Columns::pairs : CallerAngles::Columns::halves;
+  if (!columns.is_none()) c = columns_arg(columns);
+  out.angles = CallerAngles{.index = out.cos->ndim() == 3 ? CallerAngles::Index::per_token : CallerAngles::Index::per_position,
+                            .columns = c, .cos = out.cos->data(), .sin = out.sin->data(), .dtype = out.cos->dtype(),
+                            .shape = shape, .cos_strides = cos_strides, .sin_strides = sin_strides};
+}
+
 // q_out unset means in place: q (and k) are then written.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
-              const py::object& k_out, const py::object& positions, const py::object& offset,
-              const py::object& layout, const py::object& inverse, const py::object& angles,
-              const py::object& threads) {
+              const py::object& k_out, const py::object& positions, const py::object& streams,
+              const py::object& offset, const py::object& layout, const py::object& inverse,
+              const py::object& angles, const py::object& threads, const py::object& cos,
+              const py::object& sin, const py::object& cos_sin_cache, const py::object& cos_sin_columns) {
   const Layout lay = layout_arg(layout);
   const Angles angle_source = angles_arg(angles);
   const Access in_access = q_out.is_none() ? Access::write : Access::read;
@@ -472,17 +568,29 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   args.direction = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
   args.threads = threads_arg(threads);
   const int64_t first = int_arg(offset, "offset", "must keep positions in [0, 2^31)");
-  py::array_t<int64_t> pos;
-  std::span<const int64_t> per_token;
+  PositionsArg pos;
   if (positions.is_none()) {
-    args.positions = Positions::sequential(first);
+    pos.positions = Positions::sequential(first);
   } else {
-    pos = positions_arg(positions);
-    per_token = std::span<const int64_t>(pos.data(), static_cast<size_t>(pos.size()));
-    args.positions = Positions::per_token(per_token);
+    pos = positions_arg(positions, streams);
+  }
+  args.positions = pos.positions;
+  CallerAnglesArg caller;
+  const bool given = !cos.is_none() || !sin.is_none() || !cos_sin_cache.is_none();
+  if (given) {
+    if (angle_source != Angles::table) {
+      throw py::value_error("angles='" + str_arg(angles, "angles") + "' cannot be combined with the caller's cos/sin");
+    }
+    caller_angles_arg(rope.schedule(), cos, sin, cos_sin_cache, cos_sin_columns, caller);
+    args.angles = &caller.angles;
+  } else if (!cos_sin_columns.is_none()) {
+    throw py::value_error("cos_sin_columns is set but neither cos/sin nor cos_sin_cache is");
+  }
+  if (pos.positions.is_fractional() && angle_source == Angles::hf_float32) {
+    throw py::value_error("angles='hf-float32' needs whole positions (transformers' float32 table), got fractional ones");
   }
   validate(rope.schedule(), args);  // raises before any write, and before a table is built
-  const std::shared_ptr<const Table> table = table_for(rope, args, angle_source, per_token);
+  const std::shared_ptr<const Table> table = given ? nullptr : table_for(rope, args, angle_source, pos.whole);
   args.table = table.get();
   py::gil_scoped_release release;
   apply(rope.schedule(), args);
@@ -490,11 +598,12 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
 
 py::tuple table_py(const PyRope& r, const py::object& positions, const py::object& angles) {
   const AngleMode mode = angle_mode_arg(angles);
-  const py::array_t<int64_t> pos = positions_arg(positions);
+  const PositionsArg pos = positions_arg(positions, py::int_(1));
+  if (pos.positions.is_fractional()) throw py::type_error("positions must hold integers (a table row is a whole position)");
   std::optional<Table> t;
   {
     py::gil_scoped_release release;
-    t.emplace(Table::at(r.schedule(), std::span<const int64_t>(pos.data(), static_cast<size_t>(pos.size())), mode));
+    t.emplace(Table::at(r.schedule(), pos.whole, mode));
   }
   const auto rows = static_cast<py::ssize_t>(t->rows()), pairs = static_cast<py::ssize_t>(t->pairs());
   py::array_t<float> c({rows, pairs}), s({rows, pairs});
@@ -503,7 +612,8 @@ py::tuple table_py(const PyRope& r, const py::object& positions, const py::objec
   return py::make_tuple(c, s);
 }
 
-// (rope, notes, rope_layers or None, rotates_backward): what resolving a config found besides the spec.
+// (rope, notes, rope_layers or None, rotates_backward, layer_type, layer_types, vision): what
+// resolving a config found besides the spec.
 py::tuple with_notes(PyRope rope, const ModelRope& model) {
   py::object layers = py::none();
   if (!model.rope_layers.empty()) {
@@ -511,7 +621,12 @@ py::tuple with_notes(PyRope rope, const ModelRope& model) {
     for (const bool uses_rope : model.rope_layers) list.append(py::bool_(uses_rope));
     layers = list;
   }
-  return py::make_tuple(py::cast(std::move(rope)), model.notes, layers, model.rotates_backward);
+  return py::make_tuple(py::cast(std::move(rope)), model.notes, layers, model.rotates_backward, model.layer_type,
+                        model.layer_types, model.vision);
+}
+
+ReadOptions read_options(py::handle layer_type, py::handle vision) {
+  return ReadOptions{.layer_type = str_arg(layer_type, "layer_type"), .vision = bool_arg(vision, "vision")};
 }
 
 }  // namespace
@@ -532,19 +647,22 @@ PYBIND11_MODULE(_rotary, m) {
            py::arg("head_dim"), py::arg("rotary_dim") = py::none(), py::arg("base") = 10000.0,
            py::arg("pairing") = "half", py::arg("schedule") = "default", py::arg("seq_len") = py::none(),
            py::arg("args") = py::dict())
-      .def_static("from_config_text", [](const py::object& text, const py::object& seq_len) {
+      .def_static("from_config_text", [](const py::object& text, const py::object& seq_len,
+                                         const py::object& layer_type, const py::object& vision) {
         const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
-        const ModelRope model = read_hf_config(str_arg(text, "config text"));
+        const ModelRope model = read_hf_config(str_arg(text, "config text"), read_options(layer_type, vision));
         return with_notes(PyRope(model.spec, n), model);
       })
-      .def_static("from_config_file", [](const py::object& path, const py::object& seq_len) {
+      .def_static("from_config_file", [](const py::object& path, const py::object& seq_len,
+                                         const py::object& layer_type, const py::object& vision) {
         const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
-        const ModelRope model = read_hf_config_file(str_arg(path, "path"));
+        const ModelRope model = read_hf_config_file(str_arg(path, "path"), read_options(layer_type, vision));
         return with_notes(PyRope(model.spec, n), model);
       })
-      .def_static("from_preset", [](const py::object& name, const py::object& seq_len) {
+      .def_static("from_preset", [](const py::object& name, const py::object& seq_len,
+                                    const py::object& layer_type, const py::object& vision) {
         const std::optional<int64_t> n = optional_int_arg(seq_len, "seq_len");
-        const ModelRope model = load_preset(str_arg(name, "name"));
+        const ModelRope model = load_preset(str_arg(name, "name"), read_options(layer_type, vision));
         return with_notes(PyRope(model.spec, n), model);
       })
       .def(py::pickle(&rope_state, &rope_from_state))
@@ -557,9 +675,22 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("pairing", [](const PyRope& r) { return std::string(to_string(r.schedule().pairing)); })
       .def_property_readonly("schedule", [](const PyRope& r) { return std::string(to_string(r.schedule().type)); })
       .def_property_readonly("base", [](const PyRope& r) { return r.spec().base; })
+      .def_property_readonly("layout", [](const PyRope& r) { return std::string(to_string(r.schedule().layout())); })
+      .def_property_readonly("rotary_offset", [](const PyRope& r) { return r.schedule().rotary_offset; })
+      .def_property_readonly("blocks", [](const PyRope& r) { return r.schedule().blocks; })
+      .def_property_readonly("streams", [](const PyRope& r) { return r.schedule().streams; })
+      .def_property_readonly("stream_layout", [](const PyRope& r) { return std::string(to_string(r.spec().stream_layout)); })
+      .def_property_readonly("sections", [](const PyRope& r) { return r.spec().sections; })
+      .def_property_readonly("pair_stream", [](const PyRope& r) {
+        const Schedule& s = r.schedule();
+        py::array_t<int32_t> out(static_cast<py::ssize_t>(s.pairs()));
+        for (int64_t j = 0; j < s.pairs(); ++j) out.mutable_data()[j] = s.stream_of(j);
+        return out;
+      })
       .def("table", &table_py, py::arg("positions"), py::arg("angles") = "exact")
       .def("apply", &apply_py, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
-           py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"), py::arg("threads"));
+           py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"),
+           py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"));
 
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
@@ -567,6 +698,8 @@ PYBIND11_MODULE(_rotary, m) {
                                parse_pairing(str_arg(from, "from"), "from"), parse_pairing(str_arg(to, "to"), "to"));
   });
   m.def("preset_names", &preset_names);
+  m.def("layer_types_text", [](const py::object& text) { return layer_types(str_arg(text, "config text")); });
+  m.def("layer_types_file", [](const py::object& path) { return read_hf_config_file(str_arg(path, "path")).layer_types; });
   m.def("preset_text", [](const py::object& name) { return preset_text(str_arg(name, "name")); });
   m.def("float32_drift", [](const PyRope& r, const py::object& position) {
     const Float32Drift d = hf_float32_drift(r.schedule(), int_arg(position, "position"));

@@ -315,8 +315,18 @@ BAD_ARGUMENTS = [
      "q must be a numpy.ndarray or torch.Tensor"),
     ("k kind", lambda: _R.apply(_Q, torch.zeros(1, 2, 1, 8)), TypeError, "k must be the same kind as q"),
     ("positions torch bool", lambda: _R.apply(_Q, positions=torch.ones(2, dtype=torch.bool)), TypeError,
-     "positions must hold integers, got dtype torch.bool"),
-    ("positions floats", lambda: _R.apply(_Q, positions=[0.0, 1.0]), TypeError, "positions must hold integers"),
+     "positions must hold integers or real numbers, got dtype torch.bool"),
+    ("positions str", lambda: _R.apply(_Q, positions=["0", "1"]), TypeError,
+     "positions must hold integers or real numbers"),
+    ("positions 4-D", lambda: _R.apply(_Q, positions=np.zeros((1, 1, 1, 2), np.int64)), ValueError,
+     "positions must have at most 3 dimensions"),
+    ("cos list", lambda: _R.apply(_Q, cos=[1.0], sin=[0.0]), TypeError, "cos must be a numpy.ndarray or torch.Tensor"),
+    ("cos_sin_columns", lambda: _R.apply(_Q, cos=np.ones((1, 2, 8)), sin=np.ones((1, 2, 8)), cos_sin_columns=3),
+     TypeError, "cos_sin_columns must be a str, got int"),
+    ("layer_type", lambda: Rope.from_preset("llama-3-8b", layer_type=b"x"), TypeError, "layer_type must be a str"),
+    ("stream_layout", lambda: Rope(8, stream_layout=1), TypeError, "stream_layout must be a str, got int"),
+    ("sections long", lambda: Rope(8, stream_layout="sections", sections=_LONG), TypeError,
+     "sections must be a list of ints, got str"),
     ("positions None items", lambda: _R.apply(_Q, positions=[None, 1]), TypeError, "positions[0] must be an int"),
     ("positions str", lambda: _R.apply(_Q, positions="01"), TypeError, "positions must hold integers"),
     ("positions huge", lambda: _R.apply(_Q, positions=[1, 2 ** 64]), ValueError, "positions[1]=18446744073709551616"),
@@ -367,7 +377,9 @@ def test_bad_arguments_name_the_argument(call, kind, needle):
         f"{type(info.value).__name__}: {info.value}"
     message = str(info.value)
     assert needle in message, message
-    assert len(message) < 400 and "incompatible function arguments" not in message, message[:400]
+    assert "incompatible function arguments" not in message, message[:400]
+    # The value is cut (the message may list what is known: the presets, the layer types).
+    assert "x" * 120 not in message and len(message) < 1200, message[:400]
 
 
 # ---- pickle, deepcopy, torch.save -----------------------------------------------------------------
@@ -450,8 +462,8 @@ def test_gradients_of_any_layout_and_second_derivatives():
     weights = torch.randn(1, 2, 3, 16, dtype=torch.float64)
     (apply_rope(rope, q).transpose(1, 2) * weights).sum().backward()
     assert torch.equal(q.grad, rope.apply(weights.transpose(1, 2).contiguous(), inverse=True))
-    with pytest.raises(TypeError, match="positions must hold integers, got dtype torch.float32"):
-        apply_rope(rope, q, positions=torch.zeros(1, 3))
+    with pytest.raises(TypeError, match="positions must hold integers or real numbers, got dtype torch.complex64"):
+        apply_rope(rope, q, positions=torch.zeros(1, 3, dtype=torch.complex64))
 
 
 def test_rotary_embedding_checks_its_arguments():

@@ -262,8 +262,8 @@ def test_bad_arguments_raise_and_leave_data_untouched():
         rope.apply(q, layout="sbhd", inplace=True)
     with pytest.raises(ValueError, match="must have 4 dimensions"):
         rope.apply(torch.randn(4, 64))
-    with pytest.raises(TypeError, match="positions must hold integers"):
-        rope.apply(q, positions=np.zeros(4))
+    with pytest.raises(TypeError, match="positions must hold integers or real numbers"):
+        rope.apply(q, positions=np.zeros(4, dtype=np.complex64))
     with pytest.raises(ValueError, match="preset 'nope' is unknown"):
         Rope.from_preset("nope")
     with pytest.raises(TypeError, match="base must be a number, got str"):

@@ -7,13 +7,13 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
-void CosSinRow(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-               double* cos_out, double* sin_out) {
-  CosSinRowImpl(position, inv_freq, pairs, factor, cos_out, sin_out);
+void CosSinRow(double position, const double* pair_position, const double* inv_freq, int64_t pairs,
+               double factor, double* cos_out, double* sin_out) {
+  CosSinRowImpl(position, pair_position, inv_freq, pairs, factor, cos_out, sin_out);
 }
-void CosSinRowF32(int64_t position, const double* inv_freq, int64_t pairs, double factor, float sign,
-                  float* cos_out, float* sin_out) {
-  CosSinRowF32Impl(position, inv_freq, pairs, factor, sign, cos_out, sin_out);
+void CosSinRowF32(double position, const double* pair_position, const double* inv_freq,
+                  int64_t pairs, double factor, float sign, float* cos_out, float* sin_out) {
+  CosSinRowF32Impl(position, pair_position, inv_freq, pairs, factor, sign, cos_out, sin_out);
 }
 }  // namespace rotary::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -22,13 +22,14 @@ HWY_AFTER_NAMESPACE();
 namespace rotary::detail {
 HWY_EXPORT(CosSinRow);
 HWY_EXPORT(CosSinRowF32);
-void cos_sin_row(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-                 double* cos_out, double* sin_out) {
-  HWY_DYNAMIC_DISPATCH(CosSinRow)(position, inv_freq, pairs, factor, cos_out, sin_out);
+void cos_sin_row(double position, const double* pair_position, const double* inv_freq,
+                 int64_t pairs, double factor, double* cos_out, double* sin_out) {
+  HWY_DYNAMIC_DISPATCH(CosSinRow)(position, pair_position, inv_freq, pairs, factor, cos_out, sin_out);
 }
-void cos_sin_row_f32(int64_t position, const double* inv_freq, int64_t pairs, double factor, float sign,
-                     float* cos_out, float* sin_out) {
-  HWY_DYNAMIC_DISPATCH(CosSinRowF32)(position, inv_freq, pairs, factor, sign, cos_out, sin_out);
+void cos_sin_row_f32(double position, const double* pair_position, const double* inv_freq,
+                     int64_t pairs, double factor, float sign, float* cos_out, float* sin_out) {
+  HWY_DYNAMIC_DISPATCH(CosSinRowF32)(position, pair_position, inv_freq, pairs, factor, sign, cos_out,
+                                     sin_out);
 }
 }  // namespace rotary::detail
 #endif

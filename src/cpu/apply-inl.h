@@ -286,28 +286,52 @@ void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool inter
 #endif
 }
 
+// One rotated slice (or one block of a block_half slice) of one head: in and out point at its
+// first channel; args.rotary_dim, c, s and layout describe it.
+template <class Tag, class T>
+HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
+  int64_t done = 0;  // pairs rotated by a vector body
+#if ROTARY_VECTOR_BODY
+  if constexpr (std::is_same_v<Tag, BF16Tag>) {
+    done = args.interleaved ? RotateBf16Interleaved(in, out, args) : RotateBf16Half(in, out, args);
+  } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
+    done = args.interleaved ? RotateInterleavedDuplicated<Tag>(in, out, args)
+                            : RotateHalfNatural<Tag>(in, out, args);
+  }
+#endif
+  RotatePairsScalar<Tag>(in, out, args, done, args.rotary_dim / 2);
+}
+
 template <class Tag>
 void RotateHeads(const RowArgs& args) {
   using T = typename StorageOf<Tag>::type;
-  const int64_t h = args.rotary_dim / 2;
   const auto* in_base = static_cast<const T*>(args.in);
   auto* out_base = static_cast<T*>(args.out);
+  const int64_t off = args.rotary_offset;
+  const int64_t slice_end = off + args.rotary_dim;
+  // block_half: each block is a half-paired slice of its own.
+  RowArgs block = args;
+  const int64_t w = args.rotary_dim / args.blocks;
+  block.rotary_dim = w;
   for (int64_t head = 0; head < args.heads; ++head) {
     const T* in = in_base + head * args.in_head_stride;
     T* out = out_base + head * args.out_head_stride;
-    int64_t done = 0;  // pairs rotated by a vector body
-#if ROTARY_VECTOR_BODY
-    if constexpr (std::is_same_v<Tag, BF16Tag>) {
-      done = args.interleaved ? RotateBf16Interleaved(in, out, args) : RotateBf16Half(in, out, args);
-    } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
-      done = args.interleaved ? RotateInterleavedDuplicated<Tag>(in, out, args)
-                              : RotateHalfNatural<Tag>(in, out, args);
+    if (args.blocks == 1) {
+      RotateSlice<Tag>(in + off, out + off, args);
+    } else {
+      for (int64_t k = 0; k < args.blocks; ++k) {
+        block.c = args.c + k * (w / 2);
+        block.s = args.s + k * (w / 2);
+        block.layout = args.layout != nullptr ? args.layout + 2 * k * w : nullptr;
+        RotateSlice<Tag>(in + off + k * w, out + off + k * w, block);
+      }
     }
-#endif
-    RotatePairsScalar<Tag>(in, out, args, done, h);
-    if (args.copy_tail && args.head_dim > args.rotary_dim) {
-      std::memcpy(out + args.rotary_dim, in + args.rotary_dim,
-                  static_cast<size_t>(args.head_dim - args.rotary_dim) * sizeof(T));
+    if (args.copy_tail) {
+      if (off > 0) std::memcpy(out, in, static_cast<size_t>(off) * sizeof(T));
+      if (args.head_dim > slice_end) {
+        std::memcpy(out + slice_end, in + slice_end,
+                    static_cast<size_t>(args.head_dim - slice_end) * sizeof(T));
+      }
     }
   }
 }
@@ -330,92 +354,124 @@ HWY_INLINE DD TwoSum(V a, V b) {
   return {s, e};
 }
 
-HWY_INLINE DD AddDD(DD x, V b) {
-  DD s = TwoSum(x.hi, b);
-  s.lo = hn::Add(s.lo, x.lo);
-  return TwoSum(s.hi, s.lo);
-}
-
-// cos, sin of p * f for N lanes of f. Same algorithm as rotary::exact_cos_sin, with libm's
-// sin/cos of the reduced angle replaced by Taylor polynomials (|r| <= π/4 + tiny: the first
-// omitted terms are below 2^-62 relative).
-HWY_INLINE void CosSinLanes(V p, V f, V& cos_out, V& sin_out) {
+// cos, sin of p[j] * f[j] for K vectors of lanes at once (j < K). The reduction of
+// rotary::exact_cos_sin (exact product, k = the nearest quarter turn, π/2 in three parts; absolute
+// error below 2^-106) in fewer double-double steps, then Taylor polynomials instead of libm's
+// sin/cos of the reduced angle (|r| <= π/4 + tiny: the first omitted terms are below 2^-62
+// relative). The K evaluations are independent and written step by step side by side, so that
+// their dependency chains overlap. Every lane's operations are the same whatever K, so the
+// results are too.
+#define ROTARY_EACH _Pragma("GCC unroll 8") for (int j = 0; j < K; ++j)
+template <int K>
+HWY_INLINE void CosSinLanes(const V* p, const V* f, V* cos_out, V* sin_out) {
   const D d;
-  const V x_hi = hn::Mul(p, f);
-  const V x_lo = hn::MulSub(p, f, x_hi);  // exact remainder of the product (fused)
-  const V k = hn::Round(hn::Mul(x_hi, hn::Set(d, 0x1.45f306dc9c883p-1)));
   const V pio2_hi = hn::Set(d, 0x1.921fb54442d18p+0);
   const V pio2_mid = hn::Set(d, 0x1.1a62633145c07p-54);
   const V pio2_lo = hn::Set(d, -0x1.f1976b7ed8fbcp-110);
-  const V k_hi = hn::Mul(k, pio2_hi);
-  const V k_hi_lo = hn::MulSub(k, pio2_hi, k_hi);
-  const V k_mid = hn::Mul(k, pio2_mid);
-  const V k_mid_lo = hn::MulSub(k, pio2_mid, k_mid);
-  DD r = TwoSum(x_hi, hn::Neg(k_hi));
-  r = AddDD(r, x_lo);
-  r = AddDD(r, hn::Neg(k_hi_lo));
-  r = AddDD(r, hn::Neg(k_mid));
-  r = AddDD(r, hn::Neg(k_mid_lo));
-  r = AddDD(r, hn::Neg(hn::Mul(k, pio2_lo)));
-  const V r2 = hn::Mul(r.hi, r.hi);
-  // sin r = r (1 - r^2/3! + r^4/5! - ... - r^16/17!)
-  V ps = hn::Set(d, 1.0 / 355687428096000.0);  // 1/17!
-  ps = hn::MulAdd(ps, r2, hn::Set(d, -1.0 / 1307674368000.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, 1.0 / 6227020800.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, -1.0 / 39916800.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, 1.0 / 362880.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, -1.0 / 5040.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, 1.0 / 120.0));
-  ps = hn::MulAdd(ps, r2, hn::Set(d, -1.0 / 6.0));
-  const V s = hn::MulAdd(hn::Mul(ps, r2), r.hi, r.hi);
-  // cos r = 1 - r^2/2! + r^4/4! - ... + r^16/16!
-  V pc = hn::Set(d, 1.0 / 20922789888000.0);  // 1/16!
-  pc = hn::MulAdd(pc, r2, hn::Set(d, -1.0 / 87178291200.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, 1.0 / 479001600.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, -1.0 / 3628800.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, 1.0 / 40320.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, -1.0 / 720.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, 1.0 / 24.0));
-  pc = hn::MulAdd(pc, r2, hn::Set(d, -0.5));
-  const V c = hn::MulAdd(pc, r2, hn::Set(d, 1.0));
-  // r_lo correction, first order.
-  const V sin_r = hn::MulAdd(r.lo, c, s);
-  const V cos_r = hn::NegMulAdd(r.lo, s, c);
-  // Quadrant q = k mod 4 (k is an exact integer below 2^53).
-  const V q = hn::Sub(k, hn::Mul(hn::Floor(hn::Mul(k, hn::Set(d, 0.25))), hn::Set(d, 4.0)));
-  const auto odd = hn::Or(hn::Eq(q, hn::Set(d, 1.0)), hn::Eq(q, hn::Set(d, 3.0)));
-  const V base_c = hn::IfThenElse(odd, sin_r, cos_r);
-  const V base_s = hn::IfThenElse(odd, cos_r, sin_r);
-  const auto negate_c = hn::Or(hn::Eq(q, hn::Set(d, 1.0)), hn::Eq(q, hn::Set(d, 2.0)));
-  const auto negate_s = hn::Ge(q, hn::Set(d, 2.0));
-  cos_out = hn::IfThenElse(negate_c, hn::Neg(base_c), base_c);
-  sin_out = hn::IfThenElse(negate_s, hn::Neg(base_s), base_s);
+  V k[K];
+  DD r[K];
+  ROTARY_EACH {
+    const V x_hi = hn::Mul(p[j], f[j]);
+    const V x_lo = hn::MulSub(p[j], f[j], x_hi);  // exact remainder of the product (fused)
+    k[j] = hn::Round(hn::Mul(x_hi, hn::Set(d, 0x1.45f306dc9c883p-1)));
+    // x_hi - k pio2_hi in one fused operation, exact: both are multiples of 2^-53 (k pio2_hi of
+    // 2^-49; x_hi of its ulp, >= 2^-53 once k >= 1) and the difference is below 2 (below 1/4
+    // when x_hi < 1), so it has at most 53 significant bits.
+    const V r0 = hn::NegMulAdd(k[j], pio2_hi, x_hi);
+    // r = r0 + x_lo - k pio2_mid - k pio2_lo: the two large terms by exact TwoSums, the errors
+    // and the small terms (each below 2^-55) summed in plain double (absolute error < 2^-106),
+    // then renormalised.
+    const V k_mid = hn::Mul(k[j], pio2_mid);
+    const V k_mid_lo = hn::MulSub(k[j], pio2_mid, k_mid);
+    const DD a = TwoSum(r0, x_lo);
+    const DD b = TwoSum(a.hi, hn::Neg(k_mid));
+    const V lo = hn::NegMulAdd(k[j], pio2_lo, hn::Sub(hn::Add(a.lo, b.lo), k_mid_lo));
+    r[j] = TwoSum(b.hi, lo);
+  }
+  V r2[K], ps[K], pc[K];
+  ROTARY_EACH {
+    r2[j] = hn::Mul(r[j].hi, r[j].hi);
+    ps[j] = hn::Set(d, 1.0 / 355687428096000.0);  // 1/17!
+    pc[j] = hn::Set(d, 1.0 / 20922789888000.0);   // 1/16!
+  }
+  // sin r = r (1 - r^2/3! + r^4/5! - ... - r^16/17!), cos r = 1 - r^2/2! + r^4/4! - ... + r^16/16!
+  constexpr double kSin[] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0,
+                             1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0};
+  constexpr double kCos[] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0,
+                             1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0};
+  for (double coefficient : kSin) {
+    ROTARY_EACH { ps[j] = hn::MulAdd(ps[j], r2[j], hn::Set(d, coefficient)); }
+  }
+  for (double coefficient : kCos) {
+    ROTARY_EACH { pc[j] = hn::MulAdd(pc[j], r2[j], hn::Set(d, coefficient)); }
+  }
+  ROTARY_EACH {
+    const V s = hn::MulAdd(hn::Mul(ps[j], r2[j]), r[j].hi, r[j].hi);
+    const V c = pc[j];
+    // r_lo correction, first order.
+    const V sin_r = hn::MulAdd(r[j].lo, c, s);
+    const V cos_r = hn::NegMulAdd(r[j].lo, s, c);
+    // Quadrant q = k mod 4 (k is an exact integer below 2^53).
+    const V q = hn::Sub(k[j], hn::Mul(hn::Floor(hn::Mul(k[j], hn::Set(d, 0.25))), hn::Set(d, 4.0)));
+    const auto odd = hn::Or(hn::Eq(q, hn::Set(d, 1.0)), hn::Eq(q, hn::Set(d, 3.0)));
+    const V base_c = hn::IfThenElse(odd, sin_r, cos_r);
+    const V base_s = hn::IfThenElse(odd, cos_r, sin_r);
+    const auto negate_c = hn::Or(hn::Eq(q, hn::Set(d, 1.0)), hn::Eq(q, hn::Set(d, 2.0)));
+    const auto negate_s = hn::Ge(q, hn::Set(d, 2.0));
+    cos_out[j] = hn::IfThenElse(negate_c, hn::Neg(base_c), base_c);
+    sin_out[j] = hn::IfThenElse(negate_s, hn::Neg(base_s), base_s);
+  }
 }
+#undef ROTARY_EACH
+
+HWY_INLINE void CosSinLanes(V p, V f, V& cos_out, V& sin_out) { CosSinLanes<1>(&p, &f, &cos_out, &sin_out); }
+
+// Vectors evaluated side by side in a row (CosSinLanes<K>).
+constexpr int kAngleChains = 4;
 #endif
 
-// cos and sin of position * inv_freq[i] times factor (double), i < pairs; see cpu.hpp.
-inline void CosSinRowImpl(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-                          double* cos_out, double* sin_out) {
+// cos and sin of p_i * inv_freq[i] times factor (double), i < pairs, p_i = pair_position[i] when
+// given, else position; see cpu.hpp.
+inline void CosSinRowImpl(double position, const double* pair_position, const double* inv_freq,
+                          int64_t pairs, double factor, double* cos_out, double* sin_out) {
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
   const D d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const V p = hn::Set(d, static_cast<double>(position));
+  const V p = hn::Set(d, position);
   const V g = hn::Set(d, factor);
   int64_t i = 0;
+  constexpr int K = kAngleChains;
+  for (; i + K * N <= pairs; i += K * N) {
+    V pv[K], f[K], c[K], s[K];
+    for (int j = 0; j < K; ++j) {
+      pv[j] = pair_position != nullptr ? hn::LoadU(d, pair_position + i + j * N) : p;
+      f[j] = hn::LoadU(d, inv_freq + i + j * N);
+    }
+    CosSinLanes<K>(pv, f, c, s);
+    for (int j = 0; j < K; ++j) {
+      hn::StoreU(hn::Mul(c[j], g), d, cos_out + i + j * N);
+      hn::StoreU(hn::Mul(s[j], g), d, sin_out + i + j * N);
+    }
+  }
   for (; i + N <= pairs; i += N) {
     V c, s;
-    CosSinLanes(p, hn::LoadU(d, inv_freq + i), c, s);
+    const V pv = pair_position != nullptr ? hn::LoadU(d, pair_position + i) : p;
+    CosSinLanes(pv, hn::LoadU(d, inv_freq + i), c, s);
     hn::StoreU(hn::Mul(c, g), d, cos_out + i);
     hn::StoreU(hn::Mul(s, g), d, sin_out + i);
   }
   if (i < pairs) {  // the tail through the same vector code, padded
     constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(double);
     HWY_ALIGN double f[kMaxLanes] = {};
+    HWY_ALIGN double pp[kMaxLanes] = {};
     HWY_ALIGN double c_tail[kMaxLanes];
     HWY_ALIGN double s_tail[kMaxLanes];
-    for (int64_t j = 0; j < N; ++j) f[j] = i + j < pairs ? inv_freq[i + j] : 1.0;
+    for (int64_t j = 0; j < N; ++j) {
+      f[j] = i + j < pairs ? inv_freq[i + j] : 1.0;
+      pp[j] = i + j < pairs && pair_position != nullptr ? pair_position[i + j] : position;
+    }
     V c, s;
-    CosSinLanes(p, hn::Load(d, f), c, s);
+    CosSinLanes(hn::Load(d, pp), hn::Load(d, f), c, s);
     hn::Store(hn::Mul(c, g), d, c_tail);
     hn::Store(hn::Mul(s, g), d, s_tail);
     for (int64_t j = 0; i + j < pairs; ++j) {
@@ -425,7 +481,8 @@ inline void CosSinRowImpl(int64_t position, const double* inv_freq, int64_t pair
   }
 #else
   for (int64_t i = 0; i < pairs; ++i) {
-    const CosSin cs = exact_cos_sin(position, inv_freq[i]);
+    const CosSin cs =
+        exact_cos_sin_real(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
     cos_out[i] = cs.cos * factor;
     sin_out[i] = cs.sin * factor;
   }
@@ -434,19 +491,34 @@ inline void CosSinRowImpl(int64_t position, const double* inv_freq, int64_t pair
 
 // The same angles rounded once to float, as a Table stores them: c = fl(cos * factor),
 // s = sign * fl(sin * factor) (sign +1 or -1, exact). Vector targets round in-register.
-inline void CosSinRowF32Impl(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-                             float sign, float* cos_out, float* sin_out) {
+inline void CosSinRowF32Impl(double position, const double* pair_position, const double* inv_freq,
+                             int64_t pairs, double factor, float sign, float* cos_out,
+                             float* sin_out) {
   int64_t i = 0;
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
   const D d;
   const hn::Rebind<float, D> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const V p = hn::Set(d, static_cast<double>(position));
+  const V p = hn::Set(d, position);
   const V g = hn::Set(d, factor);
   const auto sign_v = hn::Set(df, sign);
+  constexpr int K = kAngleChains;
+  for (; i + K * N <= pairs; i += K * N) {
+    V pv[K], f[K], c[K], s[K];
+    for (int j = 0; j < K; ++j) {
+      pv[j] = pair_position != nullptr ? hn::LoadU(d, pair_position + i + j * N) : p;
+      f[j] = hn::LoadU(d, inv_freq + i + j * N);
+    }
+    CosSinLanes<K>(pv, f, c, s);
+    for (int j = 0; j < K; ++j) {
+      hn::StoreU(hn::DemoteTo(df, hn::Mul(c[j], g)), df, cos_out + i + j * N);
+      hn::StoreU(hn::Mul(hn::DemoteTo(df, hn::Mul(s[j], g)), sign_v), df, sin_out + i + j * N);
+    }
+  }
   for (; i + N <= pairs; i += N) {
     V c, s;
-    CosSinLanes(p, hn::LoadU(d, inv_freq + i), c, s);
+    const V pv = pair_position != nullptr ? hn::LoadU(d, pair_position + i) : p;
+    CosSinLanes(pv, hn::LoadU(d, inv_freq + i), c, s);
     hn::StoreU(hn::DemoteTo(df, hn::Mul(c, g)), df, cos_out + i);
     hn::StoreU(hn::Mul(hn::DemoteTo(df, hn::Mul(s, g)), sign_v), df, sin_out + i);
   }
@@ -454,7 +526,8 @@ inline void CosSinRowF32Impl(int64_t position, const double* inv_freq, int64_t p
     constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(double);
     HWY_ALIGN double c_tail[kMaxLanes];
     HWY_ALIGN double s_tail[kMaxLanes];
-    CosSinRowImpl(position, inv_freq + i, pairs - i, factor, c_tail, s_tail);
+    CosSinRowImpl(position, pair_position != nullptr ? pair_position + i : nullptr, inv_freq + i,
+                  pairs - i, factor, c_tail, s_tail);
     for (int64_t j = 0; i + j < pairs; ++j) {
       cos_out[i + j] = static_cast<float>(c_tail[j]);
       sin_out[i + j] = sign * static_cast<float>(s_tail[j]);
@@ -462,7 +535,8 @@ inline void CosSinRowF32Impl(int64_t position, const double* inv_freq, int64_t p
   }
 #else
   for (; i < pairs; ++i) {
-    const CosSin cs = exact_cos_sin(position, inv_freq[i]);
+    const CosSin cs =
+        exact_cos_sin_real(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
     cos_out[i] = static_cast<float>(cs.cos * factor);
     sin_out[i] = sign * static_cast<float>(cs.sin * factor);
   }

@@ -10,7 +10,8 @@ namespace rotary::detail {
 /// One token's heads of one operand, head_dim contiguous (stride 1) in and out.
 /// Angles are float32, sin already negated for the inverse, natural pair order:
 ///   c = [c_0 c_1 .. c_{h-1}],  s = [s_0 s_1 .. s_{h-1}]          (h = rotary_dim / 2)
-/// plus `layout`, the per-target rearrangement PrepareLayout built from them for this token.
+/// plus `layout`, the per-target rearrangement PrepareLayout built from them for this token (for
+/// block_half: built per block, block k's at layout + 2 * k * (rotary_dim / blocks)).
 /// Every pair is rotated with detail::rotate_minus (src/rotate.hpp), in vectors or in the scalar
 /// tail, so the result is bit-identical to the reference on every target.
 struct RowArgs {
@@ -21,8 +22,10 @@ struct RowArgs {
   int64_t out_head_stride = 0;
   int64_t rotary_dim = 0;
   int64_t head_dim = 0;
+  int64_t rotary_offset = 0;  ///< first rotated channel
+  int64_t blocks = 1;         ///< block_half: the slice in `blocks` half-paired blocks
   bool interleaved = false;
-  bool copy_tail = false;  ///< copy channels rotary_dim..head_dim (out of place only)
+  bool copy_tail = false;  ///< copy the channels outside the rotated slice (out of place only)
   const float* c = nullptr;
   const float* s = nullptr;
   const float* layout = nullptr;
@@ -38,16 +41,18 @@ void rotate_heads_f32(const RowArgs& args);
 void rotate_heads_f16(const RowArgs& args);
 void rotate_heads_bf16(const RowArgs& args);
 
-/// cos and sin of position * inv_freq[i] times factor, i < pairs, in double, vectorised: exact
-/// double-double product and reduction (FMA targets; others use rotary::exact_cos_sin), Taylor
-/// polynomials on [-π/4, π/4]. Within about 2 double ulps of the exact value. Single-threaded.
-void cos_sin_row(int64_t position, const double* inv_freq, int64_t pairs, double factor,
-                 double* cos_out, double* sin_out);
+/// cos and sin of p_i * inv_freq[i] times factor, i < pairs, in double, vectorised, where p_i is
+/// pair_position[i] when pair_position is not null (multi-stream), else `position` (a whole or
+/// fractional position in [0, 2^31)): exact double-double product and reduction (FMA targets;
+/// others use rotary::exact_cos_sin_real), Taylor polynomials on [-π/4, π/4]. Within about 2
+/// double ulps of the exact value. Single-threaded.
+void cos_sin_row(double position, const double* pair_position, const double* inv_freq,
+                 int64_t pairs, double factor, double* cos_out, double* sin_out);
 
 /// The same angles rounded once to float as a Table stores them, c = fl(cos * factor) and
 /// s = sign * fl(sin * factor) with sign +1 (forward) or -1 (inverse). Single-threaded.
-void cos_sin_row_f32(int64_t position, const double* inv_freq, int64_t pairs, double factor, float sign,
-                     float* cos_out, float* sin_out);
+void cos_sin_row_f32(double position, const double* pair_position, const double* inv_freq,
+                     int64_t pairs, double factor, float sign, float* cos_out, float* sin_out);
 
 /// The threaded CPU path: one OpenMP loop over (token, head-range) blocks, its team sized by
 /// useful_threads (kernel.hpp). Results do not depend on the thread count. Requires a validated

@@ -30,13 +30,10 @@ struct TokenAngles {
   const float* layout = nullptr;
 };
 
-// Per-thread scratch: float rows, layout, double rows (pairs = rotary_dim / 2 each).
+// Per-thread scratch: the angle rows (pairs = rotary_dim / 2 each) and the layout.
 struct Scratch {
-  float* c;
-  float* s;
+  AngleScratch angles;
   float* layout;  // 2 * rotary_dim
-  double* dc;
-  double* ds;
 };
 
 bool any_contiguous(const Plan& plan) {
@@ -47,55 +44,32 @@ bool any_contiguous(const Plan& plan) {
   return false;
 }
 
-TokenAngles prepare_angles(const Plan& plan, int64_t position, const Scratch& scratch,
+TokenAngles prepare_angles(const Plan& plan, int64_t token, int64_t t, const Scratch& scratch,
                            bool build_layout) {
-  const int64_t h = plan.rotary_dim / 2;
-  const double g = plan.schedule->attention_factor;
   TokenAngles angles;
   if (plan.dtype == DType::f64) {
-    const double sign = plan.inverse ? -1.0 : 1.0;
-    if (plan.table != nullptr) {
-      const int64_t row = *plan.table->row_of(position);
-      const float* tc = plan.table->cos_row(row);
-      const float* ts = plan.table->sin_row(row);
-      for (int64_t i = 0; i < h; ++i) {
-        scratch.dc[i] = tc[i];
-        scratch.ds[i] = sign * ts[i];
-      }
-    } else {
-      cos_sin_row(position, plan.schedule->inv_freq.data(), h, g, scratch.dc, scratch.ds);
-      if (plan.inverse) {
-        for (int64_t i = 0; i < h; ++i) scratch.ds[i] = -scratch.ds[i];
-      }
-    }
-    angles.dc = scratch.dc;
-    angles.ds = scratch.ds;
+    const DoubleRow row = double_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+    angles.dc = row.c;
+    angles.ds = row.s;
     return angles;
   }
-  if (plan.table != nullptr) {
-    const int64_t row = *plan.table->row_of(position);
-    angles.c = plan.table->cos_row(row);
-    angles.s = plan.table->sin_row(row);
-    if (plan.inverse) {
-      for (int64_t i = 0; i < h; ++i) scratch.s[i] = -angles.s[i];
-      angles.s = scratch.s;
-    }
-  } else {
-    // Exact angles in double, rounded once to float: the values a Table holds (the vectorised
-    // cos/sin are within ~2 double ulps of libm's, so they round to the table's float except when
-    // a value lies within that distance of a rounding boundary).
-    cos_sin_row_f32(position, plan.schedule->inv_freq.data(), h, g, plan.inverse ? -1.0f : 1.0f,
-                    scratch.c, scratch.s);
-    angles.c = scratch.c;
-    angles.s = scratch.s;
-  }
+  const FloatRow row = float_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+  angles.c = row.c;
+  angles.s = row.s;
   if (build_layout) {
+    // Per block (block_half): block k's pairs and layout at k * w/2 and 2 * k * w.
     const bool interleaved = plan.pairing == Pairing::interleaved;
-    switch (plan.dtype) {
-      case DType::f32: prepare_layout_f32(angles.c, angles.s, h, interleaved, scratch.layout); break;
-      case DType::f16: prepare_layout_f16(angles.c, angles.s, h, interleaved, scratch.layout); break;
-      case DType::bf16: prepare_layout_bf16(angles.c, angles.s, h, interleaved, scratch.layout); break;
-      case DType::f64: break;
+    const int64_t w = plan.rotary_dim / plan.blocks;
+    for (int64_t k = 0; k < plan.blocks; ++k) {
+      const float* c = angles.c + k * (w / 2);
+      const float* s = angles.s + k * (w / 2);
+      float* layout = scratch.layout + 2 * k * w;
+      switch (plan.dtype) {
+        case DType::f32: prepare_layout_f32(c, s, w / 2, interleaved, layout); break;
+        case DType::f16: prepare_layout_f16(c, s, w / 2, interleaved, layout); break;
+        case DType::bf16: prepare_layout_bf16(c, s, w / 2, interleaved, layout); break;
+        case DType::f64: break;
+      }
     }
     angles.layout = scratch.layout;
   }
@@ -108,7 +82,8 @@ template <class T, class Value, class Load, class Store>
 void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
                     int64_t heads, const Value* c, const Value* s, Load load, Store store) {
   const int64_t h = plan.rotary_dim / 2;
-  const bool interleaved = plan.pairing == Pairing::interleaved;
+  const Schedule& schedule = *plan.schedule;
+  const int64_t slice_end = plan.rotary_offset + plan.rotary_dim;
   const auto* in = static_cast<const T*>(op.in);
   auto* out = static_cast<T*>(op.out);
   const int64_t sx = op.in_strides[3];
@@ -117,15 +92,15 @@ void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int6
     const T* x = in + in_offset + head * op.in_strides[2];
     T* y = out + out_offset + head * op.out_strides[2];
     for (int64_t i = 0; i < h; ++i) {
-      const int64_t ia = interleaved ? 2 * i : i;
-      const int64_t ib = interleaved ? 2 * i + 1 : i + h;
+      const auto [ia, ib] = schedule.channels(i);
       Value a_out, b_out;
       rotate_pair(load(x[ia * sx]), load(x[ib * sx]), c[i], s[i], a_out, b_out);
       y[ia * sy] = store(a_out);
       y[ib * sy] = store(b_out);
     }
     if (!op.in_place && plan.copy_tail) {
-      for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
+      for (int64_t j = 0; j < plan.rotary_offset; ++j) y[j * sy] = x[j * sx];
+      for (int64_t j = slice_end; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
     }
   }
 }
@@ -147,6 +122,8 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
     args.out_head_stride = op.out_strides[2];
     args.rotary_dim = plan.rotary_dim;
     args.head_dim = plan.head_dim;
+    args.rotary_offset = plan.rotary_offset;
+    args.blocks = plan.blocks;
     args.interleaved = plan.pairing == Pairing::interleaved;
     args.copy_tail = !op.in_place && plan.copy_tail;
     args.c = angles.c;
@@ -188,7 +165,7 @@ void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, co
     const int64_t part = block % split;
     const int64_t b = token / plan.seq;
     const int64_t t = token % plan.seq;
-    const TokenAngles angles = prepare_angles(plan, plan.positions.at(token, t), scratch, build_layout);
+    const TokenAngles angles = prepare_angles(plan, token, t, scratch, build_layout);
     for (int o = 0; o < plan.operand_count; ++o) {
       const Operand& op = plan.operands[static_cast<size_t>(o)];
       const int64_t h0 = part * op.heads / split;
@@ -203,15 +180,16 @@ void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t spl
   const int64_t r = plan.rotary_dim;
   const int64_t h = r / 2;
   auto carve = [&](float* floats, double* doubles) {
-    return Scratch{floats, floats + h, floats + r, doubles, doubles + h};
+    return Scratch{AngleScratch{floats, floats + h, doubles, doubles + h, doubles + 2 * h},
+                   floats + r};
   };
   if (r <= kStackRotaryDim) {
     alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
-    alignas(64) std::array<double, kStackRotaryDim> doubles;
+    alignas(64) std::array<double, 3 * kStackRotaryDim / 2> doubles;
     run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
   } else {
     std::vector<float> floats(static_cast<size_t>(3 * r));
-    std::vector<double> doubles(static_cast<size_t>(r));
+    std::vector<double> doubles(static_cast<size_t>(3 * h));
     run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
   }
 }

@@ -1,11 +1,14 @@
 // The scalar reference kernel: the oracle every fast kernel is tested against.
 // Written straight from the rotation formula; no vectorisation, no threads.
 //
-// Angles: cos and sin times attention_factor, rounded once to float (exactly the values a Table
-// holds; with a Table, its values), sin negated for the inverse. f32/f16/bf16: each output is
+// Angles: from the one angle-row builder (kernel.hpp), evaluated pair by pair with
+// rotary::exact_cos_sin_real: cos and sin times attention_factor, rounded once to float (exactly
+// the values a Table holds; with a Table or the caller's tensors, their values), sin negated for
+// the inverse. Channels: Schedule::channels, pair by pair. f32/f16/bf16: each output is
 // detail::rotate_minus of the widened inputs (float32, one rounding, the larger product fused),
 // then one rounding to 16 bits. f64: double arithmetic with double angles.
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "../half.hpp"
@@ -45,19 +48,31 @@ struct Storage<BF16> {
   static void store(void* p, int64_t i, float v) { static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); }
 };
 
+// The channels outside the rotated slice, copied bit for bit (NaN payloads included).
+void copy_passthrough(const Plan& plan, const void* in, void* out, int64_t in_d, int64_t out_d) {
+  const int64_t element_size = size_of(plan.dtype);
+  const int64_t slice_end = plan.rotary_offset + plan.rotary_dim;
+  for (int64_t j = 0; j < plan.head_dim; ++j) {
+    if (j >= plan.rotary_offset && j < slice_end) continue;
+    std::memcpy(static_cast<unsigned char*>(out) + j * out_d * element_size,
+                static_cast<const unsigned char*>(in) + j * in_d * element_size,
+                static_cast<size_t>(element_size));
+  }
+}
+
 template <class T>
 void rotate_head(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
                  const typename Storage<T>::Value* cos_row, const typename Storage<T>::Value* sin_row) {
   using Value = typename Storage<T>::Value;
   const int64_t element_size = size_of(plan.dtype);
+  const Schedule& schedule = *plan.schedule;
   const int64_t pairs = plan.rotary_dim / 2;
   const int64_t in_d = op.in_strides[3];
   const int64_t out_d = op.out_strides[3];
   const void* in = static_cast<const unsigned char*>(op.in) + in_offset * element_size;
   void* out = static_cast<unsigned char*>(op.out) + out_offset * element_size;
   for (int64_t i = 0; i < pairs; ++i) {
-    const int64_t ia = plan.pairing == Pairing::interleaved ? 2 * i : i;
-    const int64_t ib = plan.pairing == Pairing::interleaved ? 2 * i + 1 : i + pairs;
+    const auto [ia, ib] = schedule.channels(i);
     const Value a = Storage<T>::load(in, ia * in_d);
     const Value b = Storage<T>::load(in, ib * in_d);
     Value a_out, b_out;
@@ -65,48 +80,36 @@ void rotate_head(const Plan& plan, const Operand& op, int64_t in_offset, int64_t
     Storage<T>::store(out, ia * out_d, a_out);
     Storage<T>::store(out, ib * out_d, b_out);
   }
-  if (!op.in_place && plan.copy_tail) {
-    for (int64_t j = plan.rotary_dim; j < plan.head_dim; ++j) {
-      std::memcpy(static_cast<unsigned char*>(out) + j * out_d * element_size,
-                  static_cast<const unsigned char*>(in) + j * in_d * element_size,
-                  static_cast<size_t>(element_size));  // bit for bit, NaN payloads included
-    }
-  }
+  if (!op.in_place && plan.copy_tail) copy_passthrough(plan, in, out, in_d, out_d);
 }
 
 template <class T>
 void run(const Plan& plan) {
   using Value = typename Storage<T>::Value;
-  const int64_t pairs = plan.rotary_dim / 2;
-  std::vector<Value> cos_row(static_cast<size_t>(pairs));
-  std::vector<Value> sin_row(static_cast<size_t>(pairs));
-  const Schedule& schedule = *plan.schedule;
-  const double g = schedule.attention_factor;
+  const auto pairs = static_cast<size_t>(plan.rotary_dim / 2);
+  std::vector<float> c(pairs), s(pairs);
+  std::vector<double> dc(pairs), ds(pairs), pair_position(pairs);
+  const AngleScratch scratch{c.data(), s.data(), dc.data(), ds.data(), pair_position.data()};
   for (int64_t b = 0; b < plan.batch; ++b) {
-    for (int64_t s = 0; s < plan.seq; ++s) {
-      const int64_t position = plan.positions.at(b * plan.seq + s, s);
-      if (plan.table != nullptr) {
-        const int64_t row = *plan.table->row_of(position);
-        for (int64_t i = 0; i < pairs; ++i) {
-          cos_row[i] = plan.table->cos_row(row)[i];
-          sin_row[i] = plan.table->sin_row(row)[i];
-        }
+    for (int64_t t = 0; t < plan.seq; ++t) {
+      const int64_t token = b * plan.seq + t;
+      const Value* cos_row = nullptr;
+      const Value* sin_row = nullptr;
+      if constexpr (std::is_same_v<Value, double>) {
+        const DoubleRow row = double_angle_row(plan, token, t, scratch, /*vectorised=*/false);
+        cos_row = row.c;
+        sin_row = row.s;
       } else {
-        for (int64_t i = 0; i < pairs; ++i) {
-          const CosSin cs = exact_cos_sin(position, schedule.inv_freq[static_cast<size_t>(i)]);
-          cos_row[i] = static_cast<Value>(cs.cos * g);
-          sin_row[i] = static_cast<Value>(cs.sin * g);
-        }
-      }
-      if (plan.inverse) {
-        for (Value& v : sin_row) v = -v;
+        const FloatRow row = float_angle_row(plan, token, t, scratch, /*vectorised=*/false);
+        cos_row = row.c;
+        sin_row = row.s;
       }
       for (int o = 0; o < plan.operand_count; ++o) {
         const Operand& op = plan.operands[o];
         for (int64_t h = 0; h < op.heads; ++h) {
-          const int64_t in_offset = b * op.in_strides[0] + s * op.in_strides[1] + h * op.in_strides[2];
-          const int64_t out_offset = b * op.out_strides[0] + s * op.out_strides[1] + h * op.out_strides[2];
-          rotate_head<T>(plan, op, in_offset, out_offset, cos_row.data(), sin_row.data());
+          const int64_t in_offset = b * op.in_strides[0] + t * op.in_strides[1] + h * op.in_strides[2];
+          const int64_t out_offset = b * op.out_strides[0] + t * op.out_strides[1] + h * op.out_strides[2];
+          rotate_head<T>(plan, op, in_offset, out_offset, cos_row, sin_row);
         }
       }
     }

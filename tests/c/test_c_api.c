@@ -687,6 +687,164 @@ static void test_last_error_per_thread(void) {
 
 static void test_version(void) { CHECK(strcmp(rotary_version(), ROTARY_EXPECTED_VERSION) == 0); }
 
+/* M-RoPE from C: a schedule with three streams (rotary_spec_ext), its descriptor read back, and
+ * apply with [3, batch, seq] positions of each kind against the formula written out here (f64). */
+static void test_mrope_streams_and_position_kinds(void) {
+  enum { batch = 2, seq = 3, dim = 16, pairs = 8, streams = 3 };
+  const int64_t sections[3] = {2, 3, 3};
+  rotary_spec spec;
+  rotary_spec_ext ext;
+  rotary_schedule* schedule = NULL;
+  double q[batch * seq * dim], before[batch * seq * dim];
+  int64_t pos64[streams * batch * seq];
+  int32_t pos32[streams * batch * seq];
+  float pos_f32[streams * batch * seq];
+  double pos_f64[streams * batch * seq];
+  int kind, j, t, i;
+  memset(&spec, 0, sizeof spec);
+  memset(&ext, 0, sizeof ext);
+  spec.head_dim = dim;
+  spec.base = 1000000.0;
+  ext.stream_layout = ROTARY_STREAMS_SECTIONS;
+  ext.sections = sections;
+  ext.sections_count = 3;
+  CHECK(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_streams(schedule) == 3);
+  CHECK(rotary_schedule_layout(schedule) == ROTARY_LAYOUT_HALF);
+  CHECK(rotary_schedule_rotary_offset(schedule) == 0);
+  CHECK(rotary_schedule_blocks(schedule) == 1);
+  for (j = 0; j < pairs; ++j) CHECK(rotary_schedule_pair_stream(schedule, j) == (j < 2 ? 0 : j < 5 ? 1 : 2));
+  EXPECT_ERROR(rotary_schedule_pair_stream(schedule, pairs) == -1 ? ROTARY_ERROR_INVALID_ARGUMENT : ROTARY_OK,
+               "pair=8 must be in [0, 8)");
+  for (i = 0; i < streams * batch * seq; ++i) {
+    pos64[i] = (int64_t)((i * 7919) % 5000);
+    pos32[i] = (int32_t)pos64[i];
+    pos_f32[i] = (float)pos64[i];
+    pos_f64[i] = (double)pos64[i] + 0.25; /* fractional */
+  }
+  for (kind = ROTARY_POSITIONS_I64; kind <= ROTARY_POSITIONS_F64; ++kind) {
+    const void* data[4] = {pos64, pos32, pos_f32, pos_f64};
+    rotary_apply_args args;
+    rotary_positions positions;
+    for (i = 0; i < batch * seq * dim; ++i) q[i] = before[i] = next_value();
+    memset(&args, 0, sizeof args);
+    CHECK(rotary_tensor_bshd(q, ROTARY_F64, batch, seq, 1, dim, &args.q) == ROTARY_OK);
+    positions.kind = (rotary_position_kind)kind;
+    positions.data = data[kind];
+    positions.count = streams * batch * seq;
+    positions.streams = streams;
+    CHECK(rotary_apply_positions(schedule, &args, &positions) == ROTARY_OK);
+    for (t = 0; t < batch * seq; ++t) {
+      for (j = 0; j < pairs; ++j) {
+        const int stream = j < 2 ? 0 : j < 5 ? 1 : 2;
+        const double p = kind == ROTARY_POSITIONS_F64 ? pos_f64[stream * batch * seq + t]
+                                                      : (double)pos64[stream * batch * seq + t];
+        const double phi = p * pow(1000000.0, -2.0 * (double)j / dim);
+        const double a = before[t * dim + j], b = before[t * dim + j + pairs];
+        const double limit = kF64PairBound * (fabs(a) + fabs(b)) + 1e-12;
+        CHECK(fabs(q[t * dim + j] - (a * cos(phi) - b * sin(phi))) <= limit);
+        CHECK(fabs(q[t * dim + j + pairs] - (a * sin(phi) + b * cos(phi))) <= limit);
+      }
+    }
+  }
+  rotary_schedule_free(schedule);
+}
+
+/* Bad positions and extension fields: named, nothing written. */
+static void test_stream_errors(void) {
+  enum { seq = 3, dim = 16 };
+  const int64_t sections[3] = {2, 3, 3}, uneven[3] = {2, 3, 2};
+  rotary_spec spec;
+  rotary_spec_ext ext;
+  rotary_schedule* schedule = NULL;
+  rotary_apply_args args;
+  rotary_positions positions;
+  float q[seq * dim], before[seq * dim];
+  int64_t pos[2 * seq] = {0, 1, 2, 0, 1, 2};
+  double bad[3 * seq] = {0, 1, 2, 0, -1.5, 2, 0, 1, 2};
+  int i;
+  memset(&spec, 0, sizeof spec);
+  memset(&ext, 0, sizeof ext);
+  spec.head_dim = dim;
+  ext.stream_layout = ROTARY_STREAMS_SECTIONS;
+  ext.sections = uneven;
+  ext.sections_count = 3;
+  EXPECT_ERROR(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule), "sections");
+  CHECK(schedule == NULL);
+  ext.stream_layout = (rotary_stream_layout)9;
+  EXPECT_ERROR(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule), "ext.stream_layout=9");
+  ext.stream_layout = ROTARY_STREAMS_SECTIONS;
+  ext.sections = NULL;
+  EXPECT_ERROR(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule), "ext.sections is NULL but");
+  ext.sections = sections;
+  CHECK(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule) == ROTARY_OK);
+  for (i = 0; i < seq * dim; ++i) q[i] = before[i] = next_value();
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, seq, 1, dim, &args.q) == ROTARY_OK);
+  positions.kind = ROTARY_POSITIONS_I64;
+  positions.data = pos;
+  positions.count = 2 * seq;
+  positions.streams = 2;
+  EXPECT_ERROR(rotary_apply_positions(schedule, &args, &positions), "positions has 2 streams but the schedule reads 3");
+  positions.kind = ROTARY_POSITIONS_F64;
+  positions.data = bad;
+  positions.count = 3 * seq;
+  positions.streams = 3;
+  EXPECT_ERROR(rotary_apply_positions(schedule, &args, &positions), "positions[1][1]=-1.5 must be in [0, 2^31)");
+  positions.kind = (rotary_position_kind)7;
+  EXPECT_ERROR(rotary_apply_positions(schedule, &args, &positions), "positions.kind=7");
+  positions.kind = ROTARY_POSITIONS_I64;
+  positions.streams = 9;
+  EXPECT_ERROR(rotary_apply_positions(schedule, &args, &positions), "positions streams=9 must be in [1, 8]");
+  positions.streams = 3;
+  args.offset = 4;
+  EXPECT_ERROR(rotary_apply_positions(schedule, &args, &positions), "offset must be 0 when positions are given");
+  CHECK(memcmp(q, before, sizeof q) == 0);
+  rotary_schedule_free(schedule);
+  CHECK(rotary_schedule_streams(NULL) == 0);
+  CHECK(rotary_schedule_pair_stream(NULL, 0) == -1);
+  /* proportional (Gemma 4) and a trailing rotated slice, through the extension */
+  memset(&ext, 0, sizeof ext);
+  spec.schedule = ROTARY_SCHEDULE_PROPORTIONAL;
+  ext.partial_rotary_factor = 0.25;
+  CHECK(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_type_of(schedule) == ROTARY_SCHEDULE_PROPORTIONAL);
+  CHECK(rotary_schedule_inv_freq(schedule)[1] > 0 && rotary_schedule_inv_freq(schedule)[2] == 0);
+  rotary_schedule_free(schedule);
+  memset(&ext, 0, sizeof ext);
+  spec.schedule = ROTARY_SCHEDULE_DEFAULT;
+  spec.rotary_dim = 8;
+  ext.rotary_offset = 8;
+  CHECK(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_rotary_offset(schedule) == 8);
+  rotary_schedule_free(schedule);
+  ext.rotary_offset = 9;
+  EXPECT_ERROR(rotary_schedule_from_spec_ext(&spec, &ext, -1, &schedule), "rotary_offset=9");
+}
+
+/* A config's layer types and vision tower through the _ex constructors. */
+static void test_layer_type_and_vision(void) {
+  rotary_schedule* schedule = NULL;
+  CHECK(rotary_schedule_from_preset_ex("gemma-3-4b-it", "sliding_attention", 0, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_type_of(schedule) == ROTARY_SCHEDULE_DEFAULT);
+  CHECK(rotary_schedule_inv_freq(schedule)[1] == pow(10000.0, -2.0 / 256.0));
+  rotary_schedule_free(schedule);
+  CHECK(rotary_schedule_from_preset_ex("gemma-3-4b-it", NULL, 0, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_type_of(schedule) == ROTARY_SCHEDULE_LINEAR);
+  rotary_schedule_free(schedule);
+  EXPECT_ERROR(rotary_schedule_from_preset_ex("gemma-3-4b-it", "chunked", 0, -1, &schedule), "chunked");
+  CHECK(schedule == NULL);
+  CHECK(rotary_schedule_from_preset_ex("qwen2.5-vl-7b-instruct", NULL, 1, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_streams(schedule) == 2);
+  rotary_schedule_free(schedule);
+  CHECK(rotary_schedule_from_preset_ex("qwen2.5-vl-7b-instruct", "", 0, -1, &schedule) == ROTARY_OK);
+  CHECK(rotary_schedule_streams(schedule) == 3);
+  rotary_schedule_free(schedule);
+  EXPECT_ERROR(rotary_schedule_from_hf_config_ex("{\"head_dim\": 8, \"num_attention_heads\": 1}", NULL, 2, -1,
+                                                 &schedule),
+               "vision=2");
+}
+
 int main(void) {
   test_half_in_place_then_inverse();
   test_interleaved_out_of_place_int32_positions();
@@ -703,6 +861,9 @@ int main(void) {
   test_null_objects();
   test_last_error_per_thread();
   test_version();
+  test_mrope_streams_and_position_kinds();
+  test_stream_errors();
+  test_layer_type_and_vision();
   if (failures != 0) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;
