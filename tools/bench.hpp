@@ -9,8 +9,8 @@
 namespace rotary::cli {
 
 struct BenchOptions {
-  std::vector<std::string> cases = {"prefill_q", "prefill_k", "decode", "batched_decode"};
-  std::vector<std::string> dtypes = {"f32", "bf16"};
+  std::vector<std::string> cases = {"prefill_q", "prefill_k", "decode", "batched_decode", "mrope"};
+  std::vector<std::string> dtypes = {"f32", "f16", "bf16"};
   std::vector<std::string> pairings = {"half", "interleaved"};
   std::vector<std::string> angles = {"table", "on_the_fly"};
   std::vector<std::string> placement = {"inplace", "outofplace"};
@@ -21,6 +21,8 @@ struct BenchOptions {
 };
 
 /// Validates the options (throws rotary::Error naming the bad value), runs, prints a table or JSON.
+/// Each row carries its speed target (a ratio to memcpy; for `mrope`, to the same call with one
+/// stream; target_of in tools/bench.cpp) and whether the measured median meets it.
 int run_bench(const BenchOptions& options, std::ostream& out);
 
 }  // namespace rotary::cli
