@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <new>
 #include <random>
 #include <thread>
 
@@ -40,12 +41,25 @@ uint64_t poison_bits(DType dtype) {
   }
 }
 
+// Storage that starts on a 64-byte boundary (as framework allocations do), copies included, so
+// that a guard zone of a multiple of 64 bytes puts a view on the alignment non-temporal stores need.
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+
 // Storage buffer of `elements` plus guard zones, filled with `fill` values from floats.
 struct Buffer {
   DType dtype;
   int64_t guard;
   int64_t misalign;
-  std::vector<unsigned char> bytes;
+  std::vector<unsigned char, Aligned64<unsigned char>> bytes;
   Buffer(DType t, int64_t elements, int64_t guard_elements, int64_t misalign_elements)
       : dtype(t), guard(guard_elements), misalign(misalign_elements),
         bytes(static_cast<size_t>((elements + 2 * guard + misalign) * size_of(t))) {
@@ -111,6 +125,7 @@ struct SweepCase {
   int64_t seq;
   int layout;
   int64_t misalign;
+  int64_t guard = 19;  ///< elements before and after the view
 };
 
 std::string fmt_case(const SweepCase& c) {
@@ -135,7 +150,7 @@ void run_case(const SweepCase& c, uint64_t seed) {
   const Table table = Table::at(schedule, positions);
   const Layout layout = make_layout(c.layout, batch, c.seq, heads, c.head_dim);
   const int64_t base_offset = c.layout == 2 ? heads * c.head_dim : 0;
-  const int64_t guard = 19;
+  const int64_t guard = c.guard;
   Buffer input(c.dtype, layout.extent, guard, c.misalign);
   const std::vector<float> values = test::random_floats(static_cast<size_t>(layout.extent), seed, 2.0f);
   for (int64_t i = 0; i < layout.extent; ++i) input.set(i, values[static_cast<size_t>(i)]);
@@ -250,6 +265,35 @@ TEST_P(CpuKernels, MatchReferenceEverywhere) {
     }
   }
   EXPECT_GT(cases, 500);
+}
+
+// Out of place into large outputs the vector bodies store non-temporally (RowArgs::stream); forced
+// here for every size. Aligned views take the streaming stores, misaligned ones fall back; both
+// give the reference's bytes and touch nothing outside the view.
+TEST_P(CpuKernels, NonTemporalStoresMatchTheReference) {
+  const detail::ScopedStreamMinBytes every_call(0);
+  const int64_t streamed_before = detail::streamed_call_count();
+  const std::vector<std::pair<int64_t, int64_t>> dims = {{128, 128}, {64, 64}, {96, 96}, {80, 32}, {128, 64}, {34, 34}};
+  uint64_t seed = 500;
+  int cases = 0;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+      for (const auto& [d, r] : dims) {
+        for (int layout = 0; layout < 4; ++layout) {
+          for (int64_t misalign : {0, 1}) {
+            run_case({.dtype = dtype, .pairing = pairing, .table = (seed & 1) != 0, .in_place = false,
+                      .head_dim = d, .rotary_dim = r, .seq = static_cast<int64_t>(1 + seed % 5),
+                      .layout = layout, .misalign = misalign, .guard = 64}, seed);
+            ++seed;
+            if (HasFatalFailure()) return;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 4 * 2 * 6 * 4 * 2);
+  EXPECT_EQ(detail::streamed_call_count() - streamed_before, cases);  // every CPU call streamed
 }
 
 TEST_P(CpuKernels, SixteenBitResultsAreTheF32ResultRoundedOnce) {

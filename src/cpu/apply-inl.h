@@ -9,6 +9,7 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -119,8 +120,20 @@ HWY_INLINE VU PackBf16(VF even, VF odd) {
   return hn::Or(hn::ShiftRight<16>(RoundAtBit16(even)),
                 hn::And(RoundAtBit16(odd), hn::Set(DU(), 0xffff0000u)));
 }
+// A vector store; kStream: non-temporal (the destination must be aligned to the vector's size),
+// which writes a whole line without reading it first (RowArgs::stream).
+template <bool kStream, class D>
+HWY_INLINE void Put(hn::VFromD<D> v, D d, hn::TFromD<D>* p) {
+  if constexpr (kStream) {
+    hn::Stream(v, d, p);
+  } else {
+    hn::StoreU(v, d, p);
+  }
+}
+
 HWY_INLINE VU LoadBf16Words(const uint16_t* p) { return hn::BitCast(DU(), hn::LoadU(DU16(), p)); }
-HWY_INLINE void StoreBf16Words(VU w, uint16_t* p) { hn::StoreU(hn::BitCast(DU16(), w), DU16(), p); }
+template <bool kStream>
+HWY_INLINE void StoreBf16Words(VU w, uint16_t* p) { Put<kStream>(hn::BitCast(DU16(), w), DU16(), p); }
 
 // Widen/narrow L values of f32 or f16 storage (f16 only where ROTARY_VECTOR_F16).
 template <class Tag>
@@ -128,7 +141,8 @@ struct VecIo;
 template <>
 struct VecIo<F32Tag> {
   static VF Load(const float* p) { return hn::LoadU(DF(), p); }
-  static void Store(VF v, float* p) { hn::StoreU(v, DF(), p); }
+  template <bool kStream>
+  static void Store(VF v, float* p) { Put<kStream>(v, DF(), p); }
 };
 #if ROTARY_VECTOR_F16
 template <>
@@ -136,8 +150,9 @@ struct VecIo<F16Tag> {
   static VF Load(const uint16_t* p) {
     return hn::PromoteTo(DF(), hn::LoadU(DH(), reinterpret_cast<const hwy::float16_t*>(p)));
   }
+  template <bool kStream>
   static void Store(VF v, uint16_t* p) {
-    hn::StoreU(hn::DemoteTo(DH(), v), DH(), reinterpret_cast<hwy::float16_t*>(p));
+    Put<kStream>(hn::DemoteTo(DH(), v), DH(), reinterpret_cast<hwy::float16_t*>(p));
   }
 };
 #endif
@@ -154,7 +169,7 @@ HWY_INLINE VF InRegister(VF v) {
 }
 
 // f32 and f16, half pairing: a = x[i..], b = x[h+i..], natural angles.
-template <class Tag, class T>
+template <class Tag, bool kStream, class T>
 HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
@@ -164,8 +179,8 @@ HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
     const VF b = InRegister(VecIo<Tag>::Load(in + h + i));
     const VF c = InRegister(hn::LoadU(DF(), args.c + i));
     const VF s = InRegister(hn::LoadU(DF(), args.s + i));
-    VecIo<Tag>::Store(RotMinus(a, c, b, s), out + i);
-    VecIo<Tag>::Store(RotMinus(b, c, a, hn::Neg(s)), out + h + i);
+    VecIo<Tag>::template Store<kStream>(RotMinus(a, c, b, s), out + i);
+    VecIo<Tag>::template Store<kStream>(RotMinus(b, c, a, hn::Neg(s)), out + h + i);
   }
   return i;
 }
@@ -173,7 +188,7 @@ HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
 // f32 and f16, interleaved: x = [a0 b0 a1 b1 ..], swapped = [b0 a0 b1 a1 ..],
 // y = x C2 - swapped S2 with C2 = [c0 c0 c1 c1 ..], S2 = [s0 -s0 s1 -s1 ..] (args.layout):
 // even lanes a c - b s, odd lanes b c - a (-s): the scalar formula lane by lane.
-template <class Tag, class T>
+template <class Tag, bool kStream, class T>
 HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t r = args.rotary_dim;
@@ -184,12 +199,13 @@ HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArg
     const VF x = InRegister(VecIo<Tag>::Load(in + j));
     const VF c = InRegister(hn::LoadU(DF(), c2 + j));
     const VF s = InRegister(hn::LoadU(DF(), s2 + j));
-    VecIo<Tag>::Store(RotMinus(x, c, hn::Shuffle2301(x), s), out + j);
+    VecIo<Tag>::template Store<kStream>(RotMinus(x, c, hn::Shuffle2301(x), s), out + j);
   }
   return j / 2;  // L is even: whole pairs
 }
 
 // bf16, interleaved: u32 lane i holds the pair (a_i, b_i); natural angles.
+template <bool kStream>
 HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
@@ -200,13 +216,14 @@ HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, cons
     const VF b = Bf16Odd(w);
     const VF c = InRegister(hn::LoadU(DF(), args.c + i));
     const VF s = InRegister(hn::LoadU(DF(), args.s + i));
-    StoreBf16Words(PackBf16(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
+    StoreBf16Words<kStream>(PackBf16(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
   }
   return i;
 }
 
 // bf16, half pairing: blocks of 2L pairs; one load of x[i..i+2L) gives pairs i, i+2, .. (even)
 // and i+1, i+3, .. (odd), so args.layout holds per block [c_even | c_odd | s_even | s_odd].
+template <bool kStream>
 HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
@@ -218,8 +235,8 @@ HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowAr
     const float* block = args.layout + 2 * i;
     const VF ce = InRegister(hn::LoadU(DF(), block)), co = InRegister(hn::LoadU(DF(), block + L));
     const VF se = InRegister(hn::LoadU(DF(), block + 2 * L)), so = InRegister(hn::LoadU(DF(), block + 3 * L));
-    StoreBf16Words(PackBf16(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
-    StoreBf16Words(PackBf16(RotMinus(be, ce, ae, hn::Neg(se)), RotMinus(bo, co, ao, hn::Neg(so))),
+    StoreBf16Words<kStream>(PackBf16(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
+    StoreBf16Words<kStream>(PackBf16(RotMinus(be, ce, ae, hn::Neg(se)), RotMinus(bo, co, ao, hn::Neg(so))),
                    out + h + i);
   }
   return i;
@@ -288,17 +305,42 @@ void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool inter
 
 // One rotated slice (or one block of a block_half slice) of one head: in and out point at its
 // first channel; args.rotary_dim, c, s and layout describe it.
-template <class Tag, class T>
-HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
-  int64_t done = 0;  // pairs rotated by a vector body
+template <class Tag, bool kStream, class T>
+HWY_INLINE int64_t RotateSliceVectors(const T* in, T* out, const RowArgs& args) {
 #if ROTARY_VECTOR_BODY
   if constexpr (std::is_same_v<Tag, BF16Tag>) {
-    done = args.interleaved ? RotateBf16Interleaved(in, out, args) : RotateBf16Half(in, out, args);
+    return args.interleaved ? RotateBf16Interleaved<kStream>(in, out, args)
+                            : RotateBf16Half<kStream>(in, out, args);
   } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
-    done = args.interleaved ? RotateInterleavedDuplicated<Tag>(in, out, args)
-                            : RotateHalfNatural<Tag>(in, out, args);
+    return args.interleaved ? RotateInterleavedDuplicated<Tag, kStream>(in, out, args)
+                            : RotateHalfNatural<Tag, kStream>(in, out, args);
   }
 #endif
+  (void)in, (void)out, (void)args;
+  return 0;
+}
+
+// Whether the vector bodies may store `out` non-temporally: every vector store of this slice
+// lands on a whole aligned vector (the slice starts aligned and its half, h elements, is a whole
+// number of vectors).
+template <class T>
+HWY_INLINE bool StreamAligned(const T* out, const RowArgs& args) {
+#if ROTARY_VECTOR_BODY
+  const size_t vector_bytes = hn::Lanes(DF()) * sizeof(float);
+  const size_t half_bytes = static_cast<size_t>(args.rotary_dim / 2) * sizeof(T);
+  return reinterpret_cast<uintptr_t>(out) % vector_bytes == 0 && half_bytes % vector_bytes == 0;
+#else
+  (void)out, (void)args;
+  return false;
+#endif
+}
+
+template <class Tag, class T>
+HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
+  // pairs rotated by a vector body
+  const int64_t done = args.stream && StreamAligned(out, args)
+                           ? RotateSliceVectors<Tag, true>(in, out, args)
+                           : RotateSliceVectors<Tag, false>(in, out, args);
   RotatePairsScalar<Tag>(in, out, args, done, args.rotary_dim / 2);
 }
 
@@ -316,6 +358,7 @@ void RotateHeads(const RowArgs& args) {
   for (int64_t head = 0; head < args.heads; ++head) {
     const T* in = in_base + head * args.in_head_stride;
     T* out = out_base + head * args.out_head_stride;
+
     if (args.blocks == 1) {
       RotateSlice<Tag>(in + off, out + off, args);
     } else {

@@ -26,6 +26,10 @@ struct RowArgs {
   int64_t blocks = 1;         ///< block_half: the slice in `blocks` half-paired blocks
   bool interleaved = false;
   bool copy_tail = false;  ///< copy the channels outside the rotated slice (out of place only)
+  /// Out of place into a destination larger than the cache: the vector bodies store aligned
+  /// vectors non-temporally (no read of the destination line first, as memcpy does at that size).
+  /// The caller fences (stream_fence) before the results are handed over.
+  bool stream = false;
   const float* c = nullptr;
   const float* s = nullptr;
   const float* layout = nullptr;
@@ -40,6 +44,26 @@ void prepare_layout_bf16(const float* c, const float* s, int64_t pairs, bool int
 void rotate_heads_f32(const RowArgs& args);
 void rotate_heads_f16(const RowArgs& args);
 void rotate_heads_bf16(const RowArgs& args);
+
+/// Orders the non-temporal stores of RowArgs::stream before any later store (sfence on x86).
+void stream_fence();
+
+/// Out-of-place calls moving at least this many bytes (read + written) store non-temporally: the
+/// last-level cache's size, unless a ScopedStreamMinBytes is alive.
+int64_t stream_min_bytes();
+/// Tests: overrides stream_min_bytes while alive (0: every out-of-place call streams).
+class ScopedStreamMinBytes {
+ public:
+  explicit ScopedStreamMinBytes(int64_t bytes);
+  ~ScopedStreamMinBytes();
+  ScopedStreamMinBytes(const ScopedStreamMinBytes&) = delete;
+  ScopedStreamMinBytes& operator=(const ScopedStreamMinBytes&) = delete;
+
+ private:
+  int64_t previous_;
+};
+/// Tests: how many cpu_apply calls so far chose non-temporal stores.
+int64_t streamed_call_count();
 
 /// cos and sin of p_i * inv_freq[i] times factor, i < pairs, in double, vectorised, where p_i is
 /// pair_position[i] when pair_position is not null (multi-stream), else `position` (a whole or

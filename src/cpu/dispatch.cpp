@@ -2,11 +2,18 @@
 // single-threaded. Every output element is a pure function of its input pair and its token's
 // angles, so the results are bit-identical for any thread count.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "../half.hpp"
 #include "../rotate.hpp"
@@ -19,6 +26,29 @@ namespace {
 constexpr int64_t kParallelBytes = int64_t{1} << 18;
 // Scratch for one token's angles lives on the stack up to this rotary_dim.
 constexpr int64_t kStackRotaryDim = 1024;
+
+// Out of place, calls moving at least this many bytes (read + written) store non-temporally
+// (RowArgs::stream): their output cannot stay in the last-level cache anyway. The cache as the
+// kernel reports it to this machine (sysfs: a VM's share), else as the processor reports it
+// (sysconf), else 32 MiB.
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t found = 0;
+    if (FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      long long kib = 0;
+      char unit = 0;
+      if (std::fscanf(f, "%lld%c", &kib, &unit) == 2 && unit == 'K' && kib > 0) found = kib << 10;
+      std::fclose(f);
+    }
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (found <= 0) found = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return found > 0 ? found : int64_t{32} << 20;
+  }();
+  return bytes;
+}
+std::atomic<int64_t> stream_min_bytes_override{-1};
+std::atomic<int64_t> streamed_calls{0};
 
 // One token's angles. Float rows (f32/f16/bf16) point into the table when they can; double rows
 // serve f64 storage. `layout` is what the vector kernels read (PrepareLayout).
@@ -106,7 +136,7 @@ void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int6
 }
 
 void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_in_seq,
-                  int64_t first_head, int64_t heads, const TokenAngles& angles) {
+                  int64_t first_head, int64_t heads, const TokenAngles& angles, bool stream) {
   const int64_t in_offset =
       b * op.in_strides[0] + token_in_seq * op.in_strides[1] + first_head * op.in_strides[2];
   const int64_t out_offset =
@@ -126,6 +156,7 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
     args.blocks = plan.blocks;
     args.interleaved = plan.pairing == Pairing::interleaved;
     args.copy_tail = !op.in_place && plan.copy_tail;
+    args.stream = stream && !op.in_place;
     args.c = angles.c;
     args.s = angles.s;
     args.layout = angles.layout;
@@ -158,7 +189,8 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
   }
 }
 
-void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, const Scratch& scratch) {
+void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, bool stream,
+                const Scratch& scratch) {
   const bool build_layout = plan.dtype != DType::f64 && any_contiguous(plan);
   for (int64_t block = first; block < last; ++block) {
     const int64_t token = block / split;
@@ -170,13 +202,14 @@ void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, co
       const Operand& op = plan.operands[static_cast<size_t>(o)];
       const int64_t h0 = part * op.heads / split;
       const int64_t h1 = (part + 1) * op.heads / split;
-      if (h1 > h0) rotate_block(plan, op, b, t, h0, h1 - h0, angles);
+      if (h1 > h0) rotate_block(plan, op, b, t, h0, h1 - h0, angles, stream);
     }
   }
+  if (stream) stream_fence();
 }
 
 // Runs blocks [first, last) with scratch on the stack when it fits.
-void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t split) {
+void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t split, bool stream) {
   const int64_t r = plan.rotary_dim;
   const int64_t h = r / 2;
   auto carve = [&](float* floats, double* doubles) {
@@ -186,15 +219,32 @@ void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t spl
   if (r <= kStackRotaryDim) {
     alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
     alignas(64) std::array<double, 3 * kStackRotaryDim / 2> doubles;
-    run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
+    run_blocks(plan, first, last, split, stream, carve(floats.data(), doubles.data()));
   } else {
     std::vector<float> floats(static_cast<size_t>(3 * r));
     std::vector<double> doubles(static_cast<size_t>(3 * h));
-    run_blocks(plan, first, last, split, carve(floats.data(), doubles.data()));
+    run_blocks(plan, first, last, split, stream, carve(floats.data(), doubles.data()));
   }
 }
 
 }  // namespace
+
+void stream_fence() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_sfence();
+#endif
+}
+
+int64_t stream_min_bytes() {
+  const int64_t forced = stream_min_bytes_override.load(std::memory_order_relaxed);
+  return forced >= 0 ? forced : last_level_cache_bytes();
+}
+
+ScopedStreamMinBytes::ScopedStreamMinBytes(int64_t bytes)
+    : previous_(stream_min_bytes_override.exchange(bytes)) {}
+ScopedStreamMinBytes::~ScopedStreamMinBytes() { stream_min_bytes_override.store(previous_); }
+
+int64_t streamed_call_count() { return streamed_calls.load(); }
 
 int useful_threads(int requested, int64_t blocks) {
   // Counted once: omp_get_num_procs() asks the kernel for the affinity mask (~1.5 µs a call).
@@ -207,12 +257,17 @@ int useful_threads(int requested, int64_t blocks) {
 void cpu_apply(const Plan& plan) {
   const int64_t tokens = plan.batch * plan.seq;
   int64_t elements = 0;
+  bool out_of_place = false;
   int64_t max_heads = 1;
   for (int o = 0; o < plan.operand_count; ++o) {
-    elements += tokens * plan.operands[static_cast<size_t>(o)].heads * plan.head_dim;
-    max_heads = std::max(max_heads, plan.operands[static_cast<size_t>(o)].heads);
+    const Operand& op = plan.operands[static_cast<size_t>(o)];
+    elements += tokens * op.heads * plan.head_dim;
+    out_of_place = out_of_place || !op.in_place;
+    max_heads = std::max(max_heads, op.heads);
   }
   const int64_t bytes = 2 * elements * size_of(plan.dtype);
+  const bool stream = out_of_place && bytes >= stream_min_bytes();
+  if (stream) streamed_calls.fetch_add(1, std::memory_order_relaxed);
   // At most tokens * max_heads threads, so that blocks >= threads whatever the split below.
   const int threads = bytes < kParallelBytes ? 1 : useful_threads(plan.threads, tokens * max_heads);
   // Few tokens (decode): split heads too, so every thread gets a block.
@@ -222,7 +277,7 @@ void cpu_apply(const Plan& plan) {
   }
   const int64_t blocks = tokens * split;
   if (threads <= 1) {
-    run_with_scratch(plan, 0, blocks, split);
+    run_with_scratch(plan, 0, blocks, split, stream);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -232,7 +287,7 @@ void cpu_apply(const Plan& plan) {
     const int64_t me = omp_get_thread_num();
     const int64_t first = blocks * me / count;
     const int64_t last = blocks * (me + 1) / count;
-    run_with_scratch(plan, first, last, split);
+    run_with_scratch(plan, first, last, split, stream);
   }
 }
 
