@@ -80,10 +80,20 @@ void table_rows(const Plan& plan, const std::array<double, max_streams>& p, Valu
   }
   const Value sign = plan.inverse ? Value(-1) : Value(1);
   const int64_t pairs = schedule.pairs();
-  for (int64_t j = 0; j < pairs; ++j) {
-    const int64_t row = rows[static_cast<size_t>(schedule.stream_of(j))];
-    c[j] = static_cast<Value>(table.cos_row(row)[j]);
-    s[j] = sign * static_cast<Value>(table.sin_row(row)[j]);
+  // By runs of pairs that share a stream (M-RoPE sections: a few long runs), each a contiguous
+  // copy from its row.
+  for (int64_t first = 0; first < pairs;) {
+    const int stream = schedule.stream_of(first);
+    int64_t end = first + 1;
+    while (end < pairs && schedule.stream_of(end) == stream) ++end;
+    const int64_t row = rows[static_cast<size_t>(stream)];
+    const float* cos_row = table.cos_row(row);
+    const float* sin_row = table.sin_row(row);
+    for (int64_t j = first; j < end; ++j) {
+      c[j] = static_cast<Value>(cos_row[j]);
+      s[j] = sign * static_cast<Value>(sin_row[j]);
+    }
+    first = end;
   }
 }
 
