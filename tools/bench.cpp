@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <numeric>
 #include <random>
+#include <tuple>
 
 #include "../src/text.hpp"
 #include "commands.hpp"
@@ -52,6 +55,7 @@ constexpr int64_t kStreamingWorkingSetBytes = int64_t{96} << 20;
 // on some AMD processors runs ~10x slower when destination and source share their offset in a
 // 4 KiB page, which would make the memcpy baseline, not the kernel, the slow side.
 constexpr int64_t kOutputSkew = 1024 + 64;
+constexpr uintptr_t kBufferAlignment = 64;
 // apply runs one thread below this many bytes moved (src/cpu/dispatch.cpp); memcpy does the same.
 constexpr int64_t kParallelBytes = int64_t{1} << 18;
 
@@ -74,6 +78,41 @@ void parallel_copy(unsigned char* dst, const unsigned char* src, int64_t bytes, 
     const int64_t first = bytes * me / n;
     const int64_t last = bytes * (me + 1) / n;
     std::memcpy(dst + first, src + first, static_cast<size_t>(last - first));
+  }
+}
+
+// Every byte of `bytes` loaded and stored back in place, split as parallel_copy splits: the traffic
+// any in-place kernel must cause (its floor), with no arithmetic. 16-byte words kept opaque to the
+// compiler, so that neither the loads nor the stores are elided.
+void touch_words(unsigned char* p, int64_t bytes) {
+  int64_t i = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  using Word = long long __attribute__((vector_size(16)));
+  for (; i + 16 <= bytes; i += 16) {
+    Word w;
+    std::memcpy(&w, p + i, 16);
+    asm volatile("" : "+x"(w));
+    std::memcpy(p + i, &w, 16);
+  }
+#endif
+  for (; i < bytes; ++i) {
+    unsigned char v = p[i];
+    asm volatile("" : "+r"(v));
+    p[i] = v;
+  }
+}
+void parallel_touch(unsigned char* p, int64_t bytes, int threads) {
+  if (threads <= 1 || 2 * bytes < kParallelBytes) {
+    touch_words(p, bytes);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t n = omp_get_num_threads();
+    const int64_t me = omp_get_thread_num();
+    const int64_t first = bytes * me / n;
+    const int64_t last = bytes * (me + 1) / n;
+    touch_words(p + first, last - first);
   }
 }
 
@@ -149,6 +188,8 @@ struct Row {
   int threads;
   double median_ns, gbps, memcpy_median_ns, ratio_to_memcpy, speedup_vs_reference;
   double single_stream_median_ns;  // mrope only, else 0
+  double touch_median_ns;          // in place only, else 0: load and store every byte in place
+  double compute_floor;            // compute_ns_per_element scaled to the case, over memcpy
   Target target;
   double ratio;  // the one the target bounds
   bool pass;
@@ -158,11 +199,17 @@ std::string json_row(const Row& r) {
   const std::pair<double, const char*> numbers[] = {
       {r.median_ns, "median_ns"}, {r.gbps, "gbps"}, {r.memcpy_median_ns, "memcpy_median_ns"},
       {r.ratio_to_memcpy, "ratio_to_memcpy"}, {r.speedup_vs_reference, "speedup_vs_reference"},
-      {r.single_stream_median_ns, "single_stream_median_ns"}, {r.ratio, "ratio"}};
+      {r.single_stream_median_ns, "single_stream_median_ns"}, {r.touch_median_ns, "touch_median_ns"},
+      {r.compute_floor, "compute_floor"},
+      {r.ratio, "ratio"}};
   for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
-  std::string single;
+  std::string single = fmt::format(",\"compute_floor_ratio\":{:.4f}", r.compute_floor);
+  if (r.touch_median_ns > 0) {
+    single += fmt::format(",\"touch_median_ns\":{:.1f},\"touch_ratio_to_memcpy\":{:.4f}", r.touch_median_ns,
+                          r.touch_median_ns / r.memcpy_median_ns);
+  }
   if (r.single_stream_median_ns > 0) {
-    single = fmt::format(",\"single_stream_median_ns\":{:.1f},\"ratio_to_single_stream\":{:.4f}",
+    single += fmt::format(",\"single_stream_median_ns\":{:.1f},\"ratio_to_single_stream\":{:.4f}",
                          r.single_stream_median_ns, r.ratio);
   }
   return fmt::format(
@@ -175,11 +222,17 @@ std::string json_row(const Row& r) {
       r.target.against, r.pass ? "true" : "false");
 }
 
-// Inputs and outputs of `buffers` operations, q then k in each, random values.
+// Inputs and outputs of `buffers` operations, q then k in each, random values. Both start on a
+// 64-byte boundary, as the allocators of PyTorch, NumPy and every ML framework give them.
 struct Buffers {
   int64_t count, op_bytes, q_bytes;
-  std::vector<unsigned char> in, dst;
-  unsigned char* out(int64_t k) { return dst.data() + kOutputSkew + k * op_bytes; }
+  std::vector<unsigned char> in_storage, dst_storage;
+  static unsigned char* aligned(std::vector<unsigned char>& v) {
+    const auto address = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + (kBufferAlignment - address % kBufferAlignment) % kBufferAlignment;
+  }
+  unsigned char* in(int64_t k) { return aligned(in_storage) + k * op_bytes; }
+  unsigned char* out(int64_t k) { return aligned(dst_storage) + kOutputSkew + k * op_bytes; }
 };
 
 Buffers make_buffers(const Case& c, DType dtype, std::mt19937_64& rng) {
@@ -192,21 +245,67 @@ Buffers make_buffers(const Case& c, DType dtype, std::mt19937_64& rng) {
                 ? std::clamp<int64_t>(kCachedWorkingSetBytes / (2 * b.op_bytes), 4, 16)
                 : std::max<int64_t>(1, kStreamingWorkingSetBytes / b.op_bytes);
   // Inputs (also rotated in place), outputs (out of place and memcpy destinations).
-  b.in.resize(static_cast<size_t>(b.count * b.op_bytes));
-  b.dst.assign(static_cast<size_t>(b.count * b.op_bytes + kOutputSkew), 0);
+  b.in_storage.resize(static_cast<size_t>(b.count * b.op_bytes) + kBufferAlignment);
+  b.dst_storage.assign(static_cast<size_t>(b.count * b.op_bytes + kOutputSkew) + kBufferAlignment, 0);
+  unsigned char* in = b.in(0);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (int64_t i = 0; i < b.count * elements; ++i) {
     const float v = normal(rng);
     if (dtype == DType::f32) {
-      std::memcpy(&b.in[static_cast<size_t>(i * 4)], &v, 4);
+      std::memcpy(in + i * 4, &v, 4);
     } else {
       uint32_t bits;
       std::memcpy(&bits, &v, 4);
       const auto h = static_cast<uint16_t>(bits >> 16);  // any bf16/f16 pattern will do
-      std::memcpy(&b.in[static_cast<size_t>(i * 2)], &h, 2);
+      std::memcpy(in + i * 2, &h, 2);
     }
   }
   return b;
+}
+
+// The kernel's cost per element when memory costs (almost) nothing: q and k of 4 decode tokens
+// (80 KiB at f32), cache-resident, rotated over and over in one buffer on one thread. Scaled to a
+// case's elements and threads and divided by its memcpy time, it is the ratio the kernel would
+// reach if every byte came from the cache: its compute floor.
+double compute_ns_per_element(DType dtype, Pairing pairing, bool use_table, bool inplace, int reps) {
+  constexpr int64_t kTokens = 4, kHeadsQ = 32, kHeadsK = 8, kCalls = 200;
+  const Schedule schedule = llama31(pairing);
+  std::vector<int64_t> positions(kTokens);
+  std::iota(positions.begin(), positions.end(), kDecodePosition);
+  const Table table = Table::at(schedule, positions);
+  const int64_t es = size_of(dtype);
+  const int64_t elements = kTokens * (kHeadsQ + kHeadsK) * kHeadDim;
+  const int64_t q_bytes = kTokens * kHeadsQ * kHeadDim * es;
+  std::vector<unsigned char> in_storage(static_cast<size_t>(elements * es) + kBufferAlignment);
+  std::vector<unsigned char> out_storage(in_storage.size());
+  unsigned char* in = Buffers::aligned(in_storage);
+  unsigned char* out = Buffers::aligned(out_storage);
+  for (int64_t i = 0; i < elements; ++i) {  // 1.0 in every dtype: rotations keep it bounded
+    if (dtype == DType::f32) {
+      const float one = 1.0f;
+      std::memcpy(in + i * 4, &one, 4);
+    } else {
+      const uint16_t one = dtype == DType::f16 ? 0x3c00 : 0x3f80;
+      std::memcpy(in + i * 2, &one, 2);
+    }
+  }
+  ApplyArgs a{.q = TensorView::bshd(in, dtype, 1, kTokens, kHeadsQ, kHeadDim),
+              .k = TensorView::bshd(in + q_bytes, dtype, 1, kTokens, kHeadsK, kHeadDim),
+              .positions = Positions::per_token(positions),
+              .table = use_table ? &table : nullptr,
+              .threads = 1};
+  if (!inplace) {
+    a.q_out = TensorView::bshd(out, dtype, 1, kTokens, kHeadsQ, kHeadDim);
+    a.k_out = TensorView::bshd(out + q_bytes, dtype, 1, kTokens, kHeadsK, kHeadDim);
+  }
+  std::vector<double> per_element;
+  for (int r = 0; r < reps + 2; ++r) {  // the first two warm up
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < kCalls; ++k) apply(schedule, a);
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    if (r >= 2) per_element.push_back(ns / static_cast<double>(kCalls * elements));
+  }
+  return median(per_element);
 }
 
 // One way to call apply: its schedule, positions and table.
@@ -234,6 +333,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   for (int t : thread_counts) check_threads(t, "--threads");
 
   std::vector<Row> rows;
+  std::map<std::tuple<std::string, std::string, bool, bool>, double> compute_cost;  // ns per element
   std::mt19937_64 rng(o.seed);
   for (const Case& c : kCases) {
     if (!contains(o.cases, std::string(c.name))) continue;
@@ -269,7 +369,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
           for (const std::string& placement : o.placement) {
             const bool inplace = placement == "inplace";
             auto args_for = [&](int64_t k, int threads, Backend backend, const Variant& v) {
-              unsigned char* in = buf.in.data() + k * op_bytes;
+              unsigned char* in = buf.in(k);
               unsigned char* dst = buf.out(k);
               ApplyArgs a{.q = TensorView::bshd(in, dtype, c.batch, c.seq, c.heads_q, kHeadDim),
                           .positions = v.positions,
@@ -298,8 +398,14 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
               const auto start = Clock::now();
               for (int64_t k = 0; k < ops_per_rep; ++k) {
                 const int64_t b = k % buf.count;
-                parallel_copy(buf.out(b), buf.in.data() + b * op_bytes, op_bytes, threads);
+                parallel_copy(buf.out(b), buf.in(b), op_bytes, threads);
               }
+              return std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
+                     static_cast<double>(ops_per_rep);
+            };
+            auto time_touch = [&](int threads) {
+              const auto start = Clock::now();
+              for (int64_t k = 0; k < ops_per_rep; ++k) parallel_touch(buf.in(k % buf.count), op_bytes, threads);
               return std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
                      static_cast<double>(ops_per_rep);
             };
@@ -311,7 +417,7 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
             const double reference = median(reference_ns);
             for (int threads : thread_counts) {
               const int effective = threads == 0 ? all : threads;
-              std::vector<double> kernel_ns, copy_ns, single_ns;
+              std::vector<double> kernel_ns, copy_ns, single_ns, touch_ns;
               for (int w = 0; w < 2; ++w) {  // warm-up
                 time_kernel(effective, Backend::automatic, main);
                 if (c.mrope) time_kernel(effective, Backend::automatic, reference_stream);
@@ -321,10 +427,19 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
                 kernel_ns.push_back(time_kernel(effective, Backend::automatic, main));
                 if (c.mrope) single_ns.push_back(time_kernel(effective, Backend::automatic, reference_stream));
                 copy_ns.push_back(time_copy(effective));
+                if (inplace) touch_ns.push_back(time_touch(effective));
               }
               Row row{c.name, dtype_name, pairing_name, angles, inplace, effective, median(kernel_ns), 0,
                       median(copy_ns), 0, 0, c.mrope ? median(single_ns) : 0.0,
-                      target_of(c, dtype, use_table, inplace), 0, false};
+                      inplace ? median(touch_ns) : 0.0, 0, target_of(c, dtype, use_table, inplace), 0, false};
+              const auto key = std::make_tuple(dtype_name, pairing_name, use_table, inplace);
+              if (!compute_cost.count(key)) {
+                compute_cost[key] = compute_ns_per_element(dtype, parse_pairing(pairing_name), use_table, inplace, o.reps);
+              }
+              const double case_elements = static_cast<double>(op_bytes / size_of(dtype));
+              // The threads apply runs (one below kParallelBytes moved, as memcpy here).
+              const int used = 2 * op_bytes < kParallelBytes ? 1 : effective;
+              row.compute_floor = compute_cost[key] * case_elements / used / row.memcpy_median_ns;
               row.gbps = 2.0 * static_cast<double>(op_bytes) / row.median_ns;
               row.ratio_to_memcpy = row.median_ns / row.memcpy_median_ns;
               row.speedup_vs_reference = reference / row.median_ns;
@@ -348,19 +463,23 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
                      "mrope: Qwen2-VL 3-stream M-RoPE prefill q against the same call with one stream); "
                      "medians of {} interleaved repetitions; GB/s counts bytes read + written; memcpy of "
                      "the same bytes on the same threads; decode cases rotate among 4-16 cache-resident "
-                     "buffers (<= 8 MiB), prefill cases stream from DRAM (> 96 MiB)\n",
+                     "buffers (<= 8 MiB), prefill cases stream from DRAM (> 96 MiB); floor: in place, "
+                     "loading and storing every byte back with no arithmetic, against memcpy; compute: the kernel's "
+                     "time per element on cache-resident data, scaled to the case, against memcpy\n",
                      o.reps);
-  out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:>3} {:>11} {:>8} {:>11} {:>9} {:>9} {:>7} {:>6} {}\n",
+  out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:>3} {:>11} {:>8} {:>11} {:>9} {:>9} {:>6} {:>7} {:>7} {:>6} {}\n",
                      "case", "dtype", "pairing", "angles", "placement", "thr", "median_us", "GB/s", "memcpy_us",
-                     "/memcpy", "x scalar", "ratio", "target", "pass");
+                     "/memcpy", "x scalar", "floor", "compute", "ratio", "target", "pass");
   int passed = 0;
   for (const Row& r : rows) {
     passed += r.pass ? 1 : 0;
     out << fmt::format(
-        "{:<15} {:<5} {:<12} {:<10} {:<12} {:>3} {:>11.3f} {:>8.2f} {:>11.3f} {:>9.3f} {:>9.1f} {:>7.3f} {:>6.2f} {}\n",
+        "{:<15} {:<5} {:<12} {:<10} {:<12} {:>3} {:>11.3f} {:>8.2f} {:>11.3f} {:>9.3f} {:>9.1f} {:>6} {:>7.3f} {:>7.3f} {:>6.2f} {}\n",
         r.case_name, r.dtype, r.pairing, r.angles, r.inplace ? "in place" : "out of place", r.threads,
         r.median_ns / 1e3, r.gbps, r.memcpy_median_ns / 1e3, r.ratio_to_memcpy, r.speedup_vs_reference,
-        r.ratio, r.target.limit, r.pass ? "yes" : "NO");
+        r.touch_median_ns > 0 ? fmt::format("{:.3f}", r.touch_median_ns / r.memcpy_median_ns) : "-",
+        r.compute_floor, r.ratio,
+        r.target.limit, r.pass ? "yes" : "NO");
   }
   out << fmt::format("{} of {} rows meet their targets (ratio: to memcpy; mrope: to the single stream)\n",
                      passed, rows.size());
