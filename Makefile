@@ -8,9 +8,16 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
 BUILD_FUZZ ?= build-fuzz
 
-.PHONY: run test deps build build-asan test-release test-asan fuzz clean
+.PHONY: run test deps build build-asan test-release test-asan test-python python-install fuzz clean
 
 PYTHON := /usr/bin/python3
+# The Python environment of `make test` and `make run`: Debian's CPython with every package from
+# PyPI at the versions pinned in python/requirements-test.txt (torch brings its CUDA libraries:
+# about 3 GB to download, 6 GB installed, once per build tree).
+VENV := $(BUILD)/venv
+VENV_PYTHON := $(VENV)/bin/python
+PY_REQUIREMENTS := python/requirements-test.txt
+PIP := $(VENV_PYTHON) -m pip --disable-pip-version-check
 
 # What building and testing need (the fuzzing toolchain comes with `make fuzz`).
 deps:
@@ -25,23 +32,38 @@ build-asan: deps
 	  -DROTARY_BUILD_TOOLS=ON -DROTARY_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 
-run: build
+run: build python-install
 	mkdir -p out
 	$(BUILD)/rotary demo
 	$(BUILD)/rotary bench --cases prefill_q,decode --pairings half | tee out/bench.txt
-	PYTHONPATH=$(BUILD)/python $(PYTHON) bench/compare_torch.py | tee out/compare_torch.txt
-	PYTHONPATH=$(BUILD)/python $(PYTHON) -m rotary.report --cli $(BUILD)/rotary --out out \
+	$(VENV_PYTHON) bench/compare_torch.py | tee out/compare_torch.txt
+	$(VENV_PYTHON) -m rotary.report --cli $(BUILD)/rotary --out out \
 	  --extra out/bench.txt out/compare_torch.txt
+
+# The venv, filled once per change of the requirements file (quick when nothing changed).
+$(VENV)/requirements.stamp: $(PY_REQUIREMENTS) | deps
+	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --progress-bar off -r $(PY_REQUIREMENTS)
+	touch $@
+
+# `pip install .` into the venv, with the pinned build backend already there (no build isolation);
+# CMake's tree is kept in $(BUILD)/wheel, so a rerun rebuilds only what changed.
+python-install: $(VENV)/requirements.stamp
+	CMAKE_ARGS="$(CMAKE_FLAGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) \
+	  $(PIP) install --no-build-isolation --no-deps --config-settings=build-dir=$(BUILD)/wheel .
+
+# pytest against the installed package (tests/test_package.py checks that rotary is the venv's).
+test-python: python-install
+	ROTARY_EXPECT_INSTALLED=1 $(VENV)/bin/pytest -q -p no:cacheprovider python/tests tests/conformance
 
 test-release: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	PYTHONPATH=$(BUILD)/python $(PYTHON) -m pytest -q python/tests
 
 test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS) -LE no-sanitizer
 
-test: test-release test-asan
+test: test-release test-python test-asan
 
 # libFuzzer runs of the config, .npy and .safetensors readers from the committed seed corpus.
 fuzz:

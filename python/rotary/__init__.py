@@ -16,9 +16,22 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
+from ._version import __version__
+
+
+def _check_extension(numpy_version: str, pybind11_version: Sequence[int]) -> None:
+    """An extension built with pybind11 older than 2.12 misreads numpy 2's arrays (wrong values,
+    no error): refuse that combination rather than compute with it."""
+    if int(numpy_version.split(".")[0]) >= 2 and tuple(pybind11_version) < (2, 12):
+        raise ImportError(f"rotary's extension was built with pybind11 {'.'.join(map(str, pybind11_version))}, "
+                          f"which cannot read numpy {numpy_version} arrays; rebuild it with pybind11 >= 2.12 "
+                          f"(pip install . does)")
+
+
+_check_extension(np.__version__, _rotary.pybind11_version)
 from .mrope import MROPE_FAMILIES, mrope_decode_positions, mrope_positions
 
-__all__ = ["Rope", "permute_for_pairing", "preset_names", "layer_types", "RotaryError", "max_threads",
+__all__ = ["__version__", "Rope", "permute_for_pairing", "preset_names", "layer_types", "RotaryError", "max_threads",
            "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES"]
 
 RotaryError = _rotary.RotaryError  # a ValueError

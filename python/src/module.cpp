@@ -636,6 +636,8 @@ PYBIND11_MODULE(_rotary, m) {
   py::register_exception<Error>(m, "RotaryError", PyExc_ValueError);
   m.attr("max_threads") = max_threads;
   m.attr("max_position_limit") = max_position_limit;
+  // numpy 2 changed its C structures; pybind11 reads them correctly from 2.12 on (__init__ checks).
+  m.attr("pybind11_version") = py::make_tuple(PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR);
 
   py::class_<PyRope>(m, "Rope")
       .def(py::init([](const py::object& head_dim, const py::object& rotary_dim, const py::object& base,
