@@ -8,9 +8,12 @@ writes the caller's memory.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
+import threading
+import weakref
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -152,6 +155,30 @@ def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
     return _positions_array(positions, real=True), streams
 
 
+# ---- Handles: a Rope named by an int, for torch operators (they cannot take Python objects) -----
+
+_handles_lock = threading.Lock()
+_next_handle = itertools.count(1)  # never reused: a handle names one Rope for the life of the process
+_ropes_by_handle: "weakref.WeakValueDictionary[int, Rope]" = weakref.WeakValueDictionary()
+
+
+def _register(rope: "Rope") -> None:
+    """Gives rope a new handle (``rope._handle``); the entry lives as long as the Rope."""
+    with _handles_lock:
+        rope._handle = next(_next_handle)
+        _ropes_by_handle[rope._handle] = rope
+
+
+def _rope_of_handle(handle: int) -> "Rope":
+    """The live Rope with this handle (what ``rotary.torch``'s operators receive)."""
+    with _handles_lock:
+        rope = _ropes_by_handle.get(handle)
+    if rope is None:
+        raise ValueError(f"rope handle={_show(handle)} names no live rotary.Rope (handles come from "
+                         "Rope objects, and die with them)")
+    return rope
+
+
 class Rope:
     """One model's RoPE: frequencies (``inv_freq``), ``attention_factor``, and ``apply``.
 
@@ -185,7 +212,9 @@ class Rope:
         ValueError: a value that breaks a rule, naming it (``rotary_dim=130 exceeds head_dim=128``).
 
     A Rope is safe to share between threads, and pickles and deep-copies (the settings travel and
-    the schedule is rebuilt from them, so ``inv_freq`` and results are identical).
+    the schedule is rebuilt from them, so ``inv_freq`` and results are identical). Each Rope, copies
+    included, has its own handle (``_handle``, an int never reused in the process), by which the
+    torch operators of ``rotary.torch`` name it.
     """
 
     def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
@@ -198,6 +227,7 @@ class Rope:
         self.layer_type = "full_attention"
         self.layer_types = ["full_attention"]
         self.vision = False
+        _register(self)
 
     @classmethod
     def _wrap(cls, impl: Any, notes: Sequence[str] = (), rope_layers: Optional[Sequence[bool]] = None,
@@ -211,7 +241,18 @@ class Rope:
         rope.layer_type = str(layer_type)
         rope.layer_types = list(layer_types)
         rope.vision = bool(vision)
+        _register(rope)
         return rope
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The handle stays behind: a copy is another Rope and gets its own.
+        state = self.__dict__.copy()
+        state.pop("_handle", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        _register(self)
 
     @classmethod
     def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None, *,

@@ -1,63 +1,304 @@
-"""PyTorch integration: autograd and a drop-in rotary module for Llama-style attention."""
+"""PyTorch integration: RoPE as torch operators, differentiable and compilable.
+
+Two operators in the ``rotary`` namespace carry rotary's kernels through PyTorch's dispatcher:
+
+- ``torch.ops.rotary.rope(q, k, rope, positions, offset, layout, inverse, angles, cos, sin,
+  cos_sin_cache, cos_sin_columns) -> list[Tensor]``: out of place, ``[q_out]`` or ``[q_out, k_out]``;
+  differentiable (the gradient of a rotation is the inverse rotation of the gradient, itself this
+  operator, so second derivatives work too).
+- ``torch.ops.rotary.rope_(...) -> ()``: the same arguments, writes q and k in place; not
+  differentiable (a tensor that requires grad is refused: use ``apply_rope``).
+
+An operator cannot take a Python object, so ``rope`` is the Rope's handle (``Rope._handle``, an int
+that names one live Rope for the life of the process; a copy or an unpickled Rope gets its own).
+Both have fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces through them
+without a graph break. The CPU kernel is registered for device type ``"cpu"``; any other device
+gets a ValueError until a kernel for it is registered with
+``torch.library.register_kernel("rotary::rope", "cuda", ...)`` (the Python API stays as it is).
+
+``apply_rope``, ``apply_rope_`` and ``RotaryEmbedding`` are what to call. In eager mode, when no
+gradient is recorded, they call the kernel directly (the dispatcher's Python overhead is several
+times the rotation of a decode step); under ``torch.compile``, or when autograd records the call,
+they go through the operators. Both paths run the same kernel with the same arguments: the results
+are identical.
+"""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+import numpy as np
 import torch
 
-from . import Rope, _show
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"rotary.torch needs PyTorch 2.4 or later (torch.library.custom_op), found {torch.__version__}")
 
-__all__ = ["apply_rope", "RotaryEmbedding"]
+from . import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _show
 
+__all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb"]
 
-class _RopeFunction(torch.autograd.Function):
-    """y = R(θ) x; the backward pass is the transpose, i.e. the inverse rotation of the gradient,
-    itself a _RopeFunction: so second derivatives work too. Inputs are only read (any strides,
-    expanded gradients included), never copied."""
+Tensor = torch.Tensor
+Rotated = Union[Tensor, tuple[Tensor, Tensor]]
 
-    @staticmethod
-    def forward(ctx, rope, positions, offset, layout, inverse, caller, q, k):  # type: ignore[override]
-        ctx.call = (rope, positions, offset, layout, inverse, caller)
-        ctx.has_k = k is not None
-        kw = dict(positions=positions, offset=offset, layout=layout, inverse=inverse, **caller)
-        if k is None:
-            return rope.apply(q, **kw)
-        return rope.apply(q, k, **kw)
-
-    @staticmethod
-    def backward(ctx, grad_q, grad_k=None):  # type: ignore[override]
-        rope, positions, offset, layout, inverse, caller = ctx.call
-        grads = _RopeFunction.apply(rope, positions, offset, layout, not inverse, caller, grad_q,
-                                    grad_k if ctx.has_k else None)
-        gq, gk = grads if ctx.has_k else (grads, None)
-        return None, None, None, None, None, None, gq, gk
+# The operators' arguments after q and k (rope ... cos_sin_columns): no gradient flows into them.
+_CONSTANT_ARGS = 10
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def apply_rope(rope: Rope, q: torch.Tensor, k: Optional[torch.Tensor] = None, *, positions: Any = None,
-               offset: int = 0, layout: str = "bshd", inverse: bool = False, cos: Any = None, sin: Any = None,
-               cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None):
-    """Differentiable RoPE: returns q, or (q, k) when k is given (``inverse=True`` rotates by
-    -angle). Gradients are the opposite rotation of the upstream gradients, themselves
-    differentiable (exact in float64, gradcheck- and gradgradcheck-clean). Arguments as
-    ``Rope.apply`` (M-RoPE positions ``[streams, batch, seq]``, the caller's ``cos``/``sin``:
-    constants, no gradient flows into them); q and k are only read."""
+# ---- The operators ---------------------------------------------------------------------------------
+
+def _rotate(q: Tensor, k: Optional[Tensor], rope: int, positions: Optional[Tensor], offset: int, layout: str,
+            inverse: bool, angles: str, cos: Optional[Tensor], sin: Optional[Tensor],
+            cos_sin_cache: Optional[Tensor], cos_sin_columns: Optional[str], inplace: bool) -> Any:
+    """The CPU kernel: ``Rope.apply`` of the Rope with handle ``rope`` (what the eager path calls
+    too, with the Rope itself)."""
+    return _rope_of_handle(rope).apply(q, k, positions=positions, offset=offset, layout=layout, inplace=inplace,
+                                       inverse=inverse, angles=angles, cos=cos, sin=sin,
+                                       cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
+
+
+def _no_kernel(op: str, **tensors: Optional[Tensor]) -> ValueError:
+    """The error for a device without a kernel, naming the first tensor on it."""
+    for name, t in tensors.items():
+        if t is not None and t.device.type != "cpu":
+            return ValueError(f"{name} is on {t.device}, but rotary::{op} has a kernel for CPU tensors only")
+    return ValueError(f"rotary::{op} has no kernel for these tensors' device")
+
+
+@torch.library.custom_op("rotary::rope", mutates_args=())
+def _rope_op(q: Tensor, k: Optional[Tensor], rope: int, positions: Optional[Tensor], offset: int, layout: str,
+             inverse: bool, angles: str, cos: Optional[Tensor], sin: Optional[Tensor],
+             cos_sin_cache: Optional[Tensor], cos_sin_columns: Optional[str]) -> list[Tensor]:
+    # Devices without a kernel of their own land here (the CPU kernel is registered below).
+    raise _no_kernel("rope", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
+
+
+@_rope_op.register_kernel("cpu")
+def _rope_cpu(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns):
+    out = _rotate(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns,
+                  inplace=False)
+    return [out] if k is None else list(out)
+
+
+@_rope_op.register_fake
+def _rope_fake(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns):
+    # Rope.apply's outputs: torch.empty_like of q and k (their strides when dense, else contiguous).
+    return [torch.empty_like(q)] if k is None else [torch.empty_like(q), torch.empty_like(k)]
+
+
+def _rope_setup_context(ctx, inputs, output) -> None:
+    q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns = inputs
+    ctx.save_for_backward(positions, cos, sin, cos_sin_cache)  # checked against later in-place changes
+    ctx.has_k = k is not None
+    ctx.scalars = (rope, offset, layout, inverse, angles, cos_sin_columns)
+    ctx.rope = _rope_of_handle(rope)  # the handle must name it until the backward pass has run
+
+
+def _rope_backward(ctx, grads):
+    # y = R(θ) x, so dL/dx = R(θ)^T dL/dy = R(-θ) dL/dy: the same operator with inverse flipped (itself
+    # differentiable). Gradients are materialised: an unused output's is zeros. Angles are constants.
+    positions, cos, sin, cos_sin_cache = ctx.saved_tensors
+    rope, offset, layout, inverse, angles, cos_sin_columns = ctx.scalars
+    rotated = torch.ops.rotary.rope(grads[0], grads[1] if ctx.has_k else None, rope, positions, offset, layout,
+                                    not inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns)
+    return (rotated[0], rotated[1] if ctx.has_k else None) + (None,) * _CONSTANT_ARGS
+
+
+_rope_op.register_autograd(_rope_backward, setup_context=_rope_setup_context)
+
+
+@torch.library.custom_op("rotary::rope_", mutates_args=("q", "k"))
+def _rope_inplace_op(q: Tensor, k: Optional[Tensor], rope: int, positions: Optional[Tensor], offset: int,
+                     layout: str, inverse: bool, angles: str, cos: Optional[Tensor], sin: Optional[Tensor],
+                     cos_sin_cache: Optional[Tensor], cos_sin_columns: Optional[str]) -> None:
+    raise _no_kernel("rope_", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
+
+
+@_rope_inplace_op.register_kernel("cpu")
+def _rope_inplace_cpu(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
+                      cos_sin_columns):
+    _refuse_grad(q, k)  # the operator called directly (apply_rope_ checks before)
+    _rotate(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns,
+            inplace=True)
+
+
+@_rope_inplace_op.register_fake
+def _rope_inplace_fake(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
+                       cos_sin_columns):
+    return None
+
+
+# ---- The Python API --------------------------------------------------------------------------------
+
+def _refuse_grad(q: Tensor, k: Optional[Tensor]) -> None:
+    for name, t in (("q", q), ("k", k)):
+        if t is not None and t.requires_grad:
+            raise ValueError(f"{name} requires grad, and an in-place rotation cannot be differentiated: use "
+                             "rotary.torch.apply_rope (out of place, differentiable)")
+
+
+def _check_call(rope: Any, q: Any, k: Any) -> None:
     if not isinstance(rope, Rope):
         raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor, got {type(q).__name__}")
     if k is not None and not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
-    caller = {name: value for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache),
-                                              ("cos_sin_columns", cos_sin_columns)) if value is not None}
-    for name in ("cos", "sin", "cos_sin_cache"):
-        if isinstance(caller.get(name), torch.Tensor):
-            caller[name] = caller[name].detach()
-    return _RopeFunction.apply(rope, positions, offset, layout, inverse, caller, q, k)
+
+
+def _direct(q: Tensor, k: Optional[Tensor]) -> bool:
+    """Call the kernel directly: eager mode, plain CPU tensors, nothing tracing or recording."""
+    if torch.compiler.is_compiling() or not q.is_cpu or type(q) is not torch.Tensor:
+        return False
+    if k is not None and (not k.is_cpu or type(k) is not torch.Tensor):
+        return False
+    if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
+        return False
+    # A dispatch mode (make_fx, FlopCounterMode, ...) must see the operator.
+    return torch._C._len_torch_dispatch_stack() == 0
+
+
+def _str_arg(value: Any, name: str, optional: bool = False) -> Optional[str]:
+    if (value is None and optional) or isinstance(value, str):
+        return value
+    raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _angles_tensor(value: Any, name: str) -> Optional[Tensor]:
+    """The caller's cos/sin as the operator takes them: constants (no gradient flows into them)."""
+    if value is None:
+        return None
+    _check_tensor(value, name)
+    return value.detach() if isinstance(value, torch.Tensor) else torch.from_numpy(value)
+
+
+def _positions_tensor(positions: Any) -> Optional[Tensor]:
+    """positions as the operator takes them: a tensor (ints or reals, any of apply's shapes)."""
+    if positions is None:
+        return None
+    if isinstance(positions, torch.Tensor):
+        return positions.detach()
+    if torch.compiler.is_compiling():
+        return torch.as_tensor(positions)
+    flat, _ = _positions_and_streams(positions)  # TypeError/ValueError naming positions
+    return torch.from_numpy(flat.reshape(np.shape(positions)))
+
+
+def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any, angles: Any, cos: Any, sin: Any,
+             cos_sin_cache: Any, cos_sin_columns: Any) -> tuple:
+    """The operators' arguments after q and k, checked for kind (values are the kernel's to check)."""
+    offset = _int_arg(offset, "offset")
+    if not torch.compiler.is_compiling() and not _INT64_MIN <= offset <= _INT64_MAX:  # the schema's int
+        raise ValueError(f"offset={_show(offset)} must keep positions in [0, 2^31)")  # the kernel's words
+    return (rope._handle, _positions_tensor(positions), offset, _str_arg(layout, "layout"),
+            _bool_arg(inverse, "inverse"), _str_arg(angles, "angles"), _angles_tensor(cos, "cos"),
+            _angles_tensor(sin, "sin"), _angles_tensor(cos_sin_cache, "cos_sin_cache"),
+            _str_arg(cos_sin_columns, "cos_sin_columns", optional=True))
+
+
+def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
+               layout: str = "bshd", inverse: bool = False, angles: str = "table", cos: Any = None,
+               sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
+    """Rotates q (and k) out of place: differentiable, and compiles without a graph break.
+
+    Parameters
+    ----------
+    rope : rotary.Rope
+        The model's RoPE.
+    q, k : torch.Tensor
+        ``[batch, seq, heads, head_dim]`` (``layout="bshd"``) or ``[batch, heads, seq, head_dim]``
+        (``"bhsd"``), float32/float64/float16/bfloat16, CPU, any strides; only read.
+    positions : torch.Tensor or array-like, optional
+        Each token's position, as ``Rope.apply`` takes them: ``[seq]``, ``[batch, seq]``, ``[1, seq]``
+        or ``[streams, batch, seq]`` (M-RoPE), integers (int64, int32 ...) or real numbers; default
+        ``offset + 0..seq-1``. Under ``torch.compile``, give a tensor.
+    offset : int
+        First position when ``positions`` is not given.
+    layout : {"bshd", "bhsd"}
+        Order of q's and k's dimensions.
+    inverse : bool
+        Rotate by -angle.
+    angles : {"table", "on_the_fly", "hf-float32"}
+        As ``Rope.apply``.
+    cos, sin, cos_sin_cache, cos_sin_columns :
+        The caller's own angles, as ``Rope.apply`` takes them; constants (no gradient flows into
+        them).
+
+    Returns
+    -------
+    torch.Tensor or tuple of torch.Tensor
+        The rotated q, or ``(q, k)`` when k is given: new tensors. Gradients flow to q and k (the
+        inverse rotation of the upstream gradient; exact in float64, second derivatives too).
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind, naming it.
+    ValueError
+        A value that breaks a rule (shapes, positions, layout, a tensor on a device without a
+        kernel ...), naming it; q and k are untouched.
+    """
+    _check_call(rope, q, k)
+    if _direct(q, k):
+        return rope.apply(q, k, positions=positions, offset=offset, layout=layout, inverse=inverse, angles=angles,
+                          cos=cos, sin=sin, cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
+    out = torch.ops.rotary.rope(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
+                                                cos_sin_cache, cos_sin_columns))
+    return out[0] if k is None else (out[0], out[1])
+
+
+def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
+                layout: str = "bshd", inverse: bool = False, angles: str = "table", cos: Any = None,
+                sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
+    """Rotates q (and k) in place and returns them; compiles without a graph break.
+
+    Arguments as ``apply_rope``. For inference: q and k must not require grad (autograd cannot
+    record an in-place rotation; ``apply_rope`` is the differentiable one).
+
+    Returns
+    -------
+    torch.Tensor or tuple of torch.Tensor
+        q, or ``(q, k)``: the caller's tensors, rotated.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind, naming it.
+    ValueError
+        q or k requires grad, or a value breaks a rule, naming it; q and k are then untouched.
+    """
+    _check_call(rope, q, k)
+    _refuse_grad(q, k)
+    if _direct(q, k):
+        rope.apply(q, k, positions=positions, offset=offset, layout=layout, inverse=inverse, angles=angles,
+                   inplace=True, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
+    else:
+        torch.ops.rotary.rope_(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
+                                               cos_sin_cache, cos_sin_columns))
+    return q if k is None else (q, k)
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """Drop-in for the rotary step of a Llama-style attention block (q, k in ``[batch, heads, seq,
-    head_dim]`` as Hugging Face keeps them): ``q, k = rotary(q, k, position_ids)``."""
+    """Drop-in for the rotary step of a Llama-style attention block.
+
+    ``q, k = rotary(q, k, position_ids)`` with q and k in ``[batch, heads, seq, head_dim]`` as
+    Hugging Face keeps them (``layout="bhsd"``, the default here) or ``[batch, seq, heads,
+    head_dim]`` (``"bshd"``). Differentiable, compiles without a graph break, deep-copies, pickles
+    and survives ``torch.save``/``torch.load(weights_only=False)``.
+
+    Parameters
+    ----------
+    rope : rotary.Rope
+        The model's RoPE.
+    layout : {"bhsd", "bshd"}
+        Order of q's and k's dimensions.
+
+    Raises
+    ------
+    TypeError
+        rope is not a rotary.Rope, or layout not a str.
+    ValueError
+        layout is neither ``"bhsd"`` nor ``"bshd"``.
+    """
 
     def __init__(self, rope: Rope, layout: str = "bhsd") -> None:
         super().__init__()
@@ -70,8 +311,18 @@ class RotaryEmbedding(torch.nn.Module):
         self.rope = rope
         self.layout = layout
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, position_ids: Optional[torch.Tensor] = None):
+    def forward(self, q: Tensor, k: Tensor, position_ids: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         return apply_rope(self.rope, q, k, positions=position_ids, layout=self.layout)
 
     def extra_repr(self) -> str:
         return repr(self.rope)
+
+
+def __getattr__(name: str) -> Any:
+    # rotary.torch.apply_rotary_pos_emb is transformers' signature over the fused kernel; it lives in
+    # rotary.transformers (which imports this module), so it is looked up on first use.
+    if name == "apply_rotary_pos_emb":
+        from .transformers import apply_rotary_pos_emb
+
+        return apply_rotary_pos_emb
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

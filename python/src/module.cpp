@@ -284,6 +284,23 @@ PyRope rope_from_state(const py::tuple& state) {
 
 enum class Access { read, write };
 
+// torch.utils.dlpack.to_dlpack when obj's type is exactly torch.Tensor, else null. It makes the
+// capsule obj.__dlpack__() makes, without the Python checks that method runs first (about 3 us a
+// tensor, most of a decode step's cost); the ones that matter here (requires grad, device, dtype,
+// strides) are Borrowed's own. Subclasses (Parameter, __torch_function__ tensor-likes) take
+// __dlpack__. Looked up once torch is loaded, then kept for the life of the process.
+py::handle torch_to_dlpack(py::handle obj) {
+  static PyTypeObject* tensor_type = nullptr;
+  static py::handle to_dlpack;
+  if (tensor_type == nullptr) {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch")) return {};  // then obj cannot be a torch.Tensor
+    to_dlpack = py::object(py::module_::import("torch.utils.dlpack").attr("to_dlpack")).release();
+    tensor_type = reinterpret_cast<PyTypeObject*>(py::object(modules["torch"].attr("Tensor")).release().ptr());
+  }
+  return Py_TYPE(obj.ptr()) == tensor_type ? to_dlpack : py::handle();
+}
+
 // A numpy array or torch CPU tensor seen as a TensorView, alive until this goes away (GIL held).
 // Inputs are only read: a read-only, memory-mapped or broadcast numpy array and a torch tensor that
 // requires grad (borrowed through its detach()) are fine. An output must be writable and must not
@@ -299,7 +316,7 @@ class Borrowed {
     if (obj.is_none()) return;
     if (py::isinstance<py::array>(obj)) {
       from_numpy(py::reinterpret_borrow<py::array>(obj), access);
-    } else if (py::hasattr(obj, "__dlpack__")) {
+    } else if (torch_to_dlpack(obj) || py::hasattr(obj, "__dlpack__")) {
       from_dlpack(obj, access);
     } else {
       throw py::type_error(name_ + " must be a numpy.ndarray or torch.Tensor, got " + type_name(obj));
@@ -371,12 +388,13 @@ class Borrowed {
     const bool tracked = py::hasattr(obj, "requires_grad") && obj.attr("requires_grad").cast<bool>();
     if (tracked && access == Access::write) {
       throw py::value_error(name_ + " requires grad and would be written in place, which autograd forbids "
-                            "(use inplace=False)");
+                            "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
     }
     if (tracked) obj = obj.attr("detach")();  // same memory, read only
     py::object capsule;
     try {
-      capsule = obj.attr("__dlpack__")();
+      const py::handle to_dlpack = torch_to_dlpack(obj);
+      capsule = to_dlpack ? to_dlpack(obj) : obj.attr("__dlpack__")();
     } catch (const py::error_already_set& e) {
       throw py::value_error(name_ + " cannot be borrowed through DLPack: " + detail::excerpt(e.what()));
     }
