@@ -1,0 +1,511 @@
+"""Hugging Face transformers drop-in: a transformers model rotating with rotary's exact angles and
+fused kernel.
+
+``patch(model)`` makes a transformers 5.x model of a supported type (``SUPPORTED_MODEL_TYPES``)
+rotate q and k with rotary's exact angles (the cos/sin of ``position * inv_freq`` in float32, each
+within 1 ulp of the exact value, times the attention factor, wherever the position is below 2^31)
+and its fused kernel (float32 arithmetic, one rounding at the store: a bf16 model rotates with
+float32 cos/sin). transformers builds its angles in float32 (``position * inv_freq`` rounded
+before the cos), so its rotation drifts with the position: at 10^6 it is off by about 1% of
+max |q|, the patched model's by about 2e-7. ``unpatch(model)`` puts transformers' own modules back.
+
+``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`` is transformers' function with the same
+signature, running rotary's kernel on the caller's cos and sin.
+
+How the patch works
+-------------------
+- The model's rotary embedding module (``model.model.rotary_emb``; Gemma 3 keeps one per layer type
+  inside it) is replaced by ``ExactRotaryEmbedding``, which returns ``(position_ids, rope)`` in
+  place of ``(cos, sin)``: no cos/sin tensors are built, the kernel takes the exact angles of those
+  positions from the Rope's cached table.
+- The attention modules call their modeling module's global ``apply_rotary_pos_emb`` (for example
+  ``transformers.models.llama.modeling_llama.apply_rotary_pos_emb``). While at least one patched
+  model of that type exists, that global is rotary's: given ``(position_ids, rope)`` it runs
+  ``rotary.torch.apply_rope``; given cos/sin tensors (a model that is not patched) it calls
+  transformers' own function, so other models of the same type keep their results bit for bit. The
+  swap is process-wide for that model type and counted: unpatching the last patched model of the
+  type restores transformers' function. A deep copy, a pickled and loaded, or a
+  ``torch.save``/``torch.load``-ed patched model is patched too (and counted).
+- Dynamic NTK (``rope_type="dynamic"``) and LongRoPE follow transformers' per-forward rules exactly
+  (``dynamic_rope_update`` in ``modeling_rope_utils.py``), with ``seq_len = max(position_ids) + 1``:
+  LongRoPE takes the long factors when ``seq_len > original_max_position_embeddings``, else the
+  short ones, decided afresh every forward; dynamic NTK grows to ``seq_len`` when it exceeds the
+  length seen so far (its frequencies are those of the longest sequence since the last reset) and
+  resets to the original frequencies when ``seq_len < max_position_embeddings`` after a growth.
+  The state starts from the transformers module's state at ``patch`` time; forwards run while
+  patched do not update the transformers module (``unpatch`` returns it as it was).
+- Before changing anything, ``patch`` resolves every layer type's RoPE with
+  ``rotary.Rope.from_hf_config`` and checks it against transformers' own ``inv_freq`` and
+  attention factor (rope initialisation functions of the model's modeling module): a config the two
+  read differently raises ValueError and leaves the model untouched.
+
+Under ``torch.compile`` a patched model traces the rotation as rotary's operator, with
+``fullgraph=True`` for static schedules (default, linear, llama3, yarn) and LongRoPE (which then
+rotates with both factor sets and picks one with ``torch.where``, as transformers picks its
+inv_freq); dynamic NTK reads ``max(position_ids)`` on the host every forward, a graph break there
+(transformers' dynamic NTK breaks the graph too).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import threading
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+
+from . import Rope, _show
+from .torch import apply_rope
+
+__all__ = ["patch", "unpatch", "is_patched", "apply_rotary_pos_emb", "ExactRotaryEmbedding",
+           "SUPPORTED_MODEL_TYPES"]
+
+# model_type -> (package under transformers.models, the class of its rotary embedding module).
+# "gemma3" is the multimodal model, whose text decoder ("gemma3_text") holds the rotary module.
+_FAMILIES: dict[str, tuple[str, str]] = {
+    "gemma": ("gemma", "GemmaRotaryEmbedding"),
+    "gemma3": ("gemma3", "Gemma3RotaryEmbedding"),
+    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
+    "llama": ("llama", "LlamaRotaryEmbedding"),
+    "mistral": ("mistral", "MistralRotaryEmbedding"),
+    "phi3": ("phi3", "Phi3RotaryEmbedding"),
+    "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
+    "qwen3": ("qwen3", "Qwen3RotaryEmbedding"),
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+# rotary's inv_freq against transformers' (float32: its pow, division and, for dynamic NTK, the
+# base computed in float32 each cost an ulp or two of 2^-24): a config read differently is off by
+# far more.
+_INV_FREQ_RTOL = 1e-5
+_ATTENTION_FACTOR_RTOL = 1e-6
+
+
+# ---- The caller's cos/sin ---------------------------------------------------------------------------
+
+_caller_ropes: dict[tuple[int, int], Rope] = {}  # (head_dim, rotary_dim) -> a Rope for caller angles
+
+
+@torch.compiler.assume_constant_result  # torch.compile runs it while tracing: no graph break for a new Rope
+def _caller_rope(head_dim: int, rotary_dim: int) -> Rope:
+    """A half-paired Rope of these widths; its schedule is unused (the caller gives the angles)."""
+    rope = _caller_ropes.get((head_dim, rotary_dim))
+    if rope is None:  # dict.setdefault is atomic: two threads get the same Rope
+        rope = _caller_ropes.setdefault((head_dim, rotary_dim), Rope(head_dim, rotary_dim))
+    return rope
+
+
+def _layout(unsqueeze_dim: Any) -> str:
+    """transformers' unsqueeze_dim as a layout: 1 for [batch, heads, seq, head_dim], 2 for
+    [batch, seq, heads, head_dim]."""
+    if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
+        raise TypeError(f"unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
+    if unsqueeze_dim == 1:
+        return "bhsd"
+    if unsqueeze_dim == 2:
+        return "bshd"
+    raise ValueError(f"unsqueeze_dim={_show(unsqueeze_dim)} must be 1 (q, k [batch, heads, seq, head_dim]) "
+                     "or 2 ([batch, seq, heads, head_dim])")
+
+
+def _check_caller_angles(q: Any, k: Any, cos: Any, sin: Any) -> None:
+    for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("q", q), ("k", k)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions, got shape {tuple(t.shape)}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have 3 dimensions ([batch or 1, seq, rotary_dim]), got shape "
+                             f"{tuple(t.shape)}")
+        if torch.is_grad_enabled() and t.requires_grad:
+            raise ValueError(f"{name} requires grad, but rotary treats cos and sin as constants (no gradient "
+                             "flows into them): detach them, or use transformers' own apply_rotary_pos_emb")
+    width, head_dim = cos.shape[-1], q.shape[-1]
+    if width % 2 or not 0 < width <= head_dim:
+        raise ValueError(f"cos width={width} (rotary_dim) must be even, > 0 and <= head_dim={head_dim}")
+    if k.shape[-1] != head_dim:
+        raise ValueError(f"k head_dim={k.shape[-1]} must equal q head_dim={head_dim}")
+
+
+def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         unsqueeze_dim: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' ``apply_rotary_pos_emb`` on rotary's fused kernel: ``q * cos +
+    rotate_half(q) * sin`` (and k), computed in float32 and rounded once at the store.
+
+    Parameters
+    ----------
+    q, k : torch.Tensor
+        ``[batch, heads, seq, head_dim]`` (``unsqueeze_dim=1``) or ``[batch, seq, heads, head_dim]``
+        (``unsqueeze_dim=2``), float32/float64/float16/bfloat16, CPU, any strides; only read. k may
+        have fewer heads (grouped-query attention).
+    cos, sin : torch.Tensor
+        transformers' ``cos, sin = rotary_emb(x, position_ids)``: ``[batch or 1, seq, rotary_dim]``,
+        the two halves of a row equal (``torch.cat((freqs, freqs), -1)``), already times the
+        attention factor, in any float dtype (float32 cos/sin with a bf16 q rotate in float32). A
+        ``rotary_dim`` below ``head_dim`` rotates the leading channels and passes the others
+        through, as transformers' partial-rotary models do. Constants: no gradient flows into them.
+    unsqueeze_dim : {1, 2}
+        As transformers: where cos and sin would be unsqueezed to broadcast over the heads.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(q_embed, k_embed)``, new tensors. Gradients flow to q and k (the inverse rotation of the
+        upstream gradient).
+
+    Raises
+    ------
+    TypeError
+        A non-tensor argument, or unsqueeze_dim not an int.
+    ValueError
+        unsqueeze_dim not 1 or 2, tensors of the wrong rank, a cos width that is odd or wider than
+        head_dim, cos/sin that require grad (rotary cannot give them a gradient), or shapes the
+        kernel refuses (naming the argument); q and k are untouched.
+    """
+    layout = _layout(unsqueeze_dim)
+    _check_caller_angles(q, k, cos, sin)
+    rope = _caller_rope(int(q.shape[-1]), int(cos.shape[-1]))
+    return apply_rope(rope, q, k, layout=layout, cos=cos, sin=sin, cos_sin_columns="halves")
+
+
+# ---- Per-forward schedules (transformers' dynamic_rope_update) --------------------------------------
+
+def _seq_len(position_ids: torch.Tensor) -> int:
+    """transformers' ``seq_len = torch.max(position_ids) + 1``."""
+    return int(position_ids.max()) + 1
+
+
+class _Static:
+    """One Rope for every forward (default, linear, llama3, yarn, ...)."""
+
+    def __init__(self, resolve: Callable[[Optional[int]], Rope]) -> None:
+        self.rope = resolve(None)
+
+    def rope_for(self, position_ids: torch.Tensor) -> Rope:
+        return self.rope
+
+
+class _RopeChoice(NamedTuple):
+    """LongRoPE's choice under torch.compile, left to the graph: both rotations, then
+    ``torch.where(use_long, long, short)`` (transformers' ``torch.where`` on inv_freq, traceable
+    without reading the positions on the host)."""
+
+    short: Rope
+    long: Rope
+    use_long: torch.Tensor
+
+
+class _LongRope:
+    """transformers' ``longrope_frequency_update``: the long factors when ``seq_len >
+    original_max_position_embeddings``, else the short ones, decided afresh every forward."""
+
+    def __init__(self, resolve: Callable[[Optional[int]], Rope], original_max_position: int) -> None:
+        self.original_max_position = original_max_position
+        self.short = resolve(original_max_position)
+        self.long = resolve(original_max_position + 1)
+        self.rope = self.short  # the last one chosen in eager mode
+
+    def rope_for(self, position_ids: torch.Tensor) -> Any:
+        if torch.compiler.is_compiling():
+            return _RopeChoice(self.short, self.long, position_ids.max() + 1 > self.original_max_position)
+        self.rope = self.long if _seq_len(position_ids) > self.original_max_position else self.short
+        return self.rope
+
+
+class _DynamicNTK:
+    """transformers' ``dynamic_frequency_update``: grows to ``seq_len`` when it exceeds the longest
+    sequence seen (``max_seq_len_cached``), resets to the original frequencies when ``seq_len <
+    max_position_embeddings`` after a growth; in between, the frequencies of the longest."""
+
+    def __init__(self, resolve: Callable[[Optional[int]], Rope], max_position: int, cached: int) -> None:
+        self.resolve = resolve
+        self.max_position = max_position  # transformers' original_max_seq_len
+        self.cached = cached  # transformers' max_seq_len_cached
+        self.rope = resolve(cached if cached > max_position else None)
+
+    def rope_for(self, position_ids: torch.Tensor) -> Rope:
+        seq_len = _seq_len(position_ids)
+        cached = self.cached
+        if seq_len > cached:  # growth
+            self.rope, self.cached = self.resolve(seq_len), seq_len
+        if seq_len < self.max_position and cached > self.max_position:  # reset
+            self.rope, self.cached = self.resolve(None), self.max_position
+        return self.rope
+
+
+# ---- The swapped apply_rotary_pos_emb ---------------------------------------------------------------
+
+class RopePositions(NamedTuple):
+    """What a patched model's rotary embedding returns in place of ``(cos, sin)``: the attention
+    unpacks it as ``cos, sin`` and hands both to ``apply_rotary_pos_emb``."""
+
+    positions: torch.Tensor
+    rope: Rope
+
+
+def _exact_apply(original: Callable) -> Callable:
+    """The modeling module's apply_rotary_pos_emb while a patched model exists."""
+
+    @functools.wraps(original)
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if isinstance(sin, Rope):  # (position_ids, rope) from a patched model
+            return apply_rope(sin, q, k, positions=cos, layout=_layout(unsqueeze_dim))
+        if isinstance(sin, _RopeChoice):  # LongRoPE under torch.compile
+            q_short, k_short = apply_rope(sin.short, q, k, positions=cos, layout=_layout(unsqueeze_dim))
+            q_long, k_long = apply_rope(sin.long, q, k, positions=cos, layout=_layout(unsqueeze_dim))
+            return torch.where(sin.use_long, q_long, q_short), torch.where(sin.use_long, k_long, k_short)
+        return original(q, k, cos, sin, unsqueeze_dim)  # a model that is not patched: transformers' own
+
+    apply_rotary_pos_emb._rotary_original = original  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb
+
+
+class _Swap:
+    """One modeling module's apply_rotary_pos_emb, swapped while patched models of it are alive."""
+
+    def __init__(self, modeling: Any) -> None:
+        self.modeling = modeling
+        self.original = modeling.apply_rotary_pos_emb
+        self.function = _exact_apply(self.original)
+        self.users: "weakref.WeakSet[ExactRotaryEmbedding]" = weakref.WeakSet()
+
+
+_swaps: dict[str, _Swap] = {}  # modeling module name -> its swap
+_swaps_lock = threading.Lock()
+
+
+def _attach(emb: "ExactRotaryEmbedding") -> None:
+    modeling = importlib.import_module(emb.modeling_name)
+    with _swaps_lock:
+        swap = _swaps.get(emb.modeling_name)
+        if swap is None or modeling.apply_rotary_pos_emb is not swap.function:  # first, or replaced by another
+            users = swap.users if swap is not None else ()
+            swap = _swaps[emb.modeling_name] = _Swap(modeling)
+            swap.users.update(users)
+            modeling.apply_rotary_pos_emb = swap.function
+        swap.users.add(emb)
+
+
+def _detach(emb: "ExactRotaryEmbedding") -> None:
+    with _swaps_lock:
+        swap = _swaps.get(emb.modeling_name)
+        if swap is None:
+            return
+        swap.users.discard(emb)
+        if len(swap.users) == 0:
+            if swap.modeling.apply_rotary_pos_emb is swap.function:
+                swap.modeling.apply_rotary_pos_emb = swap.original
+            del _swaps[emb.modeling_name]
+
+
+class ExactRotaryEmbedding(torch.nn.Module):
+    """What ``patch`` puts in place of a transformers rotary embedding module.
+
+    ``forward(x, position_ids, layer_type=None)`` returns ``RopePositions(position_ids, rope)``:
+    the Rope of that layer type for this forward (LongRoPE's short or long factors, dynamic NTK's
+    current frequencies). ``original`` is transformers' module (a child, so that ``model.to``
+    moves it), ``ropes()`` the current Rope of each layer type.
+    """
+
+    def __init__(self, original: torch.nn.Module, modeling_name: str, schedules: dict[Optional[str], Any]) -> None:
+        super().__init__()
+        self.original = original
+        self.modeling_name = modeling_name
+        self.schedules = schedules
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None) -> RopePositions:
+        return RopePositions(position_ids, self.schedules[layer_type].rope_for(position_ids))  # type: ignore[arg-type]
+
+    def ropes(self) -> dict[Optional[str], Rope]:
+        """The Rope each layer type rotated with last (key None for a model with one RoPE)."""
+        return {name: schedule.rope for name, schedule in self.schedules.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _attach(self)  # a deep copy or an unpickled model rotates with rotary too
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{name or 'rope'}={schedule.__class__.__name__.lstrip('_')}"
+                         for name, schedule in self.schedules.items())
+
+
+# ---- Resolving and checking a model's RoPE ----------------------------------------------------------
+
+def _family(model: Any) -> tuple[str, str, type]:
+    """(model_type, modeling module name, rotary embedding class) of a supported model."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a transformers model (a torch.nn.Module with a config), got "
+                        f"{type(model).__name__}")
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if not isinstance(model_type, str):
+        raise TypeError(f"model must be a transformers model (with config.model_type), got a "
+                        f"{type(model).__name__} without one")
+    if model_type not in _FAMILIES:
+        raise ValueError(f"model_type={_show(model_type)} is not supported by rotary.transformers.patch; "
+                         f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
+    package, class_name = _FAMILIES[model_type]
+    modeling_name = f"transformers.models.{package}.modeling_{package}"
+    return model_type, modeling_name, getattr(importlib.import_module(modeling_name), class_name)
+
+
+def _slots(model: torch.nn.Module, kind: type) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """Every (parent, attribute, module) holding a module of this kind (a module shared by two
+    parents, as multi-token-prediction heads share the decoder's, appears once per parent)."""
+    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+            if isinstance(child, kind)]
+
+
+def _transformers_rope(module: torch.nn.Module, layer_type: Optional[str],
+                       seq_len: Optional[int]) -> tuple[Any, float]:
+    """transformers' own (inv_freq, attention_factor) for this layer type at seq_len."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
+    init = module.compute_default_rope_parameters if rope_type == "default" else ROPE_INIT_FUNCTIONS[rope_type]
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    inv_freq, attention_factor = init(module.config, device=None, seq_len=seq_len, **kwargs)
+    return inv_freq.detach().double().cpu().numpy(), float(attention_factor)
+
+
+def _check_same(rope: Rope, module: torch.nn.Module, layer_type: Optional[str], seq_len: Optional[int],
+                model_type: str) -> None:
+    """ValueError unless rotary's Rope has transformers' rotary_dim, inv_freq and attention factor."""
+    inv_freq, attention_factor = _transformers_rope(module, layer_type, seq_len)
+    where = f"model_type={model_type}" + ("" if layer_type is None else f" layer_type={layer_type}")
+    where += "" if seq_len is None else f" at seq_len={seq_len}"
+    if rope.rotary_dim != 2 * len(inv_freq):
+        raise ValueError(f"{where}: rotary resolves rotary_dim={rope.rotary_dim} but transformers rotates "
+                         f"{2 * len(inv_freq)} channels; not patched")
+    worst = max((abs(a - b) / abs(b) if b else abs(a) for a, b in zip(rope.inv_freq, inv_freq)), default=0.0)
+    if worst > _INV_FREQ_RTOL:
+        raise ValueError(f"{where}: rotary's inv_freq differs from transformers' by {worst:.3g} (relative), "
+                         f"more than {_INV_FREQ_RTOL}; not patched")
+    if not math.isclose(rope.attention_factor, attention_factor, rel_tol=_ATTENTION_FACTOR_RTOL):
+        raise ValueError(f"{where}: rotary's attention_factor={rope.attention_factor} differs from "
+                         f"transformers' {attention_factor}; not patched")
+
+
+def _schedule(module: torch.nn.Module, config: dict, layer_type: Optional[str], model_type: str) -> Any:
+    """The per-forward schedule of one layer type, checked against transformers."""
+    rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
+    params = module.config.rope_parameters if layer_type is None else module.config.rope_parameters[layer_type]
+
+    def resolve(seq_len: Optional[int]) -> Rope:
+        return Rope.from_hf_config(config, seq_len, layer_type=layer_type)
+
+    if "dynamic" in rope_type:  # transformers' own test
+        max_position = int(module.original_max_seq_len)
+        cached = int(getattr(module, f"{layer_type}_max_seq_len_cached", module.max_seq_len_cached)
+                     if layer_type is not None else module.max_seq_len_cached)
+        schedule: Any = _DynamicNTK(resolve, max_position, cached)
+        _check_same(resolve(None), module, layer_type, None, model_type)
+        _check_same(resolve(2 * max_position), module, layer_type, 2 * max_position, model_type)
+    elif rope_type == "longrope":
+        schedule = _LongRope(resolve, int(params["original_max_position_embeddings"]))
+        _check_same(schedule.short, module, layer_type, schedule.original_max_position, model_type)
+        _check_same(schedule.long, module, layer_type, schedule.original_max_position + 1, model_type)
+    else:
+        schedule = _Static(resolve)
+        _check_same(schedule.rope, module, layer_type, None, model_type)
+    config_head_dim = getattr(module.config, "head_dim", None)
+    head_dim = config_head_dim or module.config.hidden_size // module.config.num_attention_heads
+    if schedule.rope.head_dim != head_dim:
+        raise ValueError(f"model_type={model_type}: rotary resolves head_dim={schedule.rope.head_dim}, the "
+                         f"model's is {head_dim}; not patched")
+    return schedule
+
+
+def _replacement(module: torch.nn.Module, modeling_name: str, model_type: str) -> ExactRotaryEmbedding:
+    """The ExactRotaryEmbedding for one transformers rotary module (ValueError if rotary and
+    transformers read its config differently)."""
+    config = module.config.to_dict()
+    if isinstance(module.rope_type, dict):  # one RoPE per layer type (Gemma 3)
+        layer_types: list[Optional[str]] = list(module.rope_type)
+    else:
+        layer_types = [None]
+    try:
+        schedules = {lt: _schedule(module, config, lt, model_type) for lt in layer_types}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"rotary.transformers.patch: {e}") from e
+    return ExactRotaryEmbedding(module, modeling_name, schedules)
+
+
+# ---- The public functions ---------------------------------------------------------------------------
+
+def patch(model: torch.nn.Module) -> torch.nn.Module:
+    """Makes a transformers model rotate with rotary's exact angles and fused kernel; returns it.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A model of a type in ``SUPPORTED_MODEL_TYPES`` (``LlamaForCausalLM``, ``LlamaModel``,
+        ``Gemma3ForCausalLM``, ``Gemma3ForConditionalGeneration`` ...), any dtype, on the CPU (other
+        devices once rotary's operator has a kernel for them).
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model`` itself, patched in place. Patching a patched model does nothing.
+
+    Notes
+    -----
+    Swaps the model type's ``apply_rotary_pos_emb`` process-wide while a patched model of that type
+    exists; models of the type that are not patched keep transformers' results bit for bit (see the
+    module docstring).
+
+    Raises
+    ------
+    TypeError
+        model is not a torch.nn.Module with a ``config.model_type``.
+    ValueError
+        An unsupported model type (listing the supported ones), a model without a rotary embedding
+        module, or a config that rotary resolves differently from transformers (naming the layer
+        type and what differs). The model is then untouched.
+    """
+    model_type, modeling_name, kind = _family(model)
+    if _slots(model, ExactRotaryEmbedding):
+        return model
+    slots = _slots(model, kind)
+    if not slots:
+        raise ValueError(f"model_type={model_type}: the model holds no {kind.__name__} module to patch")
+    replacements: dict[int, ExactRotaryEmbedding] = {}
+    for _, _, module in slots:  # everything checked before the first change
+        if id(module) not in replacements:
+            replacements[id(module)] = _replacement(module, modeling_name, model_type)
+    for emb in replacements.values():
+        _attach(emb)
+    for parent, name, module in slots:
+        setattr(parent, name, replacements[id(module)])
+    return model
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """Puts transformers' rotary embedding modules back; returns the model. A model that is not
+    patched is returned unchanged. When no patched model of the type is left, the type's
+    ``apply_rotary_pos_emb`` is transformers' again.
+
+    Raises
+    ------
+    TypeError
+        model is not a torch.nn.Module with a ``config.model_type``.
+    ValueError
+        An unsupported model type (listing the supported ones).
+    """
+    _family(model)
+    slots = _slots(model, ExactRotaryEmbedding)
+    for parent, name, emb in slots:
+        setattr(parent, name, emb.original)
+    for emb in {id(emb): emb for _, _, emb in slots}.values():
+        _detach(emb)
+    return model
+
+
+def is_patched(model: torch.nn.Module) -> bool:
+    """Whether ``patch(model)`` is in effect."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return bool(_slots(model, ExactRotaryEmbedding))
