@@ -175,6 +175,17 @@ void read_attention_shape(const Source& src, ModelRope& out) {
     const auto rope_head = opt_integer(config, "qk_rope_head_dim", "");
     if (!rope_head) throw Error(fmt::format("qk_rope_head_dim is missing (model_type {})", excerpt(out.model_type)));
     head_dim = *rope_head;
+  } else if (out.model_type == "jetmoe") {
+    // JetMoeConfig: attribute_map {"head_dim": "kv_channels"}, kv_channels default 128.
+    head_dim = opt_integer(config, "kv_channels", "").value_or(opt_integer(config, "head_dim", "").value_or(128));
+  } else if (out.model_type == "zamba2") {
+    // Zamba2Config: attribute_map {"head_dim": "attention_head_dim"}, which __post_init__ sets to
+    // 2 * hidden_size // num_attention_heads (its attention reads the concatenation of two streams).
+    const auto hidden = opt_integer(config, "hidden_size", "");
+    if (!hidden) {
+      throw Error("hidden_size is missing (needed for zamba2's head_dim = 2 * hidden_size / num_attention_heads)");
+    }
+    head_dim = 2 * *hidden / *heads;
   } else if (auto hd = opt_integer(config, "head_dim", "")) {
     head_dim = *hd;
   } else {
@@ -371,13 +382,59 @@ void refuse_unknown_interleave(const Source& src) {
   }
 }
 
+// The partial_rotary_factor a config class gives when config.json has none: transformers 5.23's
+// configuration_<dir>.py, `kwargs.setdefault("partial_rotary_factor", x)` (Bamba sets it
+// whatever the config says: `kwargs["partial_rotary_factor"] = 0.5  # hardcode for BC`).
+// Sorted by model_type.
+struct PartialDefault {
+  std::string_view model_type;
+  double factor;
+  bool forced = false;
+};
+constexpr std::array kPartialDefaults = {
+    PartialDefault{"bamba", 0.5, true},
+    PartialDefault{"glm", 0.5},
+    PartialDefault{"glm4", 0.5},
+    PartialDefault{"glm4_moe", 0.5},
+    PartialDefault{"glm4v_moe", 0.5},
+    PartialDefault{"glm4v_moe_text", 0.5},
+    PartialDefault{"glmasr_encoder", 0.5},
+    PartialDefault{"moonshine", 0.9},
+    PartialDefault{"nemotron", 0.5},
+    PartialDefault{"persimmon", 0.5},
+    PartialDefault{"phi", 0.5},
+    PartialDefault{"qwen3_5", 0.25},
+    PartialDefault{"qwen3_5_moe", 0.25},
+    PartialDefault{"qwen3_5_moe_text", 0.25},
+    PartialDefault{"qwen3_5_text", 0.25},
+    PartialDefault{"qwen3_next", 0.25},
+    PartialDefault{"recurrent_gemma", 0.5},
+    PartialDefault{"stablelm", 0.25},
+};
+static_assert(std::ranges::is_sorted(kPartialDefaults, {}, &PartialDefault::model_type));
+
+const PartialDefault* partial_default(std::string_view type) {
+  const auto it = std::lower_bound(kPartialDefaults.begin(), kPartialDefaults.end(), type,
+                                   [](const PartialDefault& d, std::string_view t) { return d.model_type < t; });
+  return it != kPartialDefaults.end() && it->model_type == type ? &*it : nullptr;
+}
+
 // partial_rotary_factor as the model type's config class resolves it.
 double partial_factor(const Source& src, const std::string& p, const ModelRope& out) {
   const json& config = *src.config;
   const std::string& type = out.model_type;
-  double partial = 1.0;
-  if (type == "phi") partial = 0.5;
+  const PartialDefault* fallback = partial_default(type);
+  if (fallback && fallback->forced) return fallback->factor;
+  double partial = fallback ? fallback->factor : 1.0;
+  // GPT-NeoX (-Japanese): rotary_pct, default 0.25 (1.0).
   if (type == "gpt_neox") partial = opt_number(config, "rotary_pct", "").value_or(0.25);
+  if (type == "gpt_neox_japanese") partial = opt_number(config, "rotary_pct", "").value_or(1.0);
+  // MiniMax-M2 checkpoints give the rotated width as rotary_dim (MiniMaxM2Config: rotary_dim / head_dim).
+  if (type == "minimax_m2") {
+    if (auto width = opt_integer(config, "rotary_dim", "")) {
+      partial = static_cast<double>(*width) / static_cast<double>(out.spec.head_dim);
+    }
+  }
   if (is_deepseek_v4(type)) {
     // DeepseekV4Config: qk_rope_head_dim / head_dim from older configs, else 64 / 512.
     const auto rope_head = opt_integer(config, "qk_rope_head_dim", "");
@@ -701,6 +758,91 @@ std::vector<bool> nope_mask(const json& config, const std::string& type, ModelRo
   return mask;
 }
 
+// layer_types entries of layers without attention, so without RoPE: transformers names every
+// recurrent mixer "linear_attention" (Qwen3-Next's and Qwen3.5's Gated DeltaNet, Mamba, MiniMax's
+// lightning attention; configuration_utils.py remaps the legacy "mamba" to it) and LFM2's short
+// convolutions "conv". Their decoder layers never read position_embeddings.
+bool is_mixer_without_rope(std::string_view layer_type) {
+  return layer_type == "linear_attention" || layer_type == "mamba" || layer_type == "conv";
+}
+
+// layer_types as the config class builds it when config.json has none, or null when it does not:
+//  - Qwen3-Next, Qwen3.5 (Qwen3NextConfig, Qwen3_5TextConfig, Qwen3_5MoeTextConfig): layer i is
+//    linear_attention unless (i + 1) % full_attention_interval == 0 (default 4);
+//  - Bamba (BambaConfig.layers_block_type): full_attention at attn_layer_indices, else linear_attention;
+//  - RecurrentGemma (RecurrentGemmaConfig.layers_block_type): block_types (default recurrent,
+//    recurrent, attention) repeated, recurrent meaning linear_attention;
+//  - Bamba, Zamba2 (attribute_map) and GraniteMoeHybrid also read the key layers_block_type.
+json built_layer_types(const json& config, const std::string& type) {
+  if (const json* block_types = find(config, "layers_block_type")) return *block_types;
+  const bool interval = type == "qwen3_next" || type == "qwen3_5" || type == "qwen3_5_text" ||
+                        type == "qwen3_5_moe" || type == "qwen3_5_moe_text";
+  if (!interval && type != "bamba" && type != "recurrent_gemma") return nullptr;
+  const auto num_hidden_layers = opt_integer(config, "num_hidden_layers", "");
+  if (!num_hidden_layers) return nullptr;
+  const int64_t n = layer_count(num_hidden_layers, 0);
+  json types = json::array();
+  if (interval) {
+    const int64_t every = opt_integer(config, "full_attention_interval", "").value_or(4);
+    if (every < 1) throw Error(fmt::format("full_attention_interval={} must be >= 1", every));
+    for (int64_t i = 0; i < n; ++i) types.push_back((i + 1) % every != 0 ? "linear_attention" : "full_attention");
+  } else if (type == "bamba") {
+    std::vector<bool> attends(static_cast<size_t>(n), false);
+    if (const json* list = find(config, "attn_layer_indices"); list && !list->is_null()) {
+      if (!list->is_array()) {
+        throw Error(fmt::format("attn_layer_indices={} must be a list of layer indices", describe(*list)));
+      }
+      for (const json& i : *list) {
+        if (!i.is_number_integer() || i.get<int64_t>() < 0 || i.get<int64_t>() >= n) {
+          throw Error(fmt::format("attn_layer_indices holds {}, not a layer index in [0, {})", describe(i), n));
+        }
+        attends[static_cast<size_t>(i.get<int64_t>())] = true;
+      }
+    }
+    for (const bool a : attends) types.push_back(a ? "full_attention" : "linear_attention");
+  } else {  // recurrent_gemma
+    const json* blocks = find(config, "block_types");
+    const json fallback = json::array({"recurrent", "recurrent", "attention"});
+    const json& cycle = blocks ? *blocks : fallback;
+    if (!cycle.is_array() || cycle.empty()) {
+      throw Error(fmt::format("block_types={} must be a non-empty list", describe(cycle)));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const json& b = cycle[static_cast<size_t>(i) % cycle.size()];
+      types.push_back(b == "recurrent" ? "linear_attention" : "sliding_attention");
+    }
+  }
+  return types;
+}
+
+// Per layer: does it attend at all (false for the mixers above)? Empty when layer_types is absent
+// or names no such mixer. Hybrid models (Qwen3-Next, Qwen3.5) share one RoPE among their attention
+// layers, so layer_types names no RoPE layer type and type_mask leaves them unmarked.
+std::vector<bool> attention_mask(const json& config, const std::string& type, std::vector<int64_t>& mixers) {
+  const json* types = find(config, "layer_types");
+  json built;
+  if (!types) {  // absent or null: the config class builds it
+    built = built_layer_types(config, type);
+    types = &built;
+  }
+  if (!types || !types->is_array()) return {};  // type_mask checks it where it names RoPE types
+  const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size());
+  if (types->size() < static_cast<size_t>(n)) {
+    throw Error(fmt::format("layer_types has {} values but num_hidden_layers={}", types->size(), n));
+  }
+  std::vector<bool> mask(static_cast<size_t>(n), true);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const json& t = (*types)[i];
+    if (!t.is_string()) throw Error(fmt::format("layer_types[{}]={} must be a string", i, describe(t)));
+    if (is_mixer_without_rope(t.get_ref<const std::string&>())) {
+      mask[i] = false;
+      mixers.push_back(static_cast<int64_t>(i));
+    }
+  }
+  if (mixers.empty()) return {};
+  return mask;
+}
+
 // Llama 4 scales the queries of its NoPE layers (Llama4TextAttention, attn_temperature_tuning).
 void note_query_temperature(const json& config, const std::string& type, int64_t nope_layers,
                             ModelRope& out) {
@@ -757,6 +899,13 @@ std::vector<bool> type_mask(const Source& src, const std::string& model_type) {
   return mask;
 }
 
+// "3, 7, 11" for a note: the first 16 layer indices, then "...".
+std::string first_layers(const std::vector<int64_t>& layers) {
+  std::string listed;
+  for (size_t i = 0; i < layers.size() && i < 16; ++i) listed += fmt::format("{}{}", i ? ", " : "", layers[i]);
+  return layers.size() > 16 ? listed + ", ..." : listed;
+}
+
 void read_layers(const Source& src, ModelRope& out) {
   const json& config = *src.config;
   // Gemma 3 (v4 configs): the sliding_attention layers' base is rope_local_base_freq.
@@ -771,22 +920,28 @@ void read_layers(const Source& src, ModelRope& out) {
   }
   const std::vector<bool> rope = nope_mask(config, out.model_type, out);
   const std::vector<bool> typed = type_mask(src, out.model_type);
-  int64_t nope_layers = 0;
-  std::string listed;  // the first 16 layers without RoPE
+  std::vector<int64_t> mixers;
+  const std::vector<bool> attends = attention_mask(config, out.model_type, mixers);
+  std::vector<int64_t> nope;
   for (size_t i = 0; i < rope.size(); ++i) {
-    if (rope[i]) continue;
-    if (++nope_layers <= 16) listed += fmt::format("{}{}", listed.empty() ? "" : ", ", i);
+    if (!rope[i]) nope.push_back(static_cast<int64_t>(i));
   }
-  if (nope_layers > 0) {
-    out.notes.push_back(fmt::format("{} of {} layers apply no RoPE (no_rope_layers: 1 = RoPE): {}{}", nope_layers,
-                                    rope.size(), listed, nope_layers > 16 ? ", ..." : ""));
-    note_query_temperature(config, out.model_type, nope_layers, out);
+  if (!nope.empty()) {
+    out.notes.push_back(fmt::format("{} of {} layers apply no RoPE (no_rope_layers: 1 = RoPE): {}", nope.size(),
+                                    rope.size(), first_layers(nope)));
+    note_query_temperature(config, out.model_type, static_cast<int64_t>(nope.size()), out);
   }
-  const size_t n = std::max(rope.size(), typed.size());
+  if (!mixers.empty()) {
+    out.notes.push_back(fmt::format("{} of {} layers are recurrent or convolutional (layer_types linear_attention, "
+                                    "mamba or conv) and apply no RoPE: {}",
+                                    mixers.size(), attends.size(), first_layers(mixers)));
+  }
+  const size_t n = std::max({rope.size(), typed.size(), attends.size()});
   std::vector<bool> layers(n, true);
   bool all = true;
   for (size_t i = 0; i < n; ++i) {
-    layers[i] = (i >= rope.size() || rope[i]) && (i >= typed.size() || typed[i]);
+    layers[i] = (i >= rope.size() || rope[i]) && (i >= typed.size() || typed[i]) &&
+                (i >= attends.size() || attends[i]);
     all = all && layers[i];
   }
   if (!all) out.rope_layers = std::move(layers);
@@ -884,6 +1039,12 @@ constexpr std::array kVisionTowers = {
                 kRowColumn},
     VisionTower{"qwen2_vl", kQwenViT, "embed_dim", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
                 kRowColumn},
+    // Qwen3.5's published vision_config names the wrapper's type, qwen3_5 (transformers renames it
+    // qwen3_5_vision); Qwen3_5VisionRotaryEmbedding and Qwen3_5MoeVisionRotaryEmbedding are Qwen3-VL's.
+    VisionTower{"qwen3_5", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
+                kRowColumn},
+    VisionTower{"qwen3_5_moe", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1,
+                10000.0, kRowColumn},
     VisionTower{"qwen3_vl", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1, 10000.0,
                 kRowColumn},
     VisionTower{"qwen3_vl_moe", kQwenViT, "hidden_size", "num_heads", StreamLayout::axial, Pairing::half, 1,

@@ -70,6 +70,66 @@ TEST(HfConfig, PartialRotaryAndModelDefaults) {
                       "must be even");
 }
 
+// The config classes of transformers 5.23 that default partial_rotary_factor when config.json has
+// none (configuration_<dir>.py: kwargs.setdefault("partial_rotary_factor", x)); a config's own
+// value wins, except Bamba's, which its config class overwrites. Found by tests/conformance.
+TEST(HfConfig, PartialRotaryDefaultsOfTheConfigClasses) {
+  const auto rotated = [](const std::string& type, const std::string& extra = "") {
+    return read(R"({"model_type": ")" + type + R"(", "hidden_size": 2560, "num_attention_heads": 20, "head_dim": 160)" +
+                extra + "}")
+        .spec.resolved_rotary_dim();
+  };
+  for (const char* type :
+       {"glm", "glm4", "glm4_moe", "glmasr_encoder", "nemotron", "persimmon", "phi", "recurrent_gemma"}) {
+    EXPECT_EQ(rotated(type), 80) << type;  // 0.5
+    EXPECT_EQ(rotated(type, R"(, "partial_rotary_factor": 0.25)"), 40) << type;
+    EXPECT_EQ(rotated(type, R"(, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.0})"), 160)
+        << type;
+  }
+  for (const char* type : {"stablelm", "qwen3_next"}) {
+    EXPECT_EQ(rotated(type), 40) << type;  // 0.25
+    EXPECT_EQ(rotated(type, R"(, "partial_rotary_factor": 0.5)"), 80) << type;
+  }
+  EXPECT_EQ(rotated("moonshine"), 144);  // 0.9
+  // JetMoE's head is kv_channels (attribute_map head_dim, default 128); Zamba2's 2 * hidden_size / heads.
+  const auto head = [](const std::string& json) { return read(json).spec.head_dim; };
+  EXPECT_EQ(head(R"({"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32, "kv_channels": 96})"), 96);
+  EXPECT_EQ(head(R"({"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32})"), 128);
+  EXPECT_EQ(head(R"({"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32, "head_dim": 64})"), 64);
+  EXPECT_EQ(head(R"({"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32, "use_mem_rope": true})"),
+            160);
+  EXPECT_EQ(head(R"({"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32, "head_dim": 80,
+      "use_mem_rope": true})"),
+            160);  // Zamba2Config.__post_init__ overwrites it
+  EXPECT_EQ(rotated("llama"), 160);      // LlamaConfig has none: the whole head
+  // Bamba: 0.5 whatever the config says.
+  EXPECT_EQ(rotated("bamba"), 80);
+  EXPECT_EQ(rotated("bamba", R"(, "partial_rotary_factor": 1.0)"), 80);
+  // GPT-NeoX-Japanese: rotary_pct, default 1.0 (GPT-NeoX: 0.25, PartialRotaryAndModelDefaults).
+  EXPECT_EQ(rotated("gpt_neox_japanese"), 160);
+  EXPECT_EQ(rotated("gpt_neox_japanese", R"(, "rotary_pct": 0.5)"), 80);
+  // MiniMax-M2: the legacy rotary_dim key is the width (MiniMaxM2Config: rotary_dim / head_dim).
+  EXPECT_EQ(rotated("minimax_m2", R"(, "rotary_dim": 64)"), 64);
+  EXPECT_EQ(rotated("minimax_m2", R"(, "rotary_dim": 64, "partial_rotary_factor": 0.5)"), 80);
+  EXPECT_EQ(rotated("minimax_m2"), 160);
+  EXPECT_ROTARY_ERROR(read(R"({"model_type": "minimax_m2", "hidden_size": 2560, "num_attention_heads": 20,
+                               "head_dim": 160, "rotary_dim": 320})"),
+                      "partial_rotary_factor=2 must be in (0, 1]");
+  // Qwen3.5 (text and MoE): 0.25 of head_dim 256, 32 pairs for its interleaved M-RoPE sections.
+  for (const char* type : {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}) {
+    const ModelRope m = read(R"({"model_type": ")" + std::string(type) + R"(", "hidden_size": 5120,
+        "num_attention_heads": 24, "head_dim": 256, "rope_parameters": {"rope_type": "default",
+        "mrope_interleaved": true, "mrope_section": [11, 11, 10]}})");
+    EXPECT_EQ(m.spec.resolved_rotary_dim(), 64) << type;
+  }
+  for (const char* type : {"glm4v_moe", "glm4v_moe_text"}) {
+    const ModelRope m = read(R"({"model_type": ")" + std::string(type) + R"(", "hidden_size": 4096,
+        "num_attention_heads": 32, "head_dim": 128, "rope_parameters": {"rope_type": "default",
+        "mrope_section": [8, 12, 12]}})");
+    EXPECT_EQ(m.spec.resolved_rotary_dim(), 64) << type;
+  }
+}
+
 TEST(HfConfig, RopeThetaTopLevelOrInsideAndV5Parameters) {
   EXPECT_EQ(read(R"({"hidden_size": 64, "num_attention_heads": 1, "rope_theta": 500000})").spec.base, 500000.0);
   const ModelRope v5 = read(R"({"hidden_size": 64, "num_attention_heads": 1, "max_position_embeddings": 8192,
@@ -419,12 +479,13 @@ TEST(HfConfig, EveryModelTypeResolvesAsItsModelingCode) {
                                   "(multimodal RoPE), but the config has no mrope_section";
       EXPECT_ROTARY_ERROR(read(config_of_type(type, on)), missing);
       EXPECT_ROTARY_ERROR(read(wrapper + config_of_type("unknown_text", on) + "}"), missing);
-      // head_dim 128 (hidden_size 1024 / 8 heads): 64 pairs.
+      // head_dim 128 (hidden_size 1024 / 8 heads), all rotated (Qwen3.5 and GLM-4.5V default to
+      // part of it): 64 pairs.
       const bool alternating = e.stream_layout == StreamLayout::alternating_sections;  // [h, w, t], h == w
       const std::vector<int64_t> sections = alternating ? std::vector<int64_t>{22, 22, 20} : std::vector<int64_t>{24, 20, 20};
       const ModelRope m = read(config_of_type(
-          type, on + (alternating ? R"(, "rope_scaling": {"mrope_section": [22, 22, 20]})"
-                                  : R"(, "rope_scaling": {"mrope_section": [24, 20, 20]})")));
+          type, on + (alternating ? R"(, "partial_rotary_factor": 1.0, "rope_scaling": {"mrope_section": [22, 22, 20]})"
+                                  : R"(, "partial_rotary_factor": 1.0, "rope_scaling": {"mrope_section": [24, 20, 20]})")));
       EXPECT_EQ(m.spec.stream_layout, e.stream_layout) << type;
       EXPECT_EQ(m.spec.sections, sections) << type;
       EXPECT_EQ(m.spec.pairing, e.pairing) << type;
@@ -434,13 +495,15 @@ TEST(HfConfig, EveryModelTypeResolvesAsItsModelingCode) {
       EXPECT_ROTARY_ERROR(read(config_of_type(type, ", \"" + key + "\": \"off\"")),
                           key + "='off': model_type '" + type + "' applies RoPE only with " + key + "=");
     }
-    const ModelRope m = read(config_of_type(type, on));
+    // The whole head (moonshine's default 0.9 of 128 would be odd); defaults: PartialRotaryDefaults...
+    const ModelRope m = read(config_of_type(type, on + R"(, "partial_rotary_factor": 1.0)"));
     EXPECT_FALSE(has_note(m, "assumed pairing")) << type;
     EXPECT_EQ(read(wrapper + config_of_type("unknown_text", on) + "}").spec.pairing, m.spec.pairing) << type;
     const bool formula_applies = e.pairing_flag.empty() || e.pairing_flag_default;
     EXPECT_EQ(m.rotates_backward, formula_applies && detail::rotates_backward(e.formula)) << type;
     // A partial rotary factor matches only code that rotates part of the head.
-    const int64_t head_dim = e.rotary_dim_key == "qk_rope_head_dim" ? 64 : 128;
+    // Zamba2's attention reads two concatenated streams: head_dim = 2 * hidden_size / heads.
+    const int64_t head_dim = e.rotary_dim_key == "qk_rope_head_dim" ? 64 : type == "zamba2" ? 256 : 128;
     EXPECT_EQ(m.spec.head_dim, head_dim) << type;
     const std::string half_rotated = config_of_type(type, on + R"(, "partial_rotary_factor": 0.5)");
     if (e.rotary_dim_key == "rotary_dim") {
@@ -787,6 +850,26 @@ TEST(HfConfig, VisionTowersFromTheirModelingCode) {
                       "vision head_dim=10 must be a multiple of 4");
 }
 
+// Qwen3.5 (dense and MoE) carry Qwen3-VL's vision tower; Qwen/Qwen3.5-27B's vision_config names the
+// wrapper's type, transformers' own save the *_vision one. Found by tests/conformance.
+TEST(HfConfig, Qwen35VisionTowerIsQwenViT) {
+  const std::string sizes = R"("hidden_size": 1152, "num_heads": 16, "depth": 27, "patch_size": 16)";
+  const ModelRope vl = load_preset("qwen3-vl-8b-instruct", {.vision = true});
+  for (const char* types : {R"("qwen3_5", "vision_config": {"model_type": "qwen3_5", )",
+                            R"("qwen3_5", "vision_config": {"model_type": "qwen3_5_vision", )",
+                            R"("qwen3_5_moe", "vision_config": {"model_type": "qwen3_5_moe", )",
+                            R"("qwen3_5_moe", "vision_config": {"model_type": "qwen3_5_moe_vision", )"}) {
+    const ModelRope m = read_hf_config(std::string(R"({"model_type": )") + types + sizes + "}}", {.vision = true});
+    EXPECT_TRUE(m.vision) << types;
+    EXPECT_EQ(m.spec.head_dim, 72) << types;  // 1152 / 16
+    EXPECT_EQ(m.spec.stream_layout, StreamLayout::axial) << types;
+    EXPECT_EQ(m.spec.pairing, Pairing::half) << types;
+    EXPECT_EQ(m.spec.sections, std::vector<int64_t>({18, 18})) << types;
+    EXPECT_EQ(make_schedule(m.spec), make_schedule(vl.spec)) << types;
+    EXPECT_TRUE(has_note(m, "VisionRotaryEmbedding(head_dim // 2)")) << types;
+  }
+}
+
 // ---- layers: which apply the resolved RoPE ----
 
 TEST(HfConfig, Gemma3SlidingLayersAreNotResolvedAsFullAttention) {
@@ -877,6 +960,66 @@ TEST(HfConfig, Llama4ScoutResolvesAsTransformers) {
       "max_position_embeddings": 262144, "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0,
       "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
   EXPECT_NO_THROW(make_schedule(first.spec));
+}
+
+// Layers whose layer_types entry is a recurrent or convolutional mixer (transformers'
+// "linear_attention", the legacy "mamba", LFM2's "conv") have no attention and no RoPE: Qwen3-Next
+// and Qwen3.5 rotate only their full_attention layers. Found by tests/conformance.
+TEST(HfConfig, LinearAttentionLayersApplyNoRope) {
+  const std::string head = R"({"model_type": "qwen3_next", "hidden_size": 2048, "num_attention_heads": 16,
+      "head_dim": 256, "num_hidden_layers": 8)";
+  const std::vector<bool> every_fourth = {false, false, false, true, false, false, false, true};
+  // Qwen3NextConfig builds layer_types from full_attention_interval (default 4) when absent.
+  const ModelRope built = read(head + "}");
+  EXPECT_EQ(built.rope_layers, every_fourth);
+  EXPECT_TRUE(has_note(built, "6 of 8 layers are recurrent or convolutional (layer_types linear_attention, mamba or "
+                              "conv) and apply no RoPE: 0, 1, 2, 4, 5, 6"));
+  EXPECT_EQ(built.layer_types, std::vector<std::string>({"full_attention"}));  // one RoPE layer type
+  EXPECT_EQ(read(head + R"(, "layer_types": null})").rope_layers, every_fourth);
+  EXPECT_EQ(read(head + R"(, "full_attention_interval": 2})").rope_layers,
+            std::vector<bool>({false, true, false, true, false, true, false, true}));
+  EXPECT_ROTARY_ERROR(read(head + R"(, "full_attention_interval": 0})"), "full_attention_interval=0 must be >= 1");
+  // Explicit layer_types, on any model type; the legacy and convolutional names as well.
+  const std::string types = R"(, "layer_types": ["full_attention", "linear_attention", "mamba", "conv",
+      "sliding_attention", "full_attention", "linear_attention", "full_attention"]})";
+  EXPECT_EQ(read(head + types).rope_layers, std::vector<bool>({true, false, false, false, true, true, false, true}));
+  const std::string llama =
+      R"({"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 8)";
+  EXPECT_EQ(read(llama + types).rope_layers, std::vector<bool>({true, false, false, false, true, true, false, true}));
+  EXPECT_TRUE(read(llama + R"(, "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+      "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]})")
+                  .rope_layers.empty());  // gpt-oss: every layer attends with the one RoPE
+  EXPECT_TRUE(read(llama + "}").rope_layers.empty());
+  EXPECT_ROTARY_ERROR(read(llama + R"(, "layer_types": ["full_attention", 7, "full_attention", "full_attention",
+      "full_attention", "full_attention", "full_attention", "full_attention"]})"),
+                      "layer_types[1]=7 must be a string");
+  EXPECT_ROTARY_ERROR(read(llama + R"(, "layer_types": ["linear_attention", "full_attention"]})"),
+                      "layer_types has 2 values but num_hidden_layers=8");
+  // Bamba: attention at attn_layer_indices, Mamba elsewhere (BambaConfig.layers_block_type).
+  const std::string bamba =
+      R"({"model_type": "bamba", "hidden_size": 2048, "num_attention_heads": 16, "num_hidden_layers": 6)";
+  EXPECT_EQ(read(bamba + R"(, "attn_layer_indices": [1, 4]})").rope_layers,
+            std::vector<bool>({false, true, false, false, true, false}));
+  EXPECT_EQ(read(bamba + "}").rope_layers, std::vector<bool>(6, false));  // no attention layer at all
+  EXPECT_ROTARY_ERROR(read(bamba + R"(, "attn_layer_indices": [1, 6]})"),
+                      "attn_layer_indices holds 6, not a layer index in [0, 6)");
+  EXPECT_ROTARY_ERROR(read(bamba + R"(, "attn_layer_indices": 3})"),
+                      "attn_layer_indices=3 must be a list of layer indices");
+  // RecurrentGemma: block_types repeated (default recurrent, recurrent, attention).
+  const std::string griffin = R"({"model_type": "recurrent_gemma", "hidden_size": 2560, "num_attention_heads": 10,
+      "num_hidden_layers": 5)";
+  EXPECT_EQ(read(griffin + "}").rope_layers, std::vector<bool>({false, false, true, false, false}));
+  EXPECT_EQ(read(griffin + R"(, "block_types": ["attention", "recurrent"]})").rope_layers,
+            std::vector<bool>({true, false, true, false, true}));
+  EXPECT_ROTARY_ERROR(read(griffin + R"(, "block_types": []})"),
+                      "block_types=a list of 0 items must be a non-empty list");
+  // Zamba2 and GraniteMoeHybrid configs name the list layers_block_type (legacy names).
+  EXPECT_EQ(read(R"({"model_type": "zamba2", "hidden_size": 2560, "num_attention_heads": 32, "num_hidden_layers": 4,
+      "use_mem_rope": true, "layers_block_type": ["mamba", "hybrid", "mamba", "mamba"]})").rope_layers,
+            std::vector<bool>({false, true, false, false}));
+  // Together with NoPE layers: both take their layers out.
+  EXPECT_EQ(read(llama + R"(, "no_rope_layers": [1, 1, 1, 1, 0, 1, 1, 1])" + types).rope_layers,
+            std::vector<bool>({true, false, false, false, false, true, false, true}));
 }
 
 TEST(HfConfig, NoRopeLayersExplicitOrBuiltAsTransformers) {
