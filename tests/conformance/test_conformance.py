@@ -1,0 +1,601 @@
+"""Conformance against transformers itself.
+
+For every published config in configs/ (sources in configs/SOURCES.md) and every RoPE layer type it
+has, transformers' own rotary embedding module is built from the same config and its numbers are
+compared with rotary's ``Rope.from_hf_config``: the rotated width, the layer types, inv_freq, the
+attention factor, cos/sin at positions up to 2^31 - 1 (exact and ``angles="hf-float32"``), the values
+after transformers' dynamic update (dynamic NTK, LongRoPE) at long sequence lengths, M-RoPE's
+streams, and the pairing (the model's own ``apply_rotary_pos_emb`` against ``Rope.apply``). Nothing
+here is a number written down: every expectation is computed by transformers at test time, so a
+release that changes a rule fails this suite.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+import rotary  # noqa: E402
+from transformers import CONFIG_MAPPING  # noqa: E402
+from transformers.models.auto.configuration_auto import model_type_to_module_name  # noqa: E402
+
+CONFIGS = Path(__file__).parent / "configs"
+
+# Tolerances, in the unit of each claim.
+# transformers' float32 inv_freq against rotary's exact (double) one, in float32 ulps of the exact
+# value: transformers rounds 3 to 6 times on the way (the exponent 2i/d, pow, whose vectorised
+# float32 form on CPU is itself up to 1 ulp off, the reciprocal, then the factor, ramp or smoothing
+# products); the corpus needs 4.3 (Phi-3.5's LongRoPE, whose factor lists transformers first
+# rounds to float32).
+INV_FREQ_ULPS = 8
+# rotary's angles="hf-float32" cos/sin against transformers' forward given the same float32
+# inv_freq: both form fl32(fl32(p) * inv_freq), rotary takes the correctly rounded cos/sin of that
+# float angle, torch's float32 cos/sin are within 1 ulp of it, then each multiplies by the
+# attention factor in float32.
+COS_SIN_ULPS = 2
+# rotary's attention factor against transformers' attention_scaling, relative.
+ATTENTION_FACTOR_RTOL = 1e-6
+
+# Remote-code model types (their config.json names code outside transformers): the native config
+# class whose RoPE the remote code copies, named here rather than guessed.
+NATIVE_STAND_IN = {
+    # modeling_internlm2.py: Llama's rotary classes, InternLM2DynamicNTKScalingRotaryEmbedding is
+    # transformers' dynamic NTK (base grows with the sequence length over max_position_embeddings).
+    "internlm2": "llama",
+    # modeling_phi3_v.py: Phi-3's decoder; its Phi3SuScaledRotaryEmbedding is transformers' longrope.
+    "phi3_v": "phi3",
+    # Kimi-K2 ships DeepSeek-V3's modeling code (architectures DeepseekV3ForCausalLM).
+    "kimi_k2": "deepseek_v3",
+}
+
+# Configs whose published form transformers 5.x cannot build, and the one-key rewrite that gives
+# transformers the rule it means: the variant runs as its own test, beside the skipped original.
+#   Phi-3.5-vision's rope_scaling {"type": "su"}: Phi3Config renames su to longrope only after
+#   standardize_rope_params ran, so original_max_position_embeddings is never moved into
+#   rope_parameters and validation raises KeyError. rotary still reads the published "su".
+REWRITES = {
+    "microsoft--Phi-3.5-vision-instruct": ("su-as-longrope", lambda c: c["rope_scaling"].update(type="longrope")),
+}
+REWRITES_BY_VARIANT = {name: rewrite for name, rewrite in REWRITES.values()}
+
+
+def _load(stem: str) -> dict:
+    return json.loads((CONFIGS / f"{stem}.json").read_text())
+
+
+def _cases() -> list[Any]:
+    """One case per (config, layer type, variant); rotary's layer_types name the layer types (the
+    test checks them against transformers' module)."""
+    cases = []
+    for path in sorted(CONFIGS.glob("*.json")):
+        config = json.loads(path.read_text())
+        try:
+            layer_types = rotary.layer_types(config)
+        except (ValueError, TypeError):
+            layer_types = ["full_attention"]  # the test itself reports rotary's error
+        variants = [None] + ([REWRITES[path.stem][0]] if path.stem in REWRITES else [])
+        for variant in variants:
+            for layer_type in layer_types:
+                name = f"{path.stem}:{layer_type}" + (f":{variant}" if variant else "")
+                cases.append(pytest.param(path.stem, layer_type, variant, id=name))
+    return cases
+
+
+# ---- transformers' side ----
+
+def _hf_text_config(config: dict, variant: Optional[str]) -> Any:
+    """transformers' config object of the text decoder, built as from_pretrained builds it
+    (CONFIG_MAPPING[model_type].from_dict), or the reason it cannot be."""
+    config = copy.deepcopy(config)
+    if variant:
+        REWRITES_BY_VARIANT[variant](config)
+    model_type = NATIVE_STAND_IN.get(config["model_type"], config["model_type"])
+    config["model_type"] = model_type
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no config class for model_type {model_type!r}")
+    try:
+        built = CONFIG_MAPPING[model_type].from_dict(config)
+        text = built.get_text_config()
+        if isinstance(text, dict):
+            # The top-level class does not own a text_config (Ministral 3's file names the text
+            # model's own type, ministral3, at the top): the text_config as its own type builds it.
+            text = CONFIG_MAPPING[text["model_type"]].from_dict(text)
+    except (KeyError, ValueError, TypeError) as e:
+        pytest.skip(f"transformers {transformers.__version__} cannot build {model_type!r} from this published "
+                    f"config: {type(e).__name__}: {e}")
+    return text
+
+
+def _modeling(text_config: Any) -> Any:
+    name = model_type_to_module_name(text_config.model_type)
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
+
+def _rope_class(modeling: Any) -> type:
+    """The decoder's rotary embedding class (vision towers have their own)."""
+    names = [n for n in dir(modeling) if n.endswith("RotaryEmbedding") and "Vision" not in n]
+    assert len(names) == 1, f"{modeling.__name__}: expected one text rotary embedding class, found {names}"
+    return getattr(modeling, names[0])
+
+
+class HfRope:
+    """transformers' rotary module for one layer type, with the few ways models call it."""
+
+    def __init__(self, text_config: Any, layer_type: str):
+        self.config = text_config
+        self.modeling = _modeling(text_config)
+        self.module = _rope_class(self.modeling)(config=text_config)
+        self.per_layer = "layer_type" in inspect.signature(self.module.forward).parameters
+        self.layer_type = layer_type
+        self.prefix = f"{layer_type}_" if self.per_layer else ""
+        # M-RoPE modules recompose three position streams (t, h, w) by mrope_section.
+        self.streams = 3 if hasattr(self.module, "mrope_section") else 1
+        self.x = torch.zeros(1, dtype=torch.float32)  # forward reads only x's device and dtype
+
+    @property
+    def layer_types(self) -> Optional[set]:
+        """The layer types of a per-layer-type module (None: one RoPE for every layer)."""
+        return set(self.module.rope_type) if self.per_layer else None
+
+    @property
+    def inv_freq(self) -> np.ndarray:
+        return getattr(self.module, f"{self.prefix}inv_freq").numpy().copy()
+
+    @property
+    def attention_scaling(self) -> float:
+        return float(getattr(self.module, f"{self.prefix}attention_scaling"))
+
+    @property
+    def head_dim(self) -> int:
+        config = self.config
+        if self.per_layer and hasattr(config, "per_layer_config"):  # Gemma 4: global_head_dim on full layers
+            config = config.per_layer_config[self.layer_type]
+        return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+    def _args(self, position_ids: Any) -> tuple:
+        return (self.x, position_ids, self.layer_type) if self.per_layer else (self.x, position_ids)
+
+    def forward(self, position_ids: Any) -> Any:
+        """The module's forward, with transformers' dynamic update (dynamic NTK, LongRoPE)."""
+        return self.module(*self._args(position_ids))
+
+    def forward_with(self, inv_freq32: np.ndarray, position_ids: Any) -> Any:
+        """The forward's arithmetic alone (no dynamic update) with inv_freq replaced."""
+        raw = inspect.unwrap(type(self.module).forward)
+        buffer = getattr(self.module, f"{self.prefix}inv_freq")
+        saved = buffer.clone()
+        buffer.copy_(torch.from_numpy(inv_freq32))
+        try:
+            return raw(self.module, *self._args(position_ids))
+        finally:
+            buffer.copy_(saved)
+
+    def rotate(self, q: Any, k: Any, emb: Any) -> tuple:
+        """q, k [batch, heads, seq, width] rotated as the model's attention does, width being the
+        rotated slice (every model here rotates the leading cos.shape[-1] channels of the head it
+        hands to the function, MLA models that of q_pe/k_pe), in rotary's channel order."""
+        module = self.modeling.__name__.rsplit(".", 1)[-1]
+        if module in ("modeling_llama4", "modeling_deepseek_v2"):  # complex freqs_cis, interleaved pairs
+            if module == "modeling_llama4":  # [batch, seq, heads, width]
+                q, k = self.modeling.apply_rotary_emb(q.transpose(1, 2), k.transpose(1, 2), emb)
+                return q.transpose(1, 2), k.transpose(1, 2)
+            return self.modeling.apply_rotary_emb(q, k, emb)
+        cos, sin = emb
+        if module == "modeling_gemma4":
+            apply = self.modeling.apply_rotary_pos_emb
+            return apply(q, cos, sin, unsqueeze_dim=1), apply(k, cos, sin, unsqueeze_dim=1)
+        if module == "modeling_glm_moe_dsa" or (module == "modeling_deepseek_v3" and self.config.rope_interleave):
+            # apply_rotary_pos_emb_interleave rotates pairs (x[2i], x[2i+1]) and writes pair i's two
+            # results to channels i and i + width/2: back to the input's channel order.
+            q, k = self.modeling.apply_rotary_pos_emb_interleave(q, k, cos, sin)
+            return _interleave_halves(q), _interleave_halves(k)
+        return self.modeling.apply_rotary_pos_emb(q, k, cos, sin)
+
+
+def _interleave_halves(x: Any) -> Any:
+    half = x.shape[-1] // 2
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = x[..., :half], x[..., half:]
+    return out
+
+
+def _pairs_of(t: Any, pairs: int, what: str) -> np.ndarray:
+    """transformers' cos or sin [..., width] as one value per pair [..., pairs]: width pairs as
+    given (gpt-oss), or 2*pairs written twice, as halves (rotate_half models, cat) or repeated
+    (Cohere, repeat_interleave)."""
+    t = t.numpy()
+    if t.shape[-1] == pairs:
+        return t
+    assert t.shape[-1] == 2 * pairs, f"{what} has width {t.shape[-1]}, not rotary_dim/2={pairs} or rotary_dim"
+    if np.array_equal(t[..., :pairs], t[..., pairs:]):
+        return t[..., :pairs]
+    if np.array_equal(t[..., 0::2], t[..., 1::2]):
+        return t[..., 0::2]
+    raise AssertionError(f"{what} is neither two equal halves nor each value repeated")
+
+
+def _cos_sin(emb: Any, pairs: int) -> tuple:
+    if isinstance(emb, torch.Tensor) and emb.is_complex():  # freqs_cis = (cos + i sin) * scaling
+        return _pairs_of(emb.real, pairs, "freqs_cis.real"), _pairs_of(emb.imag, pairs, "freqs_cis.imag")
+    cos, sin = emb
+    return _pairs_of(cos, pairs, "cos"), _pairs_of(sin, pairs, "sin")
+
+
+# ---- positions ----
+
+def _stream_positions(positions: list, streams: int) -> np.ndarray:
+    """[streams, 1, seq] int64: stream 0 the positions, the others distinct (M-RoPE's h and w)."""
+    p = np.asarray(positions, dtype=np.int64)
+    rows = [p, p // 3 + 1, p // 7 + 2][:streams]
+    return np.stack(rows)[:, None, :]
+
+
+def _rotary_rows(rope: Any, streams: np.ndarray, angles: str) -> tuple:
+    """rotary's cos/sin [seq, pairs], pair j from its stream's positions."""
+    tables = [rope.table(streams[s, 0], angles=angles) for s in range(streams.shape[0])]
+    pick = rope.pair_stream if streams.shape[0] > 1 else np.zeros(rope.rotary_dim // 2, dtype=np.int32)
+    columns = np.arange(rope.rotary_dim // 2)
+    cos = np.stack([tables[s][0][:, j] for j, s in zip(columns, pick)], axis=-1)
+    sin = np.stack([tables[s][1][:, j] for j, s in zip(columns, pick)], axis=-1)
+    return cos, sin
+
+
+def _ulps_apart(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| in float32 ulps of the larger magnitude (ulps of the smallest normal near zero)."""
+    scale = np.maximum(np.abs(a), np.abs(b)).astype(np.float32)
+    spacing = np.spacing(np.maximum(scale, np.float32(np.finfo(np.float32).tiny))).astype(np.float64)
+    return np.abs(a.astype(np.float64) - b.astype(np.float64)) / spacing
+
+
+def _position_sets(hf: HfRope) -> list:
+    """The forwards to run, in order, on one module: each a list of positions whose largest + 1 is
+    the sequence length transformers' dynamic update sees. L is where dynamic NTK and LongRoPE
+    switch; the sets go short, just past L, far past it, to 2^31 - 1, then short again (dynamic
+    NTK's reset). The first set stays below L - 1 (transformers resets only when n < L)."""
+    params = hf.config.rope_parameters
+    params = params.get(hf.layer_type, params) if hf.per_layer else params
+    L = int(params.get("original_max_position_embeddings") or hf.config.max_position_embeddings)
+    short = sorted({0, 1, 2, 3, 7, 8, 31, 255, 1000, L // 2, L - 2})
+    return [
+        short,
+        [0, 1, 5, L - 1],  # n = L: still the original schedule
+        [0, 1, 5, L - 1, L],  # n = L + 1: switched
+        [0, 3, L, L + 1, 2 * L + 3, 65535, 100_000, 1_000_000],
+        [0, 1, 17, L + 1, 1 << 20, (1 << 24) - 1, (1 << 24) + 1, 30_000_000, 1_000_000_007, 2**31 - 1],
+        short,
+    ]
+
+
+# ---- the test ----
+
+@pytest.mark.parametrize("stem,layer_type,variant", _cases())
+def test_matches_transformers(stem: str, layer_type: str, variant: Optional[str]) -> None:
+    config = _load(stem)
+    text_config = _hf_text_config(config, variant)
+    hf = HfRope(text_config, layer_type)
+    rope = rotary.Rope.from_hf_config(config, layer_type=layer_type)
+
+    # Layer types: a per-layer-type module has one RoPE per type; the others one for every layer.
+    if hf.layer_types is not None:
+        assert set(rotary.layer_types(config)) == hf.layer_types
+    else:
+        assert rotary.layer_types(config) == ["full_attention"]
+
+    # The head and its rotated slice: transformers' inv_freq has one entry per pair.
+    pairs = rope.rotary_dim // 2
+    assert rope.head_dim == hf.head_dim
+    assert hf.inv_freq.shape == (pairs,), (
+        f"transformers rotates {2 * hf.inv_freq.size} channels, rotary {rope.rotary_dim}")
+    assert rope.rotary_offset == 0  # transformers rotates the leading slice (see HfRope.rotate)
+    assert rope.streams == hf.streams
+
+    _check_schedule(hf, rope, "at init (no sequence length)")
+    for positions in _position_sets(hf):
+        streams = _stream_positions(positions, hf.streams)
+        seq_len = int(streams.max()) + 1
+        emb = hf.forward(torch.from_numpy(streams if hf.streams > 1 else streams[0]))
+        at = rotary.Rope.from_hf_config(config, seq_len=seq_len, layer_type=layer_type)
+        where = f"after a forward at positions up to {seq_len - 1}"
+        _check_schedule(hf, at, where)
+        _check_exact_cos_sin(hf, at, emb, streams, where)
+        _check_hf_float32(hf, at, streams, where)
+    _check_pairing(hf, rope)
+    _check_rope_layers(hf, rope)
+
+
+def _check_schedule(hf: HfRope, rope: Any, where: str) -> None:
+    """inv_freq within INV_FREQ_ULPS of rotary's exact values (zeros, proportional RoPE's unturned
+    pairs, equal), the attention factor within ATTENTION_FACTOR_RTOL."""
+    theirs, ours = hf.inv_freq.astype(np.float64), rope.inv_freq
+    ulp = np.spacing(ours.astype(np.float32)).astype(np.float64)
+    ulps = np.where(ours == 0, np.where(theirs == 0, 0.0, np.inf), np.abs(theirs - ours) / np.where(ours == 0, 1, ulp))
+    worst = int(np.argmax(ulps))
+    assert ulps[worst] <= INV_FREQ_ULPS, (
+        f"{where}: inv_freq[{worst}] transformers {theirs[worst]!r}, rotary {ours[worst]!r}: "
+        f"{ulps[worst]:.3g} float32 ulps apart (bound {INV_FREQ_ULPS})")
+    assert math.isclose(rope.attention_factor, hf.attention_scaling, rel_tol=ATTENTION_FACTOR_RTOL), (
+        f"{where}: attention factor transformers {hf.attention_scaling!r}, rotary {rope.attention_factor!r}")
+
+
+def _check_exact_cos_sin(hf: HfRope, rope: Any, emb: Any, streams: np.ndarray, where: str) -> None:
+    """transformers' own forward against rotary's exact cos/sin, within what float32 angles allow:
+    its angle fl32(fl32(p) * inv_freq32) is within (INV_FREQ_ULPS + 1) * 2^-23 * p * inv_freq of
+    the exact one, plus 1 ulp for cos/sin and one rounding of the factor."""
+    pairs = rope.rotary_dim // 2
+    cos, sin = _cos_sin(emb, pairs)
+    cos, sin = cos.reshape(-1, pairs), sin.reshape(-1, pairs)
+    exact_cos, exact_sin = _rotary_rows(rope, streams, "exact")
+    pick = rope.pair_stream if streams.shape[0] > 1 else np.zeros(pairs, dtype=np.int32)
+    p = streams[pick, 0, :].T.astype(np.float64)  # [seq, pairs]: each pair's own position
+    g = rope.attention_factor
+    bound = g * ((INV_FREQ_ULPS + 1) * 2.0**-23 * p * rope.inv_freq + 2.0**-21)
+    for name, theirs, ours in (("cos", cos, exact_cos), ("sin", sin, exact_sin)):
+        excess = np.abs(theirs.astype(np.float64) - ours) - bound
+        row, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        assert excess[row, j] <= 0, (
+            f"{where}: {name} at position {int(p[row, j])} pair {j}: transformers {theirs[row, j]!r}, "
+            f"rotary exact {ours[row, j]!r}, beyond the float32-angle bound {bound[row, j]:.3g}")
+
+
+def _check_hf_float32(hf: HfRope, rope: Any, streams: np.ndarray, where: str) -> None:
+    """rotary's angles="hf-float32" against transformers' forward arithmetic given rotary's float32
+    inv_freq: within COS_SIN_ULPS at every position, 2^31 - 1 included.
+
+    That inv_freq, the float32 nearest rotary's exact value, is not transformers' own float32
+    inv_freq, which rounds its formula step by step and whose pow depends on the machine (torch's
+    AVX2 pow differs from its scalar one on about 1% of these inputs): the two differ by an ulp
+    on about a third of the corpus's pairs (README.md), and the angles at p by p times that, so
+    the forward is fed the same inv_freq to compare the rest of the pipeline; _check_schedule
+    bounds the difference of the frequencies themselves."""
+    pairs = rope.rotary_dim // 2
+    position_ids = torch.from_numpy(streams if hf.streams > 1 else streams[0])
+    emb = hf.forward_with(rope.inv_freq.astype(np.float32), position_ids)
+    cos, sin = _cos_sin(emb, pairs)
+    ours_cos, ours_sin = _rotary_rows(rope, streams, "hf-float32")
+    for name, theirs, ours in (("cos", cos.reshape(-1, pairs), ours_cos), ("sin", sin.reshape(-1, pairs), ours_sin)):
+        ulps = _ulps_apart(theirs, ours)
+        row, j = np.unravel_index(int(np.argmax(ulps)), ulps.shape)
+        assert ulps[row, j] <= COS_SIN_ULPS, (
+            f"{where}: hf-float32 {name} at position {int(streams[0, 0, row])} pair {j}: transformers "
+            f"{theirs[row, j]!r}, rotary {ours[row, j]!r} ({ulps[row, j]:.3g} ulps)")
+
+
+def _check_pairing(hf: HfRope, rope: Any) -> None:
+    """The model's own rotation of q and k against Rope.apply (exact angles) at positions below 32:
+    channels pair as transformers pairs them, the slice past rotary_dim passes through, M-RoPE
+    pairs read their streams. A wrong pairing is off by about |q|; the bound is what float32 angles
+    (as in _check_exact_cos_sin) and a few float32 products allow, a few 1e-5 here."""
+    rng = np.random.default_rng(7)
+    head_dim, width = rope.head_dim, rope.rotary_dim
+    streams = _stream_positions([0, 1, 2, 3, 5, 8, 13, 21, 31], hf.streams)
+    q = rng.standard_normal((1, 2, streams.shape[-1], head_dim)).astype(np.float32)
+    k = rng.standard_normal((1, 1, streams.shape[-1], head_dim)).astype(np.float32)
+    emb = hf.forward(torch.from_numpy(streams if hf.streams > 1 else streams[0]))
+    tq, tk = (torch.from_numpy(x) for x in (q, k))
+    hq, hk = hf.rotate(tq[..., :width].contiguous(), tk[..., :width].contiguous(), emb)
+    hq = torch.cat([hq, tq[..., width:]], dim=-1).numpy()
+    hk = torch.cat([hk, tk[..., width:]], dim=-1).numpy()
+    positions = streams if hf.streams > 1 else streams[0]
+    rq, rk = rope.apply(q, k, positions=positions, layout="bhsd")
+    angle = (INV_FREQ_ULPS + 1) * 2.0**-23 * float(streams.max()) * float(rope.inv_freq.max()) + 2.0**-21
+    for name, theirs, ours, x in (("q", hq, rq, q), ("k", hk, rk, k)):
+        bound = 2 * rope.attention_factor * float(np.abs(x).max()) * (angle + 2.0**-22)
+        error = np.abs(theirs - ours)
+        worst = np.unravel_index(int(np.argmax(error)), error.shape)
+        assert error[worst] <= bound, (
+            f"rotated {name} [batch, head, token, channel]={tuple(int(i) for i in worst)}: transformers "
+            f"{theirs[worst]!r}, rotary {ours[worst]!r}, bound {bound:.3g} "
+            f"(pairing {rope.pairing}, layout {rope.layout})")
+
+
+def _layer_applies_rope(layer: Any) -> bool:
+    """Whether one of transformers' decoder layers rotates q and k: it has softmax attention
+    (recurrent and convolutional mixers live under other names, linear_attn, mamba, conv) whose
+    forward calls a rotary function, and it is not a NoPE layer (Llama 4's use_rope)."""
+    for name in ("self_attn", "attention"):
+        attention = getattr(layer, name, None)
+        if isinstance(attention, torch.nn.Module):
+            source = inspect.getsource(type(attention).forward)
+            return "rotary" in source and bool(getattr(attention, "use_rope", True))
+    return False
+
+
+def _decoder_layer_class(modeling: Any) -> type:
+    own = [n for n in dir(modeling) if getattr(getattr(modeling, n), "__module__", None) == modeling.__name__]
+    names = [n for n in own if n.endswith("DecoderLayer") and "Vision" not in n]
+    names = names or [n for n in own if n.endswith("Layer") and "Vision" not in n]  # GPTNeoXLayer
+    assert len(names) == 1, f"{modeling.__name__}: expected one decoder layer class, found {names}"
+    return getattr(modeling, names[0])
+
+
+def _check_rope_layers(hf: HfRope, rope: Any) -> None:
+    """rope_layers (None: every layer) against transformers' decoder layers, built on the meta
+    device (no memory): layer i rotates with this RoPE when it applies RoPE at all and, for a
+    per-layer-type module, its layer type is this one."""
+    layer_class = _decoder_layer_class(hf.modeling)
+    types = getattr(hf.config, "layer_types", None)
+    with torch.device("meta"):
+        applies = [_layer_applies_rope(layer_class(hf.config, i)) for i in range(hf.config.num_hidden_layers)]
+    expected = [a and (not hf.per_layer or types[i] == hf.layer_type) for i, a in enumerate(applies)]
+    ours = [True] * len(expected) if rope.rope_layers is None else rope.rope_layers
+    wrong = [i for i, (a, b) in enumerate(zip(ours, expected)) if a != b]
+    assert len(ours) == len(expected) and not wrong, (
+        f"rope_layers: rotary marks {sum(ours)} of {len(ours)} layers, transformers rotates {sum(expected)} of "
+        f"{len(expected)} with this RoPE; first differing layers {wrong[:8]}")
+
+
+# ---- what config classes fill in ----
+
+# The model types whose config class fills in a RoPE fact when config.json leaves it out, each as
+# rotary resolves it (src/hf_config.cpp): partial_rotary_factor defaults (and Bamba's forced 0.5),
+# GPT-NeoX(-Japanese)'s rotary_pct, MiniMax-M2's rotary_dim, JetMoE's head (kv_channels, default
+# 128), Zamba2's doubled head, and the layers without attention of Qwen3-Next (full_attention_interval),
+# Bamba (attn_layer_indices) and RecurrentGemma (block_types). Each case's own keys; None drops a
+# key of the base config. Other class defaults (head_dim, rope_theta: MiniMaxM2Config's 5e6, ...)
+# are given in the base config: rotary does not read them from the model type (see README.md).
+CONFIG_CLASS_BASE = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 128,
+                     "num_hidden_layers": 8, "max_position_embeddings": 4096, "rope_theta": 10000.0}
+CONFIG_CLASS_CASES = {
+    "bamba": {"partial_rotary_factor": 1.0, "attn_layer_indices": [2, 5]},  # 0.5 whatever the config says
+    "glm": {}, "glm4": {}, "glm4_moe": {}, "nemotron": {}, "persimmon": {}, "phi": {},
+    "recurrent_gemma": {"num_key_value_heads": 1}, "stablelm": {}, "qwen3_next": {"full_attention_interval": 3},
+    "moonshine": {"head_dim": None, "num_attention_heads": 8, "num_key_value_heads": 8},  # 0.9 of 256: even
+    "gpt_neox": {}, "gpt_neox_japanese": {"rotary_pct": 0.5}, "minimax_m2": {"rotary_dim": 64},
+    "jetmoe": {"head_dim": None, "num_attention_heads": 32, "num_key_value_heads": 32},  # 2048 / 32 is not 128
+    "zamba2": {"head_dim": None, "use_mem_rope": True, "num_hidden_layers": 6,
+               "layers_block_type": ["mamba", "hybrid", "mamba", "mamba", "hybrid", "mamba"]},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIG_CLASS_CASES))
+def test_config_class_defaults(model_type: str) -> None:
+    """A config.json that leaves the case's fact to the config class: the head, the rotated width,
+    inv_freq and the layers that rotate as transformers' config class and rotary module build them."""
+    config = {"model_type": model_type, **CONFIG_CLASS_BASE, **CONFIG_CLASS_CASES[model_type]}
+    config = {key: value for key, value in config.items() if value is not None}
+    text_config = CONFIG_MAPPING[model_type].from_dict(copy.deepcopy(config))
+    hf = HfRope(text_config, "full_attention")
+    rope = rotary.Rope.from_hf_config(config)
+    assert rope.head_dim == hf.head_dim
+    assert rope.rotary_dim == 2 * hf.inv_freq.size, f"transformers rotates {2 * hf.inv_freq.size} channels"
+    _check_schedule(hf, rope, "defaults")
+    types = getattr(text_config, "layer_types", None)
+    if types is not None and "linear_attention" in types:
+        assert rope.rope_layers == [t != "linear_attention" for t in types]
+
+
+# ---- vision towers ----
+
+def _vision_cases() -> list[Any]:
+    return [pytest.param(path.stem, id=path.stem) for path in sorted(CONFIGS.glob("*.json"))
+            if "vision_config" in json.loads(path.read_text())]
+
+
+def _hf_vision_config(config: dict) -> Any:
+    """transformers' vision_config object, as the model's own config class builds it."""
+    config = copy.deepcopy(config)
+    config["model_type"] = NATIVE_STAND_IN.get(config["model_type"], config["model_type"])
+    try:
+        vision = getattr(CONFIG_MAPPING[config["model_type"]].from_dict(copy.deepcopy(config)), "vision_config", None)
+        if vision is None or isinstance(vision, dict):  # see _hf_text_config: Ministral 3
+            vision = CONFIG_MAPPING[config["vision_config"]["model_type"]].from_dict(config["vision_config"])
+    except (KeyError, ValueError, TypeError) as e:
+        pytest.skip(f"transformers {transformers.__version__} cannot build this vision_config: {type(e).__name__}: {e}")
+    return vision
+
+
+class HfVisionRope:
+    """transformers' vision rotary module (None when the tower has no RoPE) and its attention's call."""
+
+    def __init__(self, vision_config: Any):
+        package = type(vision_config).__module__.rsplit(".", 1)[0]
+        self.modeling = importlib.import_module(f"{package}.modeling_{package.rsplit('.', 1)[1]}")
+        names = [n for n in dir(self.modeling) if n.endswith("VisionRotaryEmbedding")]
+        assert len(names) <= 1, f"{self.modeling.__name__}: several vision rotary classes {names}"
+        self.module = getattr(self.modeling, names[0])(config=vision_config) if names else None
+        self.name = self.modeling.__name__.rsplit(".", 1)[-1]
+        self.x = torch.zeros(1, dtype=torch.float32)
+
+    def position_ids(self, streams: np.ndarray) -> Any:
+        """streams [2, 1, patches] as the tower's (patches, 2) position_ids (Gemma 4: (1, patches, 2))."""
+        ids = torch.from_numpy(np.ascontiguousarray(streams[:, 0, :].T))
+        return ids[None] if self.name == "modeling_gemma4" else ids
+
+    def rotate(self, q: Any, k: Any, emb: Any, position_ids: Any) -> tuple:
+        """q [1, patches, heads, head_dim], k alike, rotated as the tower's attention does."""
+        cos, sin = emb
+        if self.name == "modeling_gemma4":
+            apply = self.modeling.apply_multidimensional_rope
+            return apply(q, cos, sin, position_ids, unsqueeze_dim=2), apply(k, cos, sin, position_ids, unsqueeze_dim=2)
+        if self.name == "modeling_pixtral":  # [batch, heads, patches, head_dim], cos [patches, head_dim]
+            rq, rk = self.modeling.apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin, unsqueeze_dim=0)
+            return rq.transpose(1, 2), rk.transpose(1, 2)
+        rq, rk = self.modeling.apply_rotary_pos_emb_vision(q[0], k[0], cos, sin)  # [patches, heads, head_dim]
+        return rq[None], rk[None]
+
+
+def _block_pairs_of(t: Any, pairs: int, blocks: int, what: str) -> np.ndarray:
+    """_pairs_of for a head split in `blocks` blocks (Gemma 4's vision tower), block by block."""
+    parts = torch.chunk(t, blocks, dim=-1)
+    return np.concatenate([_pairs_of(part, pairs // blocks, what) for part in parts], axis=-1)
+
+
+@pytest.mark.parametrize("stem", _vision_cases())
+def test_vision_tower_matches_transformers(stem: str) -> None:
+    """The vision tower's 2-D RoPE (patch row and column as two position streams): the same
+    comparisons as the decoder's, at patch positions up to 2^20."""
+    config = _load(stem)
+    hf = HfVisionRope(_hf_vision_config(config))
+    if hf.module is None:  # the tower has no RoPE (SigLIP): rotary must refuse it, not guess one
+        with pytest.raises(ValueError, match="does not know this vision tower's RoPE"):
+            rotary.Rope.from_hf_config(config, vision=True)
+        return
+    rope = rotary.Rope.from_hf_config(config, vision=True)
+    pairs = rope.rotary_dim // 2
+    assert rope.streams == 2
+    assert rope.rotary_offset == 0
+
+    # One buffer of per-axis frequencies (Qwen, Gemma 4: shared by both axes) or one per pair (Pixtral).
+    theirs = hf.module.inv_freq.numpy()
+    assert pairs % theirs.size == 0, f"transformers has {theirs.size} frequencies for rotary's {pairs} pairs"
+    tiled = np.tile(theirs, pairs // theirs.size)
+    ulps = np.abs(tiled.astype(np.float64) - rope.inv_freq) / np.spacing(rope.inv_freq.astype(np.float32))
+    assert ulps.max() <= INV_FREQ_ULPS, f"inv_freq {int(np.argmax(ulps))} is {ulps.max():.3g} float32 ulps off"
+    assert math.isclose(rope.attention_factor, hf.module.attention_scaling, rel_tol=ATTENTION_FACTOR_RTOL)
+
+    rows = [0, 1, 2, 3, 5, 8, 13, 31, 100, 1000, 4095, 65535, 1 << 20]
+    streams = np.stack([np.array(rows), np.array(rows[::-1]) // 2 + 1])[:, None, :].astype(np.int64)
+    position_ids = hf.position_ids(streams)
+    emb = hf.module(hf.x, position_ids)
+
+    def per_pair(emb: Any) -> tuple:
+        cos, sin = (_block_pairs_of(t, pairs, rope.blocks, name) for t, name in zip(emb, ("cos", "sin")))
+        return cos.reshape(-1, pairs), sin.reshape(-1, pairs)
+
+    cos, sin = per_pair(emb)
+    exact_cos, exact_sin = _rotary_rows(rope, streams, "exact")
+    p = streams[rope.pair_stream, 0, :].T.astype(np.float64)
+    bound = rope.attention_factor * ((INV_FREQ_ULPS + 1) * 2.0**-23 * p * rope.inv_freq + 2.0**-21)
+    for name, t, ours in (("cos", cos, exact_cos), ("sin", sin, exact_sin)):
+        excess = np.abs(t.astype(np.float64) - ours) - bound
+        row, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
+        assert excess[row, j] <= 0, (
+            f"{name} at patch {row} pair {j}: transformers {t[row, j]!r}, rotary {ours[row, j]!r}")
+
+    # angles="hf-float32" against the tower's arithmetic given rotary's float32 frequencies.
+    buffer = hf.module.inv_freq
+    saved = buffer.clone()
+    buffer.copy_(torch.from_numpy(rope.inv_freq[: theirs.size].astype(np.float32)))
+    try:
+        cos32, sin32 = per_pair(hf.module(hf.x, position_ids))
+    finally:
+        buffer.copy_(saved)
+    ours_cos, ours_sin = _rotary_rows(rope, streams, "hf-float32")
+    for name, t, ours in (("cos", cos32, ours_cos), ("sin", sin32, ours_sin)):
+        assert _ulps_apart(t, ours).max() <= COS_SIN_ULPS, f"hf-float32 {name}: {_ulps_apart(t, ours).max():.3g} ulps"
+
+    # Pairing and blocks: the tower's own rotation against Rope.apply, at patch positions below 32.
+    small = streams[:, :, :8]
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((1, small.shape[-1], 2, rope.head_dim)).astype(np.float32)
+    k = rng.standard_normal((1, small.shape[-1], 2, rope.head_dim)).astype(np.float32)
+    ids = hf.position_ids(small)
+    hq, hk = hf.rotate(torch.from_numpy(q), torch.from_numpy(k), hf.module(hf.x, ids), ids)
+    rq, rk = rope.apply(q, k, positions=small, layout="bshd")
+    angle = (INV_FREQ_ULPS + 1) * 2.0**-23 * float(small.max()) * float(rope.inv_freq.max()) + 2.0**-21
+    for name, t, ours, x in (("q", hq.numpy(), rq, q), ("k", hk.numpy(), rk, k)):
+        bound = 2 * rope.attention_factor * float(np.abs(x).max()) * (angle + 2.0**-22)
+        error = np.abs(t - ours)
+        worst = np.unravel_index(int(np.argmax(error)), error.shape)
+        assert error[worst] <= bound, (
+            f"rotated {name} [batch, patch, head, channel]={tuple(int(i) for i in worst)}: transformers "
+            f"{t[worst]!r}, rotary {ours[worst]!r} (layout {rope.layout}, blocks {rope.blocks})")
