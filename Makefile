@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
 BUILD_FUZZ ?= build-fuzz
 
-.PHONY: run test deps build build-asan test-release test-asan test-python python-install fuzz clean
+.PHONY: run test bench deps build build-asan test-release test-asan test-python python-install fuzz clean
 
 PYTHON := /usr/bin/python3
 # The Python environment of `make test` and `make run`: Debian's CPython with every package from
@@ -39,6 +39,13 @@ run: build python-install
 	$(VENV_PYTHON) bench/compare_torch.py | tee out/compare_torch.txt
 	$(VENV_PYTHON) -m rotary.report --cli $(BUILD)/rotary --out out \
 	  --extra out/bench.txt out/compare_torch.txt
+
+# The speed figures of record: every bench row (ratios to memcpy, floors, targets) and the peers
+# (transformers' eager formula, torch.compile of it, ONNX Runtime's RotaryEmbedding operators).
+bench: build python-install
+	mkdir -p out
+	$(BUILD)/rotary bench --json --threads 1,2 --reps 15 | tee out/bench.json
+	$(VENV_PYTHON) bench/compare_peers.py | tee out/compare_peers.txt
 
 # The venv, filled once per change of the requirements file (quick when nothing changed).
 $(VENV)/requirements.stamp: $(PY_REQUIREMENTS) | deps
