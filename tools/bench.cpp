@@ -65,20 +65,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// memcpy of `bytes` split over `threads` (the same split the kernel gets).
-void parallel_copy(unsigned char* dst, const unsigned char* src, int64_t bytes, int threads) {
+// `work(first, last)` over [0, bytes) split in contiguous ranges over `threads` (the split the
+// kernel gets; one thread below kParallelBytes moved, as apply).
+template <class Work>
+void split_bytes(int64_t bytes, int threads, Work work) {
   if (threads <= 1 || 2 * bytes < kParallelBytes) {
-    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    work(int64_t{0}, bytes);
     return;
   }
 #pragma omp parallel num_threads(threads)
   {
     const int64_t n = omp_get_num_threads();
     const int64_t me = omp_get_thread_num();
-    const int64_t first = bytes * me / n;
-    const int64_t last = bytes * (me + 1) / n;
-    std::memcpy(dst + first, src + first, static_cast<size_t>(last - first));
+    work(bytes * me / n, bytes * (me + 1) / n);
   }
+}
+
+// memcpy of `bytes` split over `threads`.
+void parallel_copy(unsigned char* dst, const unsigned char* src, int64_t bytes, int threads) {
+  split_bytes(bytes, threads, [&](int64_t first, int64_t last) {
+    std::memcpy(dst + first, src + first, static_cast<size_t>(last - first));
+  });
 }
 
 // Every byte of `bytes` loaded and stored back in place, split as parallel_copy splits: the traffic
@@ -102,18 +109,7 @@ void touch_words(unsigned char* p, int64_t bytes) {
   }
 }
 void parallel_touch(unsigned char* p, int64_t bytes, int threads) {
-  if (threads <= 1 || 2 * bytes < kParallelBytes) {
-    touch_words(p, bytes);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t n = omp_get_num_threads();
-    const int64_t me = omp_get_thread_num();
-    const int64_t first = bytes * me / n;
-    const int64_t last = bytes * (me + 1) / n;
-    touch_words(p + first, last - first);
-  }
+  split_bytes(bytes, threads, [&](int64_t first, int64_t last) { touch_words(p + first, last - first); });
 }
 
 Schedule llama31(Pairing pairing) {
