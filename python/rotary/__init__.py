@@ -8,6 +8,7 @@ writes the caller's memory.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -152,7 +153,20 @@ def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
         streams = int(positions.shape[0])
         if streams == 0:
             raise ValueError("positions has 0 streams ([streams, batch, seq] with streams >= 1)")
+    if type(positions) is _torch_tensor_type() and positions.dtype in _torch_int_types() and positions.is_cpu:
+        return positions, streams  # the extension copies them (through DLPack, any strides)
     return _positions_array(positions, real=True), streams
+
+
+def _torch_tensor_type() -> Any:
+    torch = sys.modules.get("torch")
+    return None if torch is None else torch.Tensor
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_int_types() -> tuple:
+    import torch
+    return (torch.int64, torch.int32)
 
 
 # ---- Handles: a Rope named by an int, for torch operators (they cannot take Python objects) -----
@@ -323,65 +337,135 @@ class Rope:
               cos_sin_columns: Optional[str] = None) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
 
-        Args:
-            q, k: numpy arrays or torch CPU tensors, float32/float64/float16/bfloat16, 4-D:
-                ``[batch, seq, heads, head_dim]`` (``layout="bshd"``) or ``[batch, heads, seq,
-                head_dim]`` (``"bhsd"``); any strides (transposed views work without copies).
-            positions: each token's position, integers or real numbers (fractional ones turn by
-                the exact real angle): ``[batch, seq]`` (or ``[batch * seq]``, or ``[seq]`` shared
-                by every batch row), or ``[streams, batch, seq]`` / ``[streams, 1, seq]`` for a
-                Rope with several position streams (M-RoPE: transformers' 3-row ``position_ids``;
-                a single stream serves every stream); default ``offset + 0..seq-1`` for every
-                batch row in every stream.
-            inplace: write the results into q and k themselves.
-            inverse: rotate by -angle (the backward pass).
-            angles: ``"table"`` (cached exact cos/sin), ``"on_the_fly"`` (exact, computed per
-                call) or ``"hf-float32"`` (transformers' float32 numerics, whole positions).
-            threads: 0 = all, at most ``rotary.max_threads``; results are bit-identical for any
-                count.
-            cos, sin: the model's own cos and sin (already times its attention factor), used
-                instead of rotary's angles (``angles`` must stay ``"table"``): 3-D ``[batch or 1,
-                seq, width]``, one row per token, as transformers' ``cos, sin = rotary_emb(x,
-                position_ids)`` gives them; or 2-D ``[rows, width]``, row p for every token at
-                position p (flash-attn's tables; ``positions`` then index them).
-            cos_sin_cache: instead of cos and sin, vLLM's ``cos_sin_cache`` ``[rows, rotary_dim]``:
-                row p holds the rotary_dim/2 cos values of position p, then the sin values.
-            cos_sin_columns: where pair j sits in a cos/sin row: ``"pairs"`` (width rotary_dim/2,
-                column j), ``"halves"`` (width rotary_dim, ``rotate_half`` form, column j) or
-                ``"repeated"`` (width rotary_dim, ``repeat_interleave`` form, column 2j); default
-                ``"pairs"`` for width rotary_dim/2, else ``"halves"``.
+        Parameters
+        ----------
+        q, k : numpy.ndarray or torch.Tensor
+            CPU, float32/float64/float16/bfloat16 (torch), any strides (transposed views work
+            without copies). 4-D ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default
+            everywhere in rotary) or ``[batch, heads, seq, head_dim]`` (``"bhsd"``, as transformers
+            keeps them); or 3-D ``[tokens, heads, head_dim]``: packed (varlen) sequences, as vLLM and
+            flash-attn's varlen kernels keep them (``"thd"``; the default ``"bshd"`` reads a 3-D
+            tensor the same way).
+        positions : array-like or torch.Tensor, optional
+            Each token's position, integers or real numbers (fractional ones turn by the exact real
+            angle): ``[batch, seq]`` (or ``[batch * seq]``, or ``[seq]`` shared by every batch row),
+            or ``[streams, batch, seq]`` / ``[streams, 1, seq]`` for a Rope with several position
+            streams (M-RoPE: transformers' 3-row ``position_ids``; a single stream serves every
+            stream). Packed q: ``[tokens]``, or ``[streams, tokens]``. Default ``offset + 0..seq-1``
+            for every batch row in every stream (packed: ``offset + 0..tokens-1``).
+        offset : int
+            First position when ``positions`` is not given (a KV-cache decode step's position).
+        layout : {"bshd", "bhsd", "thd"}
+            Order of q's and k's dimensions; default ``"bshd"``.
+        inplace : bool
+            Write the results into q and k themselves.
+        inverse : bool
+            Rotate by -angle (the backward pass).
+        angles : {"table", "on_the_fly", "hf-float32"}
+            Where cos/sin come from: ``"table"`` (exact, from the Rope's cached table),
+            ``"on_the_fly"`` (exact, computed per call, no table) or ``"hf-float32"``
+            (transformers' float32 numerics, to reproduce a model's training; whole positions).
+        threads : int
+            0 = all, at most ``rotary.max_threads``; results are bit-identical for any count.
+        cos, sin : array-like or torch.Tensor, optional
+            The model's own cos and sin (already times its attention factor), used instead of
+            rotary's angles (``angles`` must stay ``"table"``): 3-D ``[batch or 1, seq, width]``,
+            one row per token, as transformers' ``cos, sin = rotary_emb(x, position_ids)`` gives
+            them; or 2-D ``[rows, width]``, row p for every token at position p (flash-attn's
+            tables; ``positions`` then index them).
+        cos_sin_cache : array-like or torch.Tensor, optional
+            Instead of cos and sin, vLLM's ``cos_sin_cache`` ``[rows, rotary_dim]``: row p holds the
+            rotary_dim/2 cos values of position p, then the sin values.
+        cos_sin_columns : {"pairs", "halves", "repeated"}, optional
+            Where pair j sits in a cos/sin row: ``"pairs"`` (width rotary_dim/2, column j),
+            ``"halves"`` (width rotary_dim, ``rotate_half`` form, column j) or ``"repeated"`` (width
+            rotary_dim, ``repeat_interleave`` form, column 2j); default ``"pairs"`` for width
+            rotary_dim/2, else ``"halves"``.
 
+        Returns
+        -------
+        numpy.ndarray or torch.Tensor, or a tuple of two
+            The rotated q, or ``(q, k)``: new arrays, or q and k themselves with ``inplace=True``.
+
+        Raises
+        ------
+        TypeError
+            An argument of the wrong kind (a list for q, strings for positions, a str for threads
+            ...), naming it.
+        ValueError
+            A value that breaks a rule (shapes, positions outside [0, 2^31), a streams count the
+            Rope does not take, cos/sin of the wrong width, threads > max_threads, layout ...),
+            naming it; q and k are untouched.
+
+        Notes
+        -----
         Inputs are only read when ``inplace=False``: read-only or memory-mapped arrays, broadcast
         views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
-        and leaves them untouched. Empty tensors (a zero extent) give empty results.
-
-        Raises:
-            TypeError: an argument of the wrong kind (a list for q, strings for positions, a str
-                for threads ...), naming it.
-            ValueError: a value that breaks a rule (shapes, positions outside [0, 2^31), a
-                streams count the Rope does not take, cos/sin of the wrong width, threads >
-                max_threads, layout ...), naming it; q and k are untouched.
+        and leaves them untouched. Empty tensors (a zero extent) give empty results. For autograd
+        and ``torch.compile`` use ``rotary.torch.apply_rope``.
         """
+        return self._apply(q, k, positions, offset, layout, inplace, inverse, angles, threads, cos, sin,
+                           cos_sin_cache, cos_sin_columns)
+
+    def _apply(self, q: Any, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, inverse: Any,
+               angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any) -> Any:
+        """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
+        cost is mostly this layer's and the extension's argument handling)."""
         _check_tensor(q, "q")
         if k is not None:
             _check_tensor(k, "k")
             if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
                 raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
-        for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache)):
-            if value is not None:
-                _check_tensor(value, name)
+        if cos is not None or sin is not None or cos_sin_cache is not None:
+            for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache)):
+                if value is not None:
+                    _check_tensor(value, name)
         inplace = _bool_arg(inplace, "inplace")
+        packed = q.ndim == 3 or layout == "thd"
+        if packed:
+            self._check_packed(q, k, layout)
+            positions = self._packed_positions(positions)
         pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
         q_out = None if inplace else _empty_like(q)
         k_out = None if (inplace or k is None) else _empty_like(k)
         if self.rotates_backward:  # the model's code turns pairs by -angle (NanoChat)
             inverse = not _bool_arg(inverse, "inverse")
-        self._impl.apply(q, k, q_out, k_out, pos, streams, offset, layout, inverse, angles, threads,
+        if packed:  # one batch row of bshd views
+            q4, k4, q_out4, k_out4 = (None if t is None else t[None] for t in (q, k, q_out, k_out))
+            layout = "bshd"
+        else:
+            q4, k4, q_out4, k_out4 = q, k, q_out, k_out
+        self._impl.apply(q4, k4, q_out4, k_out4, pos, streams, offset, layout, inverse, angles, threads,
                          cos, sin, cos_sin_cache, cos_sin_columns)
         rq = q if inplace else q_out
         if k is None:
             return rq
         return rq, (k if inplace else k_out)
+
+    @staticmethod
+    def _check_packed(q: Any, k: Any, layout: Any) -> None:
+        """q (and k) packed ``[tokens, heads, head_dim]``, with layout 'thd' or the default 'bshd'."""
+        if not isinstance(layout, str):
+            raise TypeError(f"layout must be a str, got {type(layout).__name__}")
+        if layout not in ("bshd", "thd"):
+            raise ValueError(f"layout={_show(layout)} is for 4-D tensors: a 3-D q is packed [tokens, heads, "
+                             "head_dim], layout 'thd' (or the default 'bshd')")
+        for name, t in (("q", q), ("k", k)):
+            if t is not None and t.ndim != 3:
+                raise ValueError(f"{name} must have 3 dimensions ([tokens, heads, head_dim]) with layout='thd' or "
+                                 f"a 3-D q, got {t.ndim}")
+
+    def _packed_positions(self, positions: Any) -> Any:
+        """Packed positions ``[streams, tokens]`` as ``[streams, 1, tokens]`` (one batch row)."""
+        if positions is None or self.streams == 1:
+            return positions
+        try:
+            if _is_torch(positions):
+                return positions[:, None, :] if positions.dim() == 2 else positions
+            arr = np.asarray(positions)
+        except (TypeError, ValueError):
+            return positions  # _positions_and_streams names what is wrong with them
+        return arr[:, None, :] if arr.ndim == 2 else positions
 
     def __repr__(self) -> str:
         return (f"Rope(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "

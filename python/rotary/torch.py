@@ -205,16 +205,19 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     rope : rotary.Rope
         The model's RoPE.
     q, k : torch.Tensor
-        ``[batch, seq, heads, head_dim]`` (``layout="bshd"``) or ``[batch, heads, seq, head_dim]``
-        (``"bhsd"``), float32/float64/float16/bfloat16, CPU, any strides; only read.
+        ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default), ``[batch, heads, seq,
+        head_dim]`` (``"bhsd"``, transformers' order) or packed ``[tokens, heads, head_dim]``
+        (``"thd"``, or any 3-D q under the default), float32/float64/float16/bfloat16, CPU, any
+        strides; only read.
     positions : torch.Tensor or array-like, optional
         Each token's position, as ``Rope.apply`` takes them: ``[seq]``, ``[batch, seq]``, ``[1, seq]``
-        or ``[streams, batch, seq]`` (M-RoPE), integers (int64, int32 ...) or real numbers; default
-        ``offset + 0..seq-1``. Under ``torch.compile``, give a tensor.
+        or ``[streams, batch, seq]`` (M-RoPE); packed q: ``[tokens]`` or ``[streams, tokens]``;
+        integers (int64, int32 ...) or real numbers; default ``offset + 0..seq-1``. Under
+        ``torch.compile``, give a tensor.
     offset : int
         First position when ``positions`` is not given.
-    layout : {"bshd", "bhsd"}
-        Order of q's and k's dimensions.
+    layout : {"bshd", "bhsd", "thd"}
+        Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
     inverse : bool
         Rotate by -angle.
     angles : {"table", "on_the_fly", "hf-float32"}
@@ -239,8 +242,8 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     """
     _check_call(rope, q, k)
     if _direct(q, k):
-        return rope.apply(q, k, positions=positions, offset=offset, layout=layout, inverse=inverse, angles=angles,
-                          cos=cos, sin=sin, cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
+        return rope._apply(q, k, positions, offset, layout, False, inverse, angles, 0, cos, sin, cos_sin_cache,
+                           cos_sin_columns)
     out = torch.ops.rotary.rope(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
                                                 cos_sin_cache, cos_sin_columns))
     return out[0] if k is None else (out[0], out[1])
@@ -269,8 +272,8 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
     _check_call(rope, q, k)
     _refuse_grad(q, k)
     if _direct(q, k):
-        rope.apply(q, k, positions=positions, offset=offset, layout=layout, inverse=inverse, angles=angles,
-                   inplace=True, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
+        rope._apply(q, k, positions, offset, layout, True, inverse, angles, 0, cos, sin, cos_sin_cache,
+                    cos_sin_columns)
     else:
         torch.ops.rotary.rope_(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
                                                cos_sin_cache, cos_sin_columns))
@@ -280,16 +283,17 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
 class RotaryEmbedding(torch.nn.Module):
     """Drop-in for the rotary step of a Llama-style attention block.
 
-    ``q, k = rotary(q, k, position_ids)`` with q and k in ``[batch, heads, seq, head_dim]`` as
-    Hugging Face keeps them (``layout="bhsd"``, the default here) or ``[batch, seq, heads,
-    head_dim]`` (``"bshd"``). Differentiable, compiles without a graph break, deep-copies, pickles
-    and survives ``torch.save``/``torch.load(weights_only=False)``.
+    ``q, k = rotary(q, k, position_ids)`` with q and k in ``[batch, seq, heads, head_dim]``
+    (``layout="bshd"``, the default, as everywhere in rotary), ``[batch, heads, seq, head_dim]``
+    as transformers' attention keeps them (``"bhsd"``) or packed ``[tokens, heads, head_dim]``
+    (``"thd"``). Differentiable, compiles without a graph break, deep-copies, pickles and survives
+    ``torch.save``/``torch.load(weights_only=False)``.
 
     Parameters
     ----------
     rope : rotary.Rope
         The model's RoPE.
-    layout : {"bhsd", "bshd"}
+    layout : {"bshd", "bhsd", "thd"}
         Order of q's and k's dimensions.
 
     Raises
@@ -297,17 +301,17 @@ class RotaryEmbedding(torch.nn.Module):
     TypeError
         rope is not a rotary.Rope, or layout not a str.
     ValueError
-        layout is neither ``"bhsd"`` nor ``"bshd"``.
+        layout is not ``"bshd"``, ``"bhsd"`` or ``"thd"``.
     """
 
-    def __init__(self, rope: Rope, layout: str = "bhsd") -> None:
+    def __init__(self, rope: Rope, layout: str = "bshd") -> None:
         super().__init__()
         if not isinstance(rope, Rope):
             raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
         if not isinstance(layout, str):
             raise TypeError(f"layout must be a str, got {type(layout).__name__}")
-        if layout not in ("bshd", "bhsd"):
-            raise ValueError(f"layout={_show(layout)} must be 'bshd' or 'bhsd'")
+        if layout not in ("bshd", "bhsd", "thd"):
+            raise ValueError(f"layout={_show(layout)} must be 'bshd', 'bhsd' or 'thd'")
         self.rope = rope
         self.layout = layout
 

@@ -137,17 +137,26 @@ int threads_arg(py::handle v) {
 
 enum class Layout { bshd, bhsd };
 
+// True when v is the str `text` (ASCII): the common case of the enumerated arguments below, checked
+// without building a std::string (they are read on every apply call).
+bool is_str(py::handle v, const char* text) {
+  return PyUnicode_Check(v.ptr()) && PyUnicode_CompareWithASCIIString(v.ptr(), text) == 0;
+}
+
 Layout layout_arg(py::handle v) {
+  if (is_str(v, "bshd")) return Layout::bshd;
+  if (is_str(v, "bhsd")) return Layout::bhsd;
   const std::string text = str_arg(v, "layout");
   if (text == "bshd") return Layout::bshd;
   if (text == "bhsd") return Layout::bhsd;
-  throw py::value_error("layout='" + detail::excerpt(text) + "' must be 'bshd' or 'bhsd'");
+  throw py::value_error("layout='" + detail::excerpt(text) + "' must be 'bshd', 'bhsd' or 'thd'");
 }
 
 // apply's angles: from the cached exact table, exact on the fly, or transformers' float32 table.
 enum class Angles { table, on_the_fly, hf_float32 };
 
 Angles angles_arg(py::handle v) {
+  if (is_str(v, "table")) return Angles::table;
   const std::string text = str_arg(v, "angles");
   if (text == "table") return Angles::table;
   if (text == "on_the_fly") return Angles::on_the_fly;
@@ -241,6 +250,14 @@ class PyRope {
     const int64_t row_bytes = std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
     const int64_t max_rows = kCacheBytes / row_bytes;
     if (needed > max_rows) return nullptr;
+    {  // The common case, a table already large enough, without giving up the GIL (a decode step's
+       // cost): try_lock never waits, so holding the GIL here cannot deadlock with a grower.
+      std::unique_lock lock(caches_->mutex, std::try_to_lock);
+      if (lock.owns_lock()) {
+        const std::shared_ptr<const Table>& slot = mode == AngleMode::exact ? caches_->exact : caches_->float32;
+        if (slot && slot->rows() >= needed) return slot;
+      }
+    }
     py::gil_scoped_release release;
     const std::lock_guard lock(caches_->mutex);
     std::shared_ptr<const Table>& slot = mode == AngleMode::exact ? caches_->exact : caches_->float32;
@@ -385,7 +402,8 @@ class Borrowed {
   }
 
   void from_dlpack(py::object obj, Access access) {
-    const bool tracked = py::hasattr(obj, "requires_grad") && obj.attr("requires_grad").cast<bool>();
+    const bool tracked = (torch_to_dlpack(obj) || py::hasattr(obj, "requires_grad")) &&
+                         obj.attr("requires_grad").cast<bool>();
     if (tracked && access == Access::write) {
       throw py::value_error(name_ + " requires grad and would be written in place, which autograd forbids "
                             "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
@@ -436,7 +454,7 @@ class Borrowed {
       }
     } else if (ndim != 4) {
       throw py::value_error(name_ + " must have 4 dimensions ([batch, seq, heads, head_dim] or [batch, heads, seq, "
-                            "head_dim]), got " + std::to_string(ndim));
+                            "head_dim]) or 3 ([tokens, heads, head_dim]), got " + std::to_string(ndim));
     }
     ndim_ = static_cast<int>(ndim);
   }
@@ -462,9 +480,51 @@ class Borrowed {
 // a flat int64 or float64 array of `streams` equal parts, alive while this lives.
 struct PositionsArg {
   py::array array;
+  std::vector<int64_t> copied;     // a torch tensor's positions, copied in C order
   Positions positions;
   std::span<const int64_t> whole;  // the int64 entries (empty for float64)
 };
+
+// A torch.Tensor of int64 or int32 positions (CPU, at most 3 dimensions, any strides: transformers'
+// position_ids are often an expanded view), copied in C order: the copy is what the library checks,
+// so another thread changing the tensor cannot change a position after its check. Read through
+// DLPack, without the round trip through numpy (several microseconds of a decode step).
+std::vector<int64_t> copy_torch_positions(py::handle v) {
+  const py::object capsule = torch_to_dlpack(v)(v);
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
+  if (managed == nullptr) throw py::error_already_set();
+  PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // consumed: the deleter runs below
+  const std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> owner(
+      managed, [](DLManagedTensor* m) { if (m->deleter != nullptr) m->deleter(m); });
+  const DLTensor& t = managed->dl_tensor;
+  if (t.device.device_type != kDLCPU) throw py::value_error("positions is not on the CPU");
+  const bool i64 = t.dtype.code == kDLInt && t.dtype.bits == 64 && t.dtype.lanes == 1;
+  const bool i32 = t.dtype.code == kDLInt && t.dtype.bits == 32 && t.dtype.lanes == 1;
+  if (!i64 && !i32) throw py::type_error("positions must be an int64 or int32 tensor here");
+  if (t.ndim > 3) throw py::value_error("positions must have at most 3 dimensions ([streams, batch, seq]), got " +
+                                        std::to_string(t.ndim));
+  std::array<int64_t, 3> shape{1, 1, 1}, strides{0, 0, 0};
+  for (int d = 0; d < t.ndim; ++d) {  // right-aligned in [d0, d1, d2]
+    const auto slot = static_cast<size_t>(3 - t.ndim + d);
+    shape[slot] = t.shape[d];
+    strides[slot] = t.strides != nullptr ? t.strides[d] : 0;
+  }
+  if (t.strides == nullptr) strides = {shape[1] * shape[2], shape[2], 1};
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(shape[0] * shape[1] * shape[2]));
+  if (out.capacity() == 0) return out;
+  const char* base = static_cast<const char*>(t.data) + t.byte_offset;
+  const int64_t item = i64 ? 8 : 4;
+  for (int64_t a = 0; a < shape[0]; ++a) {
+    for (int64_t b = 0; b < shape[1]; ++b) {
+      for (int64_t c = 0; c < shape[2]; ++c) {
+        const char* at = base + (a * strides[0] + b * strides[1] + c * strides[2]) * item;
+        out.push_back(i64 ? *reinterpret_cast<const int64_t*>(at) : *reinterpret_cast<const int32_t*>(at));
+      }
+    }
+  }
+  return out;
+}
 
 PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   const int64_t streams = int_arg(streams_value, "positions streams");
@@ -473,7 +533,11 @@ PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   }
   const int s = static_cast<int>(streams);
   PositionsArg out;
-  if (py::isinstance<py::array_t<int64_t>>(v)) {
+  if (torch_to_dlpack(v)) {
+    out.copied = copy_torch_positions(v);
+    out.whole = std::span<const int64_t>(out.copied);
+    out.positions = Positions::per_token(out.whole, s);
+  } else if (py::isinstance<py::array_t<int64_t>>(v)) {
     auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
     out.whole = std::span<const int64_t>(array.data(), static_cast<size_t>(array.size()));
     out.positions = Positions::per_token(out.whole, s);
@@ -610,6 +674,13 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   validate(rope.schedule(), args);  // raises before any write, and before a table is built
   const std::shared_ptr<const Table> table = given ? nullptr : table_for(rope, args, angle_source, pos.whole);
   args.table = table.get();
+  // A small call (a decode step) keeps the GIL: releasing and taking it back costs about as much as
+  // its rotation. Larger ones let other Python threads run meanwhile.
+  constexpr int64_t kReleaseGilElements = int64_t{1} << 16;
+  if (args.q.elements() + args.k.elements() <= kReleaseGilElements) {
+    apply(rope.schedule(), args);
+    return;
+  }
   py::gil_scoped_release release;
   apply(rope.schedule(), args);
 }

@@ -310,7 +310,7 @@ BAD_ARGUMENTS = [
     ("table angles long", lambda: _R.table([1], angles=_LONG), ValueError, "angles='xxxx"),
     # apply
     ("q list", lambda: _R.apply([1.0]), TypeError, "q must be a numpy.ndarray or torch.Tensor, got list"),
-    ("q 3-D", lambda: _R.apply(_Q[0]), ValueError, "q must have 4 dimensions"),
+    ("q 2-D", lambda: _R.apply(_Q[0, 0]), ValueError, "q must have 4 dimensions"),
     ("q torch.Size", lambda: _R.apply(torch.Size([1, 2, 1, 8])), TypeError,
      "q must be a numpy.ndarray or torch.Tensor"),
     ("k kind", lambda: _R.apply(_Q, torch.zeros(1, 2, 1, 8)), TypeError, "k must be the same kind as q"),
@@ -424,7 +424,7 @@ def test_rope_pickles_and_deep_copies(make, rng):
 def test_module_holding_a_rope_survives_torch_save_and_deepcopy(tmp_path):
     import copy
     from rotary.torch import RotaryEmbedding
-    module = torch.nn.Sequential(RotaryEmbedding(Rope.from_preset("qwen2.5-7b-instruct")))
+    module = torch.nn.Sequential(RotaryEmbedding(Rope.from_preset("qwen2.5-7b-instruct"), layout="bhsd"))
     q, k = torch.randn(1, 4, 3, 128), torch.randn(1, 2, 3, 128)
     positions = torch.tensor([[5, 4000, 9000]])
     want = module[0](q, k, positions)
@@ -468,7 +468,7 @@ def test_gradients_of_any_layout_and_second_derivatives():
 
 def test_rotary_embedding_checks_its_arguments():
     from rotary.torch import RotaryEmbedding, apply_rope
-    with pytest.raises(ValueError, match="layout='sbhd' must be 'bshd' or 'bhsd'"):
+    with pytest.raises(ValueError, match="layout='sbhd' must be 'bshd', 'bhsd' or 'thd'"):
         RotaryEmbedding(Rope(8), layout="sbhd")
     with pytest.raises(TypeError, match="rope must be a rotary.Rope, got str"):
         RotaryEmbedding("llama")

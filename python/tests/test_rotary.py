@@ -172,7 +172,7 @@ def test_rotary_embedding_in_llama_attention(preset):
     cos = (torch.cat([a, a], -1).cos() * rope.attention_factor).float()
     sin = (torch.cat([a, a], -1).sin() * rope.attention_factor).float()
     want = _hf_llama_layer(q, k, v, cos, sin)
-    module = RotaryEmbedding(rope)
+    module = RotaryEmbedding(rope, layout="bhsd")
     rq, rk = module(q, k, position_ids)
     kk = rk.repeat_interleave(hq // hk, dim=1)
     vv = v.repeat_interleave(hq // hk, dim=1)

@@ -307,7 +307,7 @@ def test_in_place_on_a_fused_qkv_view_compiles_and_matches_eager():
 def compiled_embedding():
     """A model holding a RotaryEmbedding, and its torch.compile (inductor, fullgraph)."""
     model = torch.nn.Sequential()
-    model.rotary = RotaryEmbedding(Rope.from_preset("llama-3.1-8b"))
+    model.rotary = RotaryEmbedding(Rope.from_preset("llama-3.1-8b"), layout="bhsd")
     return model.rotary, torch.compile(model.rotary, fullgraph=True)
 
 
@@ -325,7 +325,7 @@ class Model(torch.nn.Module):
     def __init__(self, rope):
         super().__init__()
         self.proj = torch.nn.Linear(128, 2 * 128)
-        self.rotary = RotaryEmbedding(rope)
+        self.rotary = RotaryEmbedding(rope, layout="bhsd")
 
     def forward(self, x, position_ids):
         q, k = self.proj(x).unflatten(-1, (2, 1, 128)).unbind(2)
@@ -457,7 +457,7 @@ BAD_TYPES = {
 }
 
 BAD_VALUES = {
-    "layout": (dict(layout="sbhd"), "layout='sbhd' must be 'bshd' or 'bhsd'"),
+    "layout": (dict(layout="sbhd"), "layout='sbhd' must be 'bshd', 'bhsd' or 'thd'"),
     "angles": (dict(angles="exact"), "angles='exact' must be 'table', 'on_the_fly' or 'hf-float32'"),
     "positions range": (dict(positions=torch.tensor([0, 1, -5])), r"positions\[2\]=-5 must be in \[0, 2\^31\)"),
     "positions count": (dict(positions=torch.tensor([0, 1])), "positions"),
@@ -465,7 +465,7 @@ BAD_VALUES = {
     "offset range": (dict(offset=2 ** 31), r"offset=2147483648 (with seq=3 )?must keep positions in \[0, 2\^31\)"),
     "offset beyond int64": (dict(offset=2 ** 63), r"offset=9223372036854775808 must keep positions in"),
     "head_dim": (dict(q=torch.randn(1, 3, 2, 8)), "head_dim=8"),
-    "q dims": (dict(q=torch.randn(3, 2, 16)), "q must have 4 dimensions"),
+    "q dims": (dict(q=torch.randn(2, 16)), "q must have 4 dimensions"),
     "k shape": (dict(k=torch.randn(2, 3, 2, 16)), "k"),
     "cos width": (dict(cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5)), "angles width=5 must be 16"),
     "cos_sin_columns": (dict(cos=torch.ones(3, 8), sin=torch.zeros(3, 8), cos_sin_columns="rows"),
@@ -557,7 +557,7 @@ def test_rotary_embedding_refuses_bad_arguments():
         RotaryEmbedding({"head_dim": 16})
     with pytest.raises(TypeError, match="layout must be a str, got NoneType"):
         RotaryEmbedding(Rope(16), layout=None)
-    with pytest.raises(ValueError, match="layout='sbhd' must be 'bshd' or 'bhsd'"):
+    with pytest.raises(ValueError, match="layout='sbhd' must be 'bshd', 'bhsd' or 'thd'"):
         RotaryEmbedding(Rope(16), layout="sbhd")
 
 
