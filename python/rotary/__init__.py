@@ -332,7 +332,7 @@ class Rope:
         return self._impl.table(_positions_array(positions), angles)
 
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
-              inplace: bool = False, inverse: bool = False, angles: str = "table", threads: int = 0,
+              inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
               cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
               cos_sin_columns: Optional[str] = None) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
@@ -361,15 +361,17 @@ class Rope:
             Write the results into q and k themselves.
         inverse : bool
             Rotate by -angle (the backward pass).
-        angles : {"table", "on_the_fly", "hf-float32"}
-            Where cos/sin come from: ``"table"`` (exact, from the Rope's cached table),
-            ``"on_the_fly"`` (exact, computed per call, no table) or ``"hf-float32"``
-            (transformers' float32 numerics, to reproduce a model's training; whole positions).
+        angles : {"exact", "on_the_fly", "hf-float32"}
+            The angles' numerics, the same words everywhere in rotary: ``"exact"`` (cos/sin within
+            1 ulp of exact at any position, from the Rope's cached table; the default),
+            ``"on_the_fly"`` (the same exact values computed per call, no table) or
+            ``"hf-float32"`` (transformers' float32 pipeline, to reproduce a model's training
+            numerics; whole positions). ``"table"`` is accepted as ``"exact"``'s former name.
         threads : int
             0 = all, at most ``rotary.max_threads``; results are bit-identical for any count.
         cos, sin : array-like or torch.Tensor, optional
             The model's own cos and sin (already times its attention factor), used instead of
-            rotary's angles (``angles`` must stay ``"table"``): 3-D ``[batch or 1, seq, width]``,
+            rotary's angles (``angles`` must stay ``"exact"``): 3-D ``[batch or 1, seq, width]``,
             one row per token, as transformers' ``cos, sin = rotary_emb(x, position_ids)`` gives
             them; or 2-D ``[rows, width]``, row p for every token at position p (flash-attn's
             tables; ``positions`` then index them).

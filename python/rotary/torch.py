@@ -196,7 +196,7 @@ def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any,
 
 
 def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
-               layout: str = "bshd", inverse: bool = False, angles: str = "table", cos: Any = None,
+               layout: str = "bshd", inverse: bool = False, angles: str = "exact", cos: Any = None,
                sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
     """Rotates q (and k) out of place: differentiable, and compiles without a graph break.
 
@@ -220,8 +220,9 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
     inverse : bool
         Rotate by -angle.
-    angles : {"table", "on_the_fly", "hf-float32"}
-        As ``Rope.apply``.
+    angles : {"exact", "on_the_fly", "hf-float32"}
+        As ``Rope.apply``: exact from the cached table (default), exact computed per call, or
+        transformers' float32 numerics.
     cos, sin, cos_sin_cache, cos_sin_columns :
         The caller's own angles, as ``Rope.apply`` takes them; constants (no gradient flows into
         them).
@@ -250,7 +251,7 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
 
 
 def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
-                layout: str = "bshd", inverse: bool = False, angles: str = "table", cos: Any = None,
+                layout: str = "bshd", inverse: bool = False, angles: str = "exact", cos: Any = None,
                 sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
     """Rotates q (and k) in place and returns them; compiles without a graph break.
 

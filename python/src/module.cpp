@@ -152,16 +152,17 @@ Layout layout_arg(py::handle v) {
   throw py::value_error("layout='" + detail::excerpt(text) + "' must be 'bshd', 'bhsd' or 'thd'");
 }
 
-// apply's angles: from the cached exact table, exact on the fly, or transformers' float32 table.
+// apply's angles, in the words every front end uses: exact (from the Rope's cached table), exact
+// computed on the fly, or transformers' float32 numerics. "table" is exact's former name, still taken.
 enum class Angles { table, on_the_fly, hf_float32 };
 
 Angles angles_arg(py::handle v) {
-  if (is_str(v, "table")) return Angles::table;
+  if (is_str(v, "exact")) return Angles::table;
   const std::string text = str_arg(v, "angles");
   if (text == "table") return Angles::table;
   if (text == "on_the_fly") return Angles::on_the_fly;
   if (text == "hf-float32") return Angles::hf_float32;
-  throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'table', 'on_the_fly' or 'hf-float32'");
+  throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'exact', 'on_the_fly' or 'hf-float32'");
 }
 
 // table()'s angles.
@@ -169,6 +170,10 @@ AngleMode angle_mode_arg(py::handle v) {
   const std::string text = str_arg(v, "angles");
   if (text == "exact") return AngleMode::exact;
   if (text == "hf-float32") return AngleMode::hf_float32;
+  if (text == "on_the_fly") {
+    throw py::value_error("angles='on_the_fly' computes apply's angles without a table; a table's are 'exact' or "
+                          "'hf-float32'");
+  }
   throw py::value_error("angles='" + detail::excerpt(text) + "' must be 'exact' or 'hf-float32'");
 }
 
@@ -661,7 +666,8 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   const bool given = !cos.is_none() || !sin.is_none() || !cos_sin_cache.is_none();
   if (given) {
     if (angle_source != Angles::table) {
-      throw py::value_error("angles='" + str_arg(angles, "angles") + "' cannot be combined with the caller's cos/sin");
+      throw py::value_error("angles='" + str_arg(angles, "angles") + "' cannot be combined with the caller's cos/sin "
+                            "(leave angles='exact', the default)");
     }
     caller_angles_arg(rope.schedule(), cos, sin, cos_sin_cache, cos_sin_columns, caller);
     args.angles = &caller.angles;
@@ -760,6 +766,10 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("inv_freq", [](const PyRope& r) {
         return py::array_t<double>(static_cast<py::ssize_t>(r.schedule().inv_freq.size()), r.schedule().inv_freq.data());
       })
+      .def_property_readonly("inv_freq_hf32", [](const PyRope& r) {
+        const std::vector<float>& f = r.schedule().inv_freq_hf32;
+        return py::array_t<float>(static_cast<py::ssize_t>(f.size()), f.data());
+      }, "transformers' own float32 inv_freq (angles='hf-float32'), float32 [rotary_dim/2], a copy")
       .def_property_readonly("attention_factor", [](const PyRope& r) { return r.schedule().attention_factor; })
       .def_property_readonly("head_dim", [](const PyRope& r) { return r.schedule().head_dim; })
       .def_property_readonly("rotary_dim", [](const PyRope& r) { return r.schedule().rotary_dim; })

@@ -343,7 +343,7 @@ BAD_ARGUMENTS = [
     ("layout int", lambda: _R.apply(_Q, layout=0), TypeError, "layout must be a str, got int"),
     ("layout long", lambda: _R.apply(_Q, layout=_LONG), ValueError, "layout='xxxx"),
     ("angles None", lambda: _R.apply(_Q, angles=None), TypeError, "angles must be a str, got NoneType"),
-    ("angles bad", lambda: _R.apply(_Q, angles="exact"), ValueError, "angles='exact' must be 'table'"),
+    ("angles bad", lambda: _R.apply(_Q, angles="fast"), ValueError, "angles='fast' must be 'exact', 'on_the_fly' or 'hf-float32'"),
     ("inverse int", lambda: _R.apply(_Q, inverse=1), TypeError, "inverse must be a bool, got int"),
     ("inplace str", lambda: _R.apply(_Q, inplace="yes"), TypeError, "inplace must be a bool, got str"),
     ("threads str", lambda: _R.apply(_Q, threads="2"), TypeError, "threads must be an int, got str"),

@@ -140,3 +140,24 @@ def test_torch_positions_errors_name_positions():
     with pytest.raises(ValueError, match="positions has 2 entries"):
         rope.apply(q, positions=torch.tensor([[0, 1]]), inplace=True)
     assert torch.equal(q, before)
+
+
+# ---- angles=: one vocabulary ------------------------------------------------------------------------
+
+def test_angles_words_are_the_same_everywhere():
+    rope = Rope(32, base=5e5)
+    q = torch.randn(1, 3, 2, 32)
+    positions = torch.tensor([0, 7, 2 ** 31 - 1])
+    for fn in (Rope.apply, apply_rope, apply_rope_):
+        assert inspect.signature(fn).parameters["angles"].default == "exact", fn
+    exact = rope.apply(q, positions=positions)
+    assert torch.equal(rope.apply(q, positions=positions, angles="on_the_fly"), exact)
+    assert torch.equal(rope.apply(q, positions=positions, angles="table"), exact)  # the former name
+    cos, sin = rope.table(positions.numpy(), angles="exact")
+    hf_cos, _ = rope.table(positions.numpy(), angles="hf-float32")
+    assert not np.array_equal(cos, hf_cos)  # float32 angles drift at 2^31 - 1
+    assert not torch.equal(rope.apply(q, positions=positions, angles="hf-float32"), exact)
+    with pytest.raises(ValueError, match="angles='on_the_fly' computes apply's angles without a table"):
+        rope.table([1], angles="on_the_fly")
+    with pytest.raises(ValueError, match="angles='fast' must be 'exact', 'on_the_fly' or 'hf-float32'"):
+        apply_rope(rope, q, angles="fast")

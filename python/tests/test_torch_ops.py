@@ -21,7 +21,7 @@ from rotary.torch import RotaryEmbedding, apply_rope, apply_rope_
 OP, OP_ = torch.ops.rotary.rope.default, torch.ops.rotary.rope_.default
 
 
-def op_args(rope, positions=None, offset=0, layout="bshd", inverse=False, angles="table", cos=None, sin=None,
+def op_args(rope, positions=None, offset=0, layout="bshd", inverse=False, angles="exact", cos=None, sin=None,
             cache=None, columns=None):
     """The operators' arguments after q and k."""
     return (rope._handle, positions, offset, layout, inverse, angles, cos, sin, cache, columns)
@@ -458,7 +458,7 @@ BAD_TYPES = {
 
 BAD_VALUES = {
     "layout": (dict(layout="sbhd"), "layout='sbhd' must be 'bshd', 'bhsd' or 'thd'"),
-    "angles": (dict(angles="exact"), "angles='exact' must be 'table', 'on_the_fly' or 'hf-float32'"),
+    "angles": (dict(angles="fast"), "angles='fast' must be 'exact', 'on_the_fly' or 'hf-float32'"),
     "positions range": (dict(positions=torch.tensor([0, 1, -5])), r"positions\[2\]=-5 must be in \[0, 2\^31\)"),
     "positions count": (dict(positions=torch.tensor([0, 1])), "positions"),
     "positions dims": (dict(positions=torch.zeros(1, 1, 1, 3, dtype=torch.int64)), "positions must have at most 3"),
