@@ -44,7 +44,12 @@ max_threads: int = _rotary.max_threads  # the most threads one apply call takes
 
 
 def preset_names() -> list[str]:
-    """Names of the built-in model presets (real models' RoPE settings)."""
+    """Names of the built-in model presets (real models' RoPE settings).
+
+    Returns
+    -------
+    list of str
+    """
     return list(_rotary.preset_names())
 
 
@@ -196,39 +201,58 @@ def _rope_of_handle(handle: int) -> "Rope":
 class Rope:
     """One model's RoPE: frequencies (``inv_freq``), ``attention_factor``, and ``apply``.
 
-    Args:
-        head_dim: width of one attention head.
-        rotary_dim: rotated leading channels (default ``head_dim``); even.
-        base: ``rope_theta``.
-        pairing: ``"half"`` (pairs ``(x[i], x[i + r/2])``, Hugging Face ``rotate_half``) or
-            ``"interleaved"`` (pairs ``(x[2i], x[2i+1])``, Meta LLaMA / RoFormer).
-        schedule: ``default``, ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``,
-            ``monotone`` or ``proportional``.
-        seq_len: current sequence length, for ``dynamic`` and ``longrope``.
-        **schedule_args: ``factor``, ``original_max_position``, ``max_position``, ``beta_fast``,
-            ``beta_slow``, ``mscale``, ``mscale_all_dim``, ``truncate``, ``attention_factor``,
-            ``low_freq_factor``, ``high_freq_factor``, ``short_factor``, ``long_factor``,
-            ``max_length``, ``monotone_scale``, ``partial_rotary_factor`` (proportional), and for
-            every schedule ``rotary_offset`` (first rotated channel), ``blocks`` (> 1: block_half
-            layout), ``stream_layout`` (``single``, ``sections``, ``interleaved_sections``,
-            ``alternating_sections``, ``axial``, ``axial_even_odd``) with ``sections`` (pairs per
-            position stream, e.g. Qwen2-VL's ``mrope_section`` ``[16, 24, 24]``).
+    Parameters
+    ----------
+    head_dim : int
+        Width of one attention head.
+    rotary_dim : int, optional
+        Width of the rotated slice (default ``head_dim``); even.
+    base : float
+        ``rope_theta``.
+    pairing : {"half", "interleaved"}
+        ``"half"``: pairs ``(x[i], x[i + r/2])``, Hugging Face ``rotate_half``, GPT-NeoX;
+        ``"interleaved"``: pairs ``(x[2i], x[2i+1])``, Meta LLaMA, RoFormer.
+    schedule : str
+        ``default``, ``linear``, ``ntk``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``,
+        ``monotone`` or ``proportional``.
+    seq_len : int, optional
+        Current sequence length, for ``dynamic`` and ``longrope``.
+    **schedule_args
+        ``factor``, ``original_max_position``, ``max_position``, ``beta_fast``, ``beta_slow``,
+        ``mscale``, ``mscale_all_dim``, ``truncate``, ``attention_factor``, ``low_freq_factor``,
+        ``high_freq_factor``, ``short_factor``, ``long_factor``, ``max_length``,
+        ``monotone_scale``, ``partial_rotary_factor`` (proportional), and for every schedule
+        ``rotary_offset`` (first rotated channel), ``blocks`` (> 1: block_half layout),
+        ``stream_layout`` (``single``, ``sections``, ``interleaved_sections``,
+        ``alternating_sections``, ``axial``, ``axial_even_odd``) with ``sections`` (pairs per
+        position stream, e.g. Qwen2-VL's ``mrope_section`` ``[16, 24, 24]``). Numbers may be
+        Python or numpy scalars (``bool`` is not a number); lists of numbers may be lists, tuples
+        or 1-D arrays.
 
-    The descriptor the settings come to: ``layout`` (``half``, ``interleaved`` or ``block_half``),
-    ``rotary_offset``, ``streams`` (position streams ``apply`` reads) and ``pair_stream`` (the
-    stream of each pair, int32 ``[rotary_dim/2]``).
+    Attributes
+    ----------
+    inv_freq, attention_factor
+        The frequencies (float64, radians per position) and the factor in cos and sin.
+    layout, rotary_offset, blocks, streams, pair_stream
+        The descriptor the settings come to: ``layout`` (``half``, ``interleaved`` or
+        ``block_half``), the first rotated channel, the blocks of ``block_half``, the position
+        streams ``apply`` reads and the stream of each pair (int32 ``[rotary_dim/2]``).
+    notes, rope_layers, rotates_backward, layer_type, layer_types, vision
+        What resolving a config found (see ``from_hf_config``).
 
-    Numbers may be Python or numpy scalars (``bool`` is not a number); lists of numbers may be
-    lists, tuples or 1-D arrays.
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind, naming it (``factor must be a number, got str``).
+    ValueError
+        A value that breaks a rule, naming it (``rotary_dim=130 exceeds head_dim=128``).
 
-    Raises:
-        TypeError: an argument of the wrong kind, naming it (``factor must be a number, got str``).
-        ValueError: a value that breaks a rule, naming it (``rotary_dim=130 exceeds head_dim=128``).
-
+    Notes
+    -----
     A Rope is safe to share between threads, and pickles and deep-copies (the settings travel and
-    the schedule is rebuilt from them, so ``inv_freq`` and results are identical). Each Rope, copies
-    included, has its own handle (``_handle``, an int never reused in the process), by which the
-    torch operators of ``rotary.torch`` name it.
+    the schedule is rebuilt from them, so ``inv_freq`` and results are identical). Each Rope,
+    copies included, has its own handle (``_handle``, an int never reused in the process), by which
+    the torch operators of ``rotary.torch`` name it.
     """
 
     def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
@@ -271,23 +295,38 @@ class Rope:
     @classmethod
     def from_hf_config(cls, path_or_dict: Any, seq_len: Optional[int] = None, *,
                        layer_type: Optional[str] = None, vision: bool = False) -> "Rope":
-        """From a Hugging Face ``config.json`` (a path, read by the library with its size limit) or
-        its dict, resolved as transformers does; ``notes`` holds what resolving it found worth saying,
-        ``rope_layers`` which decoder layers rotate with these settings (None: all of them; False:
-        a NoPE layer or one of another type, see ``notes``), and ``rotates_backward`` whether the
-        model turns pairs by -angle (NanoChat), which ``apply`` then does as well.
+        """From a Hugging Face ``config.json``, resolved as transformers does.
 
-        ``layer_type`` picks one RoPE of a model whose layer types differ (Gemma 3's
-        ``"sliding_attention"``; ``rotary.layer_types(config)`` lists them; default
-        ``"full_attention"`` when the model has it, else its first); ``vision=True`` resolves the
-        vision tower (``vision_config``) instead of the text decoder. ``layer_type``,
-        ``layer_types`` and ``vision`` on the result say which RoPE it is.
+        Parameters
+        ----------
+        path_or_dict : str, os.PathLike or dict
+            The file (read by the library, with its size limit) or its parsed dict.
+        seq_len : int, optional
+            Current sequence length, for dynamic NTK and LongRoPE.
+        layer_type : str, optional
+            One RoPE of a model whose layer types differ (Gemma 3's ``"sliding_attention"``;
+            ``rotary.layer_types(config)`` lists them); default ``"full_attention"`` when the
+            model has it, else its first.
+        vision : bool
+            Resolve the vision tower (``vision_config``) instead of the text decoder.
 
-        Raises:
-            TypeError: path_or_dict is neither a path nor a dict, or the dict holds values JSON
-                cannot hold; layer_type not a str, vision not a bool.
-            ValueError: the config breaks a rule (naming the key), an unknown layer_type (listing
-                the known ones), or the file cannot be read.
+        Returns
+        -------
+        Rope
+            With ``notes`` (what resolving the config found worth saying), ``rope_layers`` (which
+            decoder layers rotate with these settings; None: all of them; False: a NoPE layer or
+            one of another type, see ``notes``), ``rotates_backward`` (the model turns pairs by
+            -angle, NanoChat; ``apply`` then does as well), and ``layer_type``, ``layer_types``
+            and ``vision`` saying which RoPE it is.
+
+        Raises
+        ------
+        TypeError
+            path_or_dict is neither a path nor a dict, or the dict holds values JSON cannot hold;
+            layer_type not a str, vision not a bool.
+        ValueError
+            The config breaks a rule (naming the key), an unknown layer_type (listing the known
+            ones), or the file cannot be read.
         """
         layer_type = "" if layer_type is None else layer_type
         vision = _bool_arg(vision, "vision")
@@ -301,9 +340,26 @@ class Rope:
     @classmethod
     def from_preset(cls, name: str, seq_len: Optional[int] = None, *, layer_type: Optional[str] = None,
                     vision: bool = False) -> "Rope":
-        """From a built-in preset (see ``rotary.preset_names()``); ``notes`` holds what resolving it
-        found worth saying (e.g. an explicit YaRN factor overriding the context-length ratio);
-        ``layer_type`` and ``vision`` as in ``from_hf_config``."""
+        """From a built-in preset: a real model's RoPE settings.
+
+        Parameters
+        ----------
+        name : str
+            One of ``rotary.preset_names()``.
+        seq_len, layer_type, vision
+            As in ``from_hf_config``.
+
+        Returns
+        -------
+        Rope
+            ``notes`` holds what resolving it found worth saying (e.g. an explicit YaRN factor
+            overriding the context-length ratio).
+
+        Raises
+        ------
+        ValueError
+            An unknown name (listing the known ones), or a layer_type the model does not have.
+        """
         layer_type = "" if layer_type is None else layer_type
         return cls._wrap(*_rotary.Rope.from_preset(name, seq_len, layer_type, _bool_arg(vision, "vision")))
 
@@ -327,8 +383,28 @@ class Rope:
                            doc="The position stream of each pair, int32 [rotary_dim/2].")
 
     def table(self, positions: Any, angles: str = "exact") -> tuple[np.ndarray, np.ndarray]:
-        """(cos, sin), float32 [len(positions), rotary_dim/2], times attention_factor; within 1 ulp
-        of the exact values (``angles="hf-float32"`` reproduces transformers' float32 pipeline)."""
+        """cos and sin of each position's angles, times ``attention_factor``.
+
+        Parameters
+        ----------
+        positions : array-like of int
+            Whole positions in [0, 2^31).
+        angles : {"exact", "hf-float32"}
+            ``"exact"``: within 1 ulp of the exact values; ``"hf-float32"``: transformers' float32
+            pipeline.
+
+        Returns
+        -------
+        cos, sin : numpy.ndarray
+            float32 ``[len(positions), rotary_dim/2]``.
+
+        Raises
+        ------
+        TypeError
+            positions not integers, angles not a str.
+        ValueError
+            A position out of range (naming it), or unknown angles.
+        """
         return self._impl.table(_positions_array(positions), angles)
 
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
@@ -488,17 +564,48 @@ def _config_source(path_or_dict: Any) -> tuple[Optional[str], Optional[str]]:
 
 
 def layer_types(path_or_dict: Any) -> list[str]:
-    """The RoPE layer types of a Hugging Face config (a path or its dict), in the order they first
-    appear: what ``Rope.from_hf_config(..., layer_type=...)`` accepts. ``["full_attention"]`` when
-    every layer shares one RoPE."""
+    """The RoPE layer types of a Hugging Face config.
+
+    Parameters
+    ----------
+    path_or_dict : str, os.PathLike or dict
+        ``config.json`` or its dict.
+
+    Returns
+    -------
+    list of str
+        In the order they first appear: what ``Rope.from_hf_config(..., layer_type=...)``
+        accepts; ``["full_attention"]`` when every layer shares one RoPE.
+    """
     text, path = _config_source(path_or_dict)
     return list(_rotary.layer_types_text(text) if text is not None else _rotary.layer_types_file(path))
 
 
 def permute_for_pairing(weight: Any, num_heads: int, to: str = "half", rotary_dim: Optional[int] = None) -> Any:
-    """Rows of a q/k projection weight ``[num_heads * head_dim, ...]`` (or bias) permuted per head so
-    that RoPE with pairing ``to`` gives the attention scores the other pairing gave (use
-    ``num_heads=num_key_value_heads`` for W_k). Returns a new array/tensor of the same kind."""
+    """A q/k projection weight's rows permuted per head between the two pairings.
+
+    Parameters
+    ----------
+    weight : numpy.ndarray or torch.Tensor
+        ``[num_heads * head_dim, ...]`` (a weight or a bias).
+    num_heads : int
+        Heads in ``weight`` (``num_key_value_heads`` for W_k).
+    to : {"half", "interleaved"}
+        The pairing the permuted weight is for: RoPE with it gives the attention scores the
+        other pairing gave with the original weight.
+    rotary_dim : int, optional
+        Width of the rotated slice (default head_dim); the rest stays in place.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+        A new array or tensor of the same kind.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument of the wrong kind or value, naming it.
+    """
     _check_tensor(weight, "weight")
     num_heads = _int_arg(num_heads, "num_heads")
     if not isinstance(to, str):

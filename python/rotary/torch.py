@@ -255,8 +255,14 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
                 sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
     """Rotates q (and k) in place and returns them; compiles without a graph break.
 
-    Arguments as ``apply_rope``. For inference: q and k must not require grad (autograd cannot
-    record an in-place rotation; ``apply_rope`` is the differentiable one).
+    For inference: q and k must not require grad (autograd cannot record an in-place rotation;
+    ``apply_rope`` is the differentiable one).
+
+    Parameters
+    ----------
+    rope, q, k, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns
+        As ``apply_rope``; q and k are written (they must be writable, and may be strided views
+        such as slices of a fused QKV tensor).
 
     Returns
     -------
@@ -317,6 +323,21 @@ class RotaryEmbedding(torch.nn.Module):
         self.layout = layout
 
     def forward(self, q: Tensor, k: Tensor, position_ids: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """Rotates q and k out of place (``apply_rope``).
+
+        Parameters
+        ----------
+        q, k : torch.Tensor
+            In this module's ``layout``.
+        position_ids : torch.Tensor, optional
+            ``[batch, seq]``, ``[1, seq]``, ``[seq]`` or ``[streams, batch, seq]`` (M-RoPE);
+            default ``0..seq-1``.
+
+        Returns
+        -------
+        tuple of torch.Tensor
+            The rotated q and k.
+        """
         return apply_rope(self.rope, q, k, positions=position_ids, layout=self.layout)
 
     def extra_repr(self) -> str:

@@ -316,7 +316,8 @@ py::handle torch_to_dlpack(py::handle obj) {
   static py::handle to_dlpack;
   if (tensor_type == nullptr) {
     const py::dict modules = py::module_::import("sys").attr("modules");
-    if (!modules.contains("torch")) return {};  // then obj cannot be a torch.Tensor
+    // Not loaded (or blocked: sys.modules["torch"] = None): then obj cannot be a torch.Tensor.
+    if (!modules.contains("torch") || modules["torch"].is_none()) return {};
     to_dlpack = py::object(py::module_::import("torch.utils.dlpack").attr("to_dlpack")).release();
     tensor_type = reinterpret_cast<PyTypeObject*>(py::object(modules["torch"].attr("Tensor")).release().ptr());
   }

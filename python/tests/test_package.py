@@ -5,7 +5,9 @@ ROTARY_EXPECT_INSTALLED=1: then the tests below also check that `import rotary` 
 copy, never the source tree, and what the wheel put beside it. Without the variable (a build tree on
 PYTHONPATH) those checks skip.
 """
+import importlib
 import importlib.metadata
+import inspect
 import os
 import pathlib
 import re
@@ -132,3 +134,36 @@ def test_an_extension_that_misreads_numpy_2_is_refused():
     rotary._check_extension("1.24.2", (2, 10))
     rotary._check_extension("2.4.6", (3, 1))
     assert tuple(rotary._rotary.pybind11_version) >= (2, 12) or np.__version__.startswith("1.")
+
+
+def _public_callables(module):
+    names = getattr(module, "__all__", [n for n in dir(module) if not n.startswith("_")])
+    for name in names:
+        obj = getattr(module, name)
+        if (inspect.isclass(obj) and not issubclass(obj, BaseException)) or inspect.isfunction(obj):
+            if getattr(obj, "__module__", "").startswith("rotary"):
+                yield f"{module.__name__}.{name}", obj
+                if inspect.isclass(obj):
+                    for attr, member in vars(obj).items():
+                        if not attr.startswith("_") and isinstance(member, (classmethod, staticmethod)):
+                            member = member.__func__
+                        if not attr.startswith("_") and inspect.isfunction(member):
+                            yield f"{module.__name__}.{name}.{attr}", member
+
+
+@pytest.mark.parametrize("module_name", ["rotary", "rotary.mrope", "rotary.torch"])
+def test_public_docstrings_are_numpy_style(module_name):
+    # Every public function and class documents itself in NumPy's sections: a "Parameters" section
+    # when it takes arguments, no Google-style "Args:"/"Raises:" lines.
+    pytest.importorskip("torch")
+    module = importlib.import_module(module_name)
+    missing = []
+    for name, obj in _public_callables(module):
+        doc = inspect.getdoc(obj) or ""
+        target = obj.__init__ if inspect.isclass(obj) else obj
+        takes = [p for p in inspect.signature(target).parameters if p not in ("self", "cls")]
+        if not doc or re.search(r"^\s*(Args|Raises|Returns):\s*$", doc, re.M):
+            missing.append(name)
+        elif takes and "Parameters\n----------" not in doc:
+            missing.append(name)
+    assert not missing, f"not NumPy-style: {missing}"
