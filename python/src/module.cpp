@@ -641,6 +641,23 @@ void caller_angles_arg(const Schedule& schedule, const py::object& cos, const py
                             .shape = shape, .cos_strides = cos_strides, .sin_strides = sin_strides};
 }
 
+// The library's message about ApplyArgs::angles in the words of this call: the caller passed
+// `cos`/`sin` (or `cos_sin_cache`), not a field named angles. The rules stay the library's.
+std::string caller_words(std::string text, const std::string& given) {
+  const auto replace_all = [&text](const std::string& from, const std::string& to) {
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+      text.replace(at, from.size(), to);
+    }
+  };
+  const bool cache = given == "cos_sin_cache";
+  replace_all("angles.cos", cache ? given : "cos");
+  replace_all("angles.sin", cache ? given : "sin");
+  replace_all("per_token angles", "per-token " + given);
+  replace_all("per_position angles", "per-position " + given);
+  if (text.rfind("angles ", 0) == 0) text = given + text.substr(6);
+  return text;
+}
+
 // q_out unset means in place: q (and k) are then written.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
               const py::object& k_out, const py::object& positions, const py::object& streams,
@@ -678,7 +695,12 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   if (pos.positions.is_fractional() && angle_source == Angles::hf_float32) {
     throw py::value_error("angles='hf-float32' needs whole positions (transformers' float32 table), got fractional ones");
   }
-  validate(rope.schedule(), args);  // raises before any write, and before a table is built
+  try {
+    validate(rope.schedule(), args);  // raises before any write, and before a table is built
+  } catch (const Error& e) {
+    if (!given) throw;
+    throw Error(caller_words(e.what(), cos_sin_cache.is_none() ? "cos/sin" : "cos_sin_cache"));
+  }
   const std::shared_ptr<const Table> table = given ? nullptr : table_for(rope, args, angle_source, pos.whole);
   args.table = table.get();
   // A small call (a decode step) keeps the GIL: releasing and taking it back costs about as much as

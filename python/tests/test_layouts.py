@@ -161,3 +161,19 @@ def test_angles_words_are_the_same_everywhere():
         rope.table([1], angles="on_the_fly")
     with pytest.raises(ValueError, match="angles='fast' must be 'exact', 'on_the_fly' or 'hf-float32'"):
         apply_rope(rope, q, angles="fast")
+
+
+def test_caller_angle_errors_name_cos_and_sin():
+    rope = Rope(16)
+    q = torch.randn(2, 3, 2, 16)
+    before = q.clone()
+    with pytest.raises(ValueError, match=r"^cos/sin width=5 must be 16 \(rotary_dim=16, columns halves\)"):
+        rope.apply(q, cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5), inplace=True)
+    with pytest.raises(ValueError, match=r"^per-token cos/sin shape \[1, 4, 16\] must be \[batch=2 or 1, seq=3"):
+        rope.apply(q, cos=torch.ones(1, 4, 16), sin=torch.ones(1, 4, 16), inplace=True)
+    with pytest.raises(ValueError, match=r"positions\[1\]=9 is beyond the 4 rows of the per_position cos/sin"):
+        rope.apply(q, positions=[0, 9, 1], cos=torch.ones(4, 8), sin=torch.ones(4, 8), inplace=True)
+    assert torch.equal(q, before)
+    with pytest.raises(ValueError) as info:
+        rope.apply(q, cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5))
+    assert "angles" not in str(info.value)  # the caller passed no argument of that name

@@ -467,7 +467,7 @@ BAD_VALUES = {
     "head_dim": (dict(q=torch.randn(1, 3, 2, 8)), "head_dim=8"),
     "q dims": (dict(q=torch.randn(2, 16)), "q must have 4 dimensions"),
     "k shape": (dict(k=torch.randn(2, 3, 2, 16)), "k"),
-    "cos width": (dict(cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5)), "angles width=5 must be 16"),
+    "cos width": (dict(cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5)), "cos/sin width=5 must be 16"),
     "cos_sin_columns": (dict(cos=torch.ones(3, 8), sin=torch.zeros(3, 8), cos_sin_columns="rows"),
                         "cos_sin_columns='rows' must be"),
 }
