@@ -1,4 +1,5 @@
 // The command-line contract: info/table JSON, readable output, errors (exit 2, one line).
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -7,11 +8,13 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "cli.hpp"
 #include "parse.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
+#include "rotary/table.hpp"
 #include "support/oracle.hpp"
 
 namespace rotary {
@@ -331,6 +334,46 @@ TEST(Cli, NotesDoNotJoinAnError) {
   EXPECT_NE(ok.err.find("rotary: note: config has no model_type"), std::string::npos) << ok.err;
   expect_one_line_error(run({"apply", "--config", config}), "--q is required");
   expect_one_line_error(run({"table", "--config", config, "--positions", "-1"}), "--positions: position=-1");
+}
+
+// The drift line of `info` for a model: the Float32Drift at `position`, the model's last, with the
+// schedule at that sequence length.
+std::string drift_line(const ModelRope& model, int64_t position, const std::string& context) {
+  const Float32Drift d = hf_float32_drift(make_schedule(model.spec, position + 1), position);
+  return fmt::format("float32 pipeline (transformers) at the model's last position {} (context {}): angle off by up "
+                     "to {:.3g} rad (pair {}); cos/sin off by up to {:.0f} ulp; rotary's exact tables: <= 1 ulp\n",
+                     position, context, d.max_angle_error, d.worst_pair, d.max_ulps);
+}
+
+// info gives transformers' float32 drift at the model's own last position and says how its config states
+// the length. It took max_position_embeddings - 1: 32767 for Qwen2.5's YaRN, whose context is 4 x 32768.
+TEST(Cli, InfoDriftIsAtTheModelsLastPosition) {
+  const std::vector<std::tuple<std::string, int64_t, std::string>> cases = {
+      {"qwen2.5-7b-instruct", 131071, "131072 = factor 4 x original length 32768"},  // yarn, L = its max
+      {"llama-3.1-8b", 131071, "131072 = max_position_embeddings"},                   // llama3, factor 8 x 8192
+      {"llama-3.2-1b", 131071, "131072 = max_position_embeddings"},                   // not factor 32 x 8192
+      {"phi-3.5-mini-instruct", 131071, "131072 = max_position_embeddings"},          // longrope: long factors
+      {"deepseek-v3", 163839, "163840 = max_position_embeddings"},                    // yarn, factor 40 x 4096
+      {"llama-3-8b", 8191, "8192 = max_position_embeddings"}};                        // default
+  for (const auto& [preset, last, context] : cases) {
+    const Result r = run({"info", "--preset", preset});
+    ASSERT_EQ(r.status, 0) << preset << ": " << r.err;
+    const std::string want = drift_line(load_preset(preset), last, context);
+    EXPECT_NE(r.out.find(want), std::string::npos) << preset << ": want\n" << want << "got\n" << r.out;
+  }
+  // Spec options: the lengths they state; a window past rotary's positions is measured at its last one.
+  const Result yarn =
+      run({"info", "--head-dim", "16", "--schedule", "yarn", "--factor", "4", "--max-position", "2048"});
+  EXPECT_NE(yarn.out.find("at the model's last position 8191 (context 8192 = factor 4 x original length 2048)"),
+            std::string::npos) << yarn.out;
+  const Result mono = run({"info", "--head-dim", "16", "--schedule", "monotone", "--max-length", "100"});
+  EXPECT_NE(mono.out.find("at the model's last position 99 (context 100 = max_length)"), std::string::npos)
+      << mono.out;
+  const Result far =
+      run({"info", "--head-dim", "16", "--schedule", "yarn", "--factor", "1e9", "--max-position", "2048"});
+  EXPECT_NE(far.out.find("at rotary's last position 2147483647 (context 2048000000000 = factor 1000000000 x original "
+                         "length 2048, beyond rotary's positions)"), std::string::npos) << far.out;
+  EXPECT_EQ(run({"info", "--head-dim", "16"}).out.find("float32 pipeline"), std::string::npos);  // no length stated
 }
 
 // JSON has no inf: a factor whose cos/sin overflow float32 is an error, never `inf` in the output.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <new>
 #include <optional>
@@ -209,13 +210,49 @@ void print_notes(const std::optional<ModelRope>& model, std::ostream& err) {
   for (const auto& note : model->notes) err << "rotary: note: " << one_line(note) << "\n";
 }
 
-void print_drift(const Schedule& schedule, int64_t max_position, std::ostream& out) {
-  if (max_position <= 0) return;
-  const int64_t p = std::min<int64_t>(max_position - 1, max_position_limit - 1);
-  const Float32Drift d = hf_float32_drift(schedule, p);
-  out << fmt::format("float32 pipeline (transformers) at position {}: angle off by up to {:.3g} rad (pair {}); "
+// The model's own context: how many positions it is made for (0: its settings do not say), and how its
+// settings state that number.
+struct Context {
+  int64_t length = 0;
+  std::string source;
+};
+
+// The rule python/rotary/plot.py (model_lengths) follows as well: monotone's max_length; for yarn and
+// llama3, whose factor s stretches the original length L, s x L when no larger maximum is stated
+// (Qwen2.5: max_position_embeddings = L = 32768, factor 4: 131072), else the largest length stated
+// (Llama-3.1: max_position_embeddings 131072 > L = 8192; LongRoPE's max_position). linear states no L:
+// its max_position_embeddings is taken as the model's length (Gemma 3 states 131072 with factor 8).
+Context model_context(const Resolved& r) {
+  const Spec& spec = r.spec;
+  if (spec.schedule == ScheduleType::monotone) return {spec.max_length.value_or(0), "max_length"};
+  const int64_t original = spec.original_length();
+  const int64_t model_max = r.model ? r.model->max_position_embeddings : 0;
+  const int64_t stated = std::max(model_max, spec.max_position.value_or(0));
+  const bool stretches = spec.schedule == ScheduleType::yarn || spec.schedule == ScheduleType::llama3;
+  if (stretches && spec.factor && *spec.factor > 1 && original > 0 && stated <= original) {
+    constexpr double longest = 0x1p62;  // far beyond max_position_limit, and an exact int64
+    const double length = std::min(std::floor(*spec.factor * static_cast<double>(original)), longest);
+    return {static_cast<int64_t>(length), fmt::format("factor {} x original length {}", *spec.factor, original)};
+  }
+  const int64_t length = std::max(stated, original);
+  if (length == model_max) return {length, "max_position_embeddings"};
+  return {length, length == spec.max_position ? "max_position" : "original length"};
+}
+
+// transformers' float32 drift at the model's last position (rotary's last when the model's lies beyond),
+// with the schedule the model uses once its sequence is that long (LongRoPE: the long factors).
+void print_drift(const Resolved& r, std::ostream& out) {
+  const Context context = model_context(r);
+  if (context.length <= 0) return;
+  const int64_t last = context.length - 1;
+  const int64_t p = std::min(last, max_position_limit - 1);
+  const Float32Drift d = hf_float32_drift(make_schedule(r.spec, p + 1), p);
+  const std::string where =
+      fmt::format("{} last position {} (context {} = {}{})", p == last ? "the model's" : "rotary's", p,
+                  context.length, context.source, p == last ? "" : ", beyond rotary's positions");
+  out << fmt::format("float32 pipeline (transformers) at {}: angle off by up to {:.3g} rad (pair {}); "
                      "cos/sin off by up to {:.0f} ulp; rotary's exact tables: <= 1 ulp\n",
-                     p, d.max_angle_error, d.worst_pair, d.max_ulps);
+                     where, d.max_angle_error, d.worst_pair, d.max_ulps);
 }
 
 // Pair j's stream as runs "first-last:stream" ("0-15:0 16-39:1 40-63:2"; one pair "7:1").
@@ -303,7 +340,7 @@ void print_info(const Resolved& r, bool json, std::ostream& out) {
                        r.model->vision ? "vision tower" : r.model->layer_type,
                        r.model->layer_types.size() > 1 ? "; others with --layer-type" : "");
   }
-  print_drift(schedule, r.model ? r.model->max_position_embeddings : r.spec.max_position.value_or(0), out);
+  print_drift(r, out);
 }
 
 void print_table_json(const Table& table, std::ostream& out) {
