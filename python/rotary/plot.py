@@ -1,18 +1,153 @@
-"""Analysis plots of RoPE behaviour: ``python3 -m rotary.plot --preset NAME|--config FILE --out DIR``.
+"""Analysis plots of RoPE behaviour:
+``python3 -m rotary.plot --preset NAME|--config FILE [--compare FILE] --out DIR``.
 
-Each figure has a data function (tested on its numbers) and a drawing function (PNG, matplotlib).
+Every figure describes the model it is given: its schedule, its factor, its original context length
+L and its own maximum length (``model_lengths``: the rule ``rotary info`` follows for its float32
+drift line). ``--compare FILE`` draws a second config on the same axes, each series naming its model.
+Each figure has a data function returning a ``Figure`` (named series, tested on their numbers);
+``draw`` writes any of them as a PNG (matplotlib, Agg backend).
+
+Figure 2 sets the model's first pair against the monotone schedule of He & Xu, "A Simple Derivation
+of RoPE for LLMs": one constant scales every frequency so that the angle difference (j - i)·θ mod 2π
+grows with the distance j - i over the whole window (their requirement c3). The paper:
+https://arxiv.org/search/?query=%22A+Simple+Derivation+of+RoPE%22&searchtype=title
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
-from typing import Optional
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from . import Rope
+
+# The monotone schedule's source, as every label and caption cites it.
+HE_XU = 'He & Xu, "A Simple Derivation of RoPE for LLMs"'
+# The paper's arXiv title search (its identifier is not in this project's sources, so none is
+# written here from memory).
+HE_XU_LINK = "https://arxiv.org/search/?query=%22A+Simple+Derivation+of+RoPE%22&searchtype=title"
+
+
+# ---- the model ----
+
+@dataclass(frozen=True)
+class Model:
+    """A model to draw: its RoPE and the lengths its config states (``model_lengths``).
+
+    Attributes:
+        name: what its series are labelled with (the preset's name, or the config file's without .json).
+        rope: its RoPE; ``longrope`` and ``dynamic`` resolved at the sequence length ``context``.
+        factor: the schedule's factor (LongRoPE: context / original); None when it has none.
+        original: L, the context length before any extension.
+        context: the model's own maximum length: positions 0 .. context - 1.
+        context_source: how the config states ``context`` ("max_position_embeddings",
+            "factor 4 x original length 32768", ...).
+    """
+    name: str
+    rope: Rope
+    factor: Optional[float]
+    original: int
+    context: int
+    context_source: str
+
+
+# Schedules whose factor stretches the stated original length L into the model's own length.
+_STRETCHED = ("yarn", "llama3")
+# The longest length model_lengths gives (an exact double and int64, far beyond any position).
+_LONGEST = 2 ** 62
+# Positions are < 2^31 (rotary.max_position_limit in C++).
+_POSITION_LIMIT = 2 ** 31
+# A model whose config states no length at all is drawn over this many positions.
+_ASSUMED_CONTEXT = 4096
+
+
+def _settings(rope: Rope) -> dict[str, Any]:
+    """The Spec fields the library resolved the Rope's settings to (its pickle state's keywords)."""
+    return dict(rope._impl.__getstate__()[6])
+
+
+def _number(x: float) -> str:
+    """x as C++'s fmt "{}" writes a double: shortest round trip, no ".0" (4, 1.5, 1e+20)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def model_lengths(rope: Rope, max_position_embeddings: int = 0) -> tuple[Optional[float], int, int, str]:
+    """(factor, original length L, the model's own length, how the config states it) of a Rope resolved
+    from a config whose ``max_position_embeddings`` is given (0: none).
+
+    The rule ``rotary info`` follows for its drift line: monotone's ``max_length``; for ``yarn`` and
+    ``llama3``, whose factor s stretches L, s·L when no larger maximum is stated (Qwen2.5:
+    max_position_embeddings = L = 32768, factor 4: 131072), else the largest length stated (Llama-3.1:
+    max_position_embeddings 131072 > L = 8192; LongRoPE's max_position). ``linear`` states no L: its
+    max_position_embeddings is the model's length (Gemma 3 states 131072 with factor 8). The factor of
+    ``longrope`` is the ratio of its lengths. A length of 0 means the settings state none.
+    """
+    settings = _settings(rope)
+    factor = settings.get("factor")
+    if rope.schedule == "monotone":
+        window = int(settings["max_length"])
+        return None, window, window, "max_length"
+    max_position = int(settings.get("max_position") or 0)
+    original = int(settings.get("original_max_position") or max_position)  # Spec::original_length
+    stated = max(int(max_position_embeddings), max_position)
+    if rope.schedule in _STRETCHED and factor is not None and factor > 1 and 0 < original and stated <= original:
+        context = math.floor(min(factor * original, _LONGEST))  # the product may overflow to inf
+        return factor, original, context, f"factor {_number(factor)} x original length {original}"
+    context = max(stated, original)
+    if context == max_position_embeddings:
+        source = "max_position_embeddings"
+    else:
+        source = "max_position" if context == max_position else "original length"
+    original = original or context
+    if factor is None and rope.schedule == "longrope" and context > original:
+        factor = context / original
+    return factor, original, context, source
+
+
+def _max_position_embeddings(config: dict) -> int:
+    """The config's max_position_embeddings (0: none), from the language model's settings: text_config
+    when the top level has no hidden_size, as the library reads it."""
+    text_config = config.get("text_config")
+    if "hidden_size" not in config and isinstance(text_config, dict):
+        config = text_config
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def load_model(preset: Optional[str] = None, config: Optional[str] = None) -> Model:
+    """The Model of a built-in preset or of a config.json path (give exactly one).
+
+    Raises:
+        TypeError: neither or both given.
+        ValueError: an unknown preset, a config the library refuses or cannot read.
+    """
+    if (preset is None) == (config is None):
+        raise TypeError("load_model takes exactly one of preset and config")
+
+    def resolve(seq_len: Optional[int] = None) -> Rope:
+        return Rope.from_preset(preset, seq_len) if preset is not None else Rope.from_hf_config(config, seq_len)
+
+    rope = resolve()  # a config is read by the library first, with its size limit and its errors
+    if preset is not None:
+        from . import _rotary
+        name, settings = preset, json.loads(_rotary.preset_text(preset))["config"]
+    else:
+        name = os.path.splitext(os.path.basename(config))[0]
+        with open(config, encoding="utf-8") as f:
+            settings = json.load(f)
+    factor, original, context, source = model_lengths(rope, _max_position_embeddings(settings))
+    if context <= 0:
+        original, context, source = _ASSUMED_CONTEXT, _ASSUMED_CONTEXT, "assumed: the config states no length"
+    if rope.schedule in ("longrope", "dynamic"):
+        rope = resolve(min(context, _POSITION_LIMIT))  # the schedule the model uses at its own length
+    return Model(name, rope, factor, original, context, source)
 
 
 # ---- data ----
@@ -21,16 +156,24 @@ def decay_bound(inv_freq: np.ndarray, max_distance: int) -> tuple[np.ndarray, np
     """RoFormer §3.4.3: relative upper bound (1/(d/2)) Σ_j |S_j|, S_j = Σ_{k<j} e^{i r θ_k}, against
     the relative distance r = m - n. Decays with distance for the default frequencies."""
     r = np.arange(max_distance + 1, dtype=np.float64)
-    phases = np.exp(1j * np.outer(r, inv_freq))
+    return r, _decay_bound_at(inv_freq, r)
+
+
+def _decay_bound_at(inv_freq: np.ndarray, distances: np.ndarray) -> np.ndarray:
+    phases = np.exp(1j * np.outer(distances, inv_freq))
     partial = np.cumsum(phases, axis=1)
-    return r, np.abs(partial).sum(axis=1) / len(inv_freq)
+    return np.abs(partial).sum(axis=1) / len(inv_freq)
+
+
+def _wrapped(distances: np.ndarray, theta: float) -> np.ndarray:
+    return np.mod(distances * theta, 2 * math.pi)
 
 
 def angle_difference(inv_freq0: float, max_distance: int) -> tuple[np.ndarray, np.ndarray]:
-    """Angle difference (j - i) θ mod 2π of one pair against the distance j - i ("A Simple
-    Derivation of RoPE", figures 1 and 2). It drops (wraps) whenever (j-i)θ crosses 2π."""
+    """Angle difference (j - i) θ mod 2π of one pair against the distance j - i (He & Xu, figures 1
+    and 2). It drops (wraps) whenever (j-i)θ crosses 2π."""
     distance = np.arange(max_distance + 1, dtype=np.float64)
-    return distance, np.mod(distance * inv_freq0, 2 * math.pi)
+    return distance, _wrapped(distance, inv_freq0)
 
 
 def first_drop(values: np.ndarray) -> Optional[int]:
@@ -39,10 +182,21 @@ def first_drop(values: np.ndarray) -> Optional[int]:
     return int(drops[0] + 1) if len(drops) else None
 
 
+def first_wrap(theta: float, window: int) -> Optional[int]:
+    """The first distance < window at which (distance·θ) mod 2π drops, or None."""
+    last = min(window - 1, math.floor(2 * math.pi / theta) + 1) if theta > 0 else 0
+    return first_drop(angle_difference(theta, last)[1])
+
+
+def _default_rope(rope: Rope) -> Rope:
+    return Rope(rope.head_dim, rope.rotary_dim, rope.base)
+
+
 def wavelengths(rope: Rope) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair: wavelength in tokens of the default and of the chosen schedule, and the ratio."""
-    plain = Rope(rope.head_dim, rope.rotary_dim, rope.base).inv_freq
-    return 2 * math.pi / plain, 2 * math.pi / rope.inv_freq, rope.inv_freq / plain
+    plain = _default_rope(rope).inv_freq
+    with np.errstate(divide="ignore"):  # proportional RoPE's tail: inv_freq 0, an infinite wavelength
+        return 2 * math.pi / plain, 2 * math.pi / rope.inv_freq, rope.inv_freq / plain
 
 
 def schedule_ratios(head_dim: int, base: float, original: int, factor: float) -> dict[str, np.ndarray]:
@@ -96,149 +250,288 @@ def effective_angle_error(positions, inv_freq, cos, sin) -> np.ndarray:
     return np.asarray(out)
 
 
-def float32_pipeline_table(inv_freq: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """transformers' float32 pipeline: angle fl32(fl32(theta) fl32(p)), cos/sin rounded to float32."""
-    angle = (inv_freq.astype(np.float32)[None, :] * positions.astype(np.float32)[:, None]).astype(np.float32)
-    return np.cos(angle.astype(np.float64)).astype(np.float32), np.sin(angle.astype(np.float64)).astype(np.float32)
-
-
 def angle_errors(rope: Rope, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(float32 pipeline, rotary's tables): effective angle error per position, same yardstick."""
-    c32, s32 = float32_pipeline_table(rope.inv_freq, positions)
+    """(transformers' float32 pipeline, rotary's exact tables): effective angle error per position, same
+    yardstick. The float32 pipeline is the library's ``angles="hf-float32"`` table, what ``rotary
+    info``'s drift line and ``float32_drift`` measure."""
+    c32, s32 = rope.table(positions, angles="hf-float32")
     c, s = rope.table(positions)
     return (effective_angle_error(positions, rope.inv_freq, c32, s32),
             effective_angle_error(positions, rope.inv_freq, c, s))
 
 
-# ---- figures ----
+def float32_drift(model: Model) -> tuple[int, float, int, float]:
+    """transformers' float32 pipeline at the model's last position (rotary's last, 2^31 - 1, when the
+    model's lies beyond), as ``rotary info`` gives it: (position, worst angle error in radians, its
+    pair, worst cos/sin error in float32 ulps)."""
+    from . import _rotary
+    position = min(model.context, _POSITION_LIMIT) - 1
+    angle, pair, ulps = _rotary.float32_drift(model.rope._impl, position)
+    return position, angle, pair, ulps
 
-def _figure():
+
+# ---- figures: data ----
+
+@dataclass
+class Series:
+    """One curve: ``style`` holds matplotlib keywords; ``scatter`` draws points, not a line."""
+    label: str
+    x: np.ndarray
+    y: np.ndarray
+    style: dict[str, Any] = field(default_factory=dict)
+    scatter: bool = False
+
+
+@dataclass
+class Line:
+    """A reference line across the axes, at ``at`` on the y axis (hlines) or the x axis (vlines)."""
+    at: float
+    label: str
+    style: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Figure:
+    """What one figure draws; ``draw`` turns it into a PNG named ``file``."""
+    file: str
+    title: str
+    xlabel: str
+    ylabel: str
+    series: list[Series]
+    hlines: list[Line] = field(default_factory=list)
+    vlines: list[Line] = field(default_factory=list)
+    xscale: tuple[str, dict[str, Any]] = ("linear", {})
+    yscale: tuple[str, dict[str, Any]] = ("linear", {})
+    xlim: Optional[tuple[float, float]] = None
+
+
+def _colors(k: int) -> tuple[str, str]:
+    """The two colours of model k's series (its schedule, its reference)."""
+    return f"C{2 * k}", f"C{2 * k + 1}"
+
+
+def _describe(model: Model) -> str:
+    """'NAME (llama3, factor 8)': the model and its schedule."""
+    factor = f", factor {model.factor:g}" if model.factor is not None else ""
+    return f"{model.name} ({model.rope.schedule}{factor})"
+
+
+def _names(models: Sequence[Model]) -> str:
+    return " vs ".join(m.name for m in models)
+
+
+def decay_figure(models: Sequence[Model], max_points: int = 1 << 12) -> Figure:
+    """Figure 1: RoFormer's long-term decay bound of each model's default and schedule frequencies,
+    out to the longest model's context (at least 4096, at most 65536 distances; sampled beyond
+    max_points as ``_distances`` does)."""
+    span = min(max(max(m.context for m in models), 4096), 65536)
+    d = _distances(span + 1, max_points)
+    series = []
+    for k, m in enumerate(models):
+        mine, reference = _colors(k)
+        for label, rope, style in ((f"{m.name}: default (base {m.rope.base:g})", _default_rope(m.rope),
+                                    {"color": reference, "ls": "--"}),
+                                   (_describe(m), m.rope, {"color": mine})):
+            series.append(Series(label, d, _decay_bound_at(rope.inv_freq, d), {"lw": 0.8, **style}))
+    return Figure("1_long_term_decay.png", f"Long-term decay of RoPE attention with distance ({_names(models)})",
+                  "relative distance m - n (tokens)", "relative upper bound of |q·k| (RoFormer §3.4.3)", series,
+                  xscale=("symlog", {"linthresh": 16}))
+
+
+def _distances(window: int, max_points: int) -> np.ndarray:
+    """0 .. window - 1: all of them up to max_points, else the first max_points/2 and max_points/2
+    more spread geometrically up to the last."""
+    if window <= max_points:
+        return np.arange(window, dtype=np.float64)
+    head = np.arange(max_points // 2, dtype=np.float64)
+    tail = np.round(np.geomspace(max_points // 2, window - 1, max_points // 2))
+    return np.unique(np.concatenate([head, tail]))
+
+
+def monotone_rope(model: Model) -> Rope:
+    """He & Xu's monotone schedule for the model's head and base over its whole context."""
+    rope = model.rope
+    return Rope(rope.head_dim, rope.rotary_dim, rope.base, schedule="monotone", max_length=model.context)
+
+
+def wrap_figure(models: Sequence[Model], max_points: int = 1 << 14) -> Figure:
+    """Figure 2: angle difference mod 2π of each model's first pair over the model's own context
+    (distances 0 .. context - 1, sampled beyond max_points), against He & Xu's monotone schedule for
+    that context, which never wraps inside it."""
+    series, vlines = [], []
+    for k, m in enumerate(models):
+        mine, reference = _colors(k)
+        d = _distances(m.context, max_points)
+        theta = float(m.rope.inv_freq[0])
+        wrap = first_wrap(theta, m.context)
+        when = f"first wraps at distance {wrap}" if wrap is not None else f"never wraps within {m.context}"
+        series.append(Series(f"{m.name}: pair 0 of {m.rope.schedule} (θ = {theta:.4g}, {when})", d,
+                             _wrapped(d, theta), {"color": mine, "lw": 0.5}))
+        mono = float(monotone_rope(m).inv_freq[0])
+        series.append(Series(f"{m.name}: monotone (He & Xu) for its {m.context}-token context (θ = {mono:.3g})", d,
+                             _wrapped(d, mono), {"color": reference, "lw": 1.5}))
+        vlines.append(Line(m.context - 1, f"{m.name}: last distance {m.context - 1}",
+                           {"color": reference, "ls": ":", "lw": 0.8}))
+    longest = max(m.context for m in models)
+    return Figure("2_angle_difference_wrap.png",
+                  f"Angle difference of the first pair over the model's context: the model's wraps; the monotone "
+                  f"schedule of {HE_XU} does not",
+                  "distance j - i (tokens)", "angle difference (j - i)·θ mod 2π (rad)", series,
+                  hlines=[Line(2 * math.pi, "2π", {"color": "grey", "ls": ":", "lw": 0.8})], vlines=vlines,
+                  xscale=("symlog", {"linthresh": 8}) if longest > 256 else ("linear", {}), xlim=(0, longest))
+
+
+def wavelength_figure(models: Sequence[Model]) -> Figure:
+    """Figure 3: wavelength 2π/θ_i of each pair, default and schedule, against each model's original
+    and own context lengths; dots mark the pairs its schedule interpolates (frequency lowered)."""
+    series, hlines = [], []
+    for k, m in enumerate(models):
+        mine, reference = _colors(k)
+        plain_w, sched_w, ratio = wavelengths(m.rope)
+        pairs = np.arange(len(plain_w), dtype=np.float64)
+        series.append(Series(f"{m.name}: default wavelength", pairs, plain_w, {"color": reference, "ls": "--"}))
+        series.append(Series(f"{_describe(m)} wavelength", pairs, sched_w, {"color": mine}))
+        lowered = (ratio < 1 - 1e-12) & (ratio > 0)
+        series.append(Series(f"{m.name}: pairs the schedule interpolates", pairs[lowered], sched_w[lowered],
+                             {"s": 10, "color": mine, "zorder": 3}, scatter=True))
+        hlines.append(Line(m.original, f"{m.name}: original context {m.original}",
+                           {"color": mine, "ls": "--", "lw": 0.8}))
+        hlines.append(Line(m.context, f"{m.name}: context {m.context} ({m.context_source})",
+                           {"color": mine, "ls": ":", "lw": 0.8}))
+    return Figure("3_wavelengths.png", "Wavelength of each rotary pair against the model's context lengths",
+                  "pair index i", "wavelength 2π/θ_i (tokens)", series, hlines=hlines, yscale=("log", {}))
+
+
+def schedule_factor(model: Model) -> tuple[float, bool]:
+    """(the factor figure 4 draws the schedules at, whether it is the model's own): its own factor when
+    it scales (> 1), else its length ratio, at least 2 (an illustration)."""
+    if model.factor is not None and model.factor > 1:
+        return model.factor, True
+    return max(model.context / model.original, 2.0), False
+
+
+def schedule_figure(models: Sequence[Model]) -> Figure:
+    """Figure 4: each model's own per-pair inv_freq / default, and linear, NTK, YaRN, Llama 3 and
+    LongRoPE at the first model's factor, original length L and rotary_dim."""
+    first = models[0]
+    factor, own = schedule_factor(first)
+    series = []
+    ratios = schedule_ratios(first.rope.rotary_dim, first.rope.base, first.original, factor)
+    for j, (label, values) in enumerate(ratios.items()):  # colours after the models' (_colors)
+        series.append(Series(f"{label} at factor {factor:g}, L = {first.original}",
+                             np.arange(len(values), dtype=np.float64), values,
+                             {"lw": 0.8, "ls": "--", "color": f"C{4 + j}"}))
+    for k, m in enumerate(models):
+        ratio = wavelengths(m.rope)[2]
+        ratio = np.where(ratio > 0, ratio, np.nan)  # proportional RoPE's unrotated tail has no logarithm
+        series.append(Series(f"{_describe(m)}: its own", np.arange(len(ratio), dtype=np.float64), ratio,
+                             {"lw": 2.2, "color": _colors(k)[0]}))
+    which = f"{first.name}'s factor" if own else f"illustrative factor ({first.name} has none)"
+    return Figure("4_schedule_ratios.png",
+                  f"Per-pair frequency scaling: {_names(models)}, and the long-context schedules at {which} "
+                  f"{factor:g}, L = {first.original}",
+                  "pair index i", "inv_freq / default inv_freq", series, yscale=("log", {}))
+
+
+def float32_positions(models: Sequence[Model]) -> np.ndarray:
+    """1 .. 2^24 in 97 geometric steps, further when a model's context is longer (up to 2^31 - 1)."""
+    top = max(24.0, math.log2(max(m.context for m in models)))
+    positions = np.unique(np.logspace(0, top, 97, base=2).astype(np.int64))
+    return np.minimum(positions, _POSITION_LIMIT - 1)
+
+
+def float32_figure(models: Sequence[Model]) -> Figure:
+    """Figure 5: the angle error the stored cos/sin encode, transformers' float32 pipeline against
+    rotary's tables, for each model, with each model's last position marked with ``float32_drift``."""
+    positions = float32_positions(models)
+    x = positions.astype(np.float64)
+    floor = 2.0 ** -60  # exact values plot here (a zero has no logarithm)
+    series, vlines = [], []
+    for k, m in enumerate(models):
+        mine, reference = _colors(k)
+        err32, err_rotary = angle_errors(m.rope, positions)
+        series.append(Series(f"{m.name}: float32 pipeline (transformers): cos/sin of fl32(θ_fl32·fl32(p))", x,
+                             np.maximum(err32, floor), {"color": mine, "marker": ".", "lw": 1}))
+        series.append(Series(f"{m.name}: rotary: exact angle, cos/sin within 1 float32 ulp", x,
+                             np.maximum(err_rotary, floor), {"color": reference, "marker": ".", "lw": 1}))
+        position, angle, _, _ = float32_drift(m)
+        vlines.append(Line(position, f"{m.name}: last position {position} ({m.context_source}), float32 pipeline "
+                           f"off by {angle:.3g} rad", {"color": mine, "ls": "--", "lw": 0.8}))
+    return Figure("5_float32_angle_error.png", f"Angle error the stored cos/sin encode, against position "
+                  f"({_names(models)})", "position p", "worst angle error over pairs (rad), from atan2(sin, cos)",
+                  series, hlines=[Line(2 ** -24, "2^-24 (half a float32 ulp of 1)", {"color": "grey", "ls": ":",
+                                                                                     "lw": 0.8})],
+                  vlines=vlines, xscale=("log", {}), yscale=("log", {}))
+
+
+def figures(models: Sequence[Model]) -> list[Figure]:
+    """The five figures' data for one model, or several on the same axes."""
+    if not models:
+        raise ValueError("figures needs at least one model")
+    return [decay_figure(models), wrap_figure(models), wavelength_figure(models), schedule_figure(models),
+            float32_figure(models)]
+
+
+# ---- figures: drawing ----
+
+def draw(figure: Figure, path: str, dpi: int = 110) -> None:
+    """Write the figure as a PNG at ``path`` (matplotlib, Agg backend)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
-    return plt, fig, ax
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=dpi)
+    try:  # the legend below the axes: the curves stay visible however many series there are
+        for s in figure.series:
+            if s.scatter:
+                ax.scatter(s.x, s.y, label=s.label, **s.style)
+            else:
+                ax.plot(s.x, s.y, label=s.label, **s.style)
+        for line in figure.hlines:
+            ax.axhline(line.at, label=line.label, **line.style)
+        for line in figure.vlines:
+            ax.axvline(line.at, label=line.label, **line.style)
+        ax.set_xscale(figure.xscale[0], **figure.xscale[1])
+        ax.set_yscale(figure.yscale[0], **figure.yscale[1])
+        if figure.xlim is not None:
+            ax.set_xlim(*figure.xlim)
+        ax.set_xlabel(figure.xlabel)
+        ax.set_ylabel(figure.ylabel)
+        ax.set_title(textwrap.fill(figure.title, 100), fontsize=9)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=7)
+        fig.savefig(path, bbox_inches="tight")
+    finally:
+        plt.close(fig)
 
 
-def plot_all(rope: Rope, name: str, out_dir: str, original: int, context: int) -> list[str]:
+def plot_all(models: Sequence[Model], out_dir: str, dpi: int = 110) -> list[str]:
+    """Draw the five figures of the models (one, or several on the same axes) into out_dir; the paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    base_rope = Rope(rope.head_dim, rope.rotary_dim, rope.base)
-
-    plt, fig, ax = _figure()
-    span = min(max(context, 4096), 65536)
-    for label, r in ((f"default (base {rope.base:g})", base_rope), (f"{name} ({rope.schedule})", rope)):
-        d, bound = decay_bound(r.inv_freq, span)
-        ax.plot(d, bound, lw=0.8, label=label)
-    ax.set_xscale("symlog", linthresh=16)
-    ax.set_xlabel("relative distance m - n (tokens)")
-    ax.set_ylabel("relative upper bound of |q·k| (RoFormer §3.4.3)")
-    ax.set_title("Long-term decay of RoPE attention with distance")
-    ax.legend()
-    paths.append(os.path.join(out_dir, "1_long_term_decay.png"))
-    fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
-
-    plt, fig, ax = _figure()
-    window = 64
-    mono = Rope(rope.head_dim, rope.rotary_dim, rope.base, schedule="monotone", max_length=window)
-    for label, theta in (("default, pair 0 (θ = 1 rad/token)", base_rope.inv_freq[0]),
-                         (f"monotone for a {window}-token window (θ = {mono.inv_freq[0]:.3f})", mono.inv_freq[0])):
-        d, angle = angle_difference(theta, window - 1)
-        ax.plot(d, angle, marker=".", lw=1, label=label)
-    ax.axhline(2 * math.pi, color="grey", ls=":", lw=0.8)
-    ax.set_xlabel("distance j - i (tokens)")
-    ax.set_ylabel("angle difference (j - i)·θ mod 2π (rad)")
-    ax.set_title("Angle difference wraps for the default frequency; the monotone schedule never wraps")
-    ax.legend(loc="lower right")
-    paths.append(os.path.join(out_dir, "2_angle_difference_wrap.png"))
-    fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
-
-    plt, fig, ax = _figure()
-    plain_w, sched_w, ratio = wavelengths(rope)
-    pairs = np.arange(len(plain_w))
-    ax.semilogy(pairs, plain_w, label="default wavelength")
-    ax.semilogy(pairs, sched_w, label=f"{name} ({rope.schedule}) wavelength")
-    interpolated = ratio < 1 - 1e-12
-    ax.scatter(pairs[interpolated], sched_w[interpolated], s=10, color="C3", zorder=3,
-               label="pairs the schedule interpolates (frequency lowered)")
-    ax.axhline(original, color="grey", ls="--", lw=0.8, label=f"original context {original}")
-    ax.axhline(context, color="black", ls=":", lw=0.8, label=f"extended context {context}")
-    ax.set_xlabel("pair index i")
-    ax.set_ylabel("wavelength 2π/θ_i (tokens)")
-    ax.set_title("Wavelength of each rotary pair against the context lengths")
-    ax.legend(fontsize=8)
-    paths.append(os.path.join(out_dir, "3_wavelengths.png"))
-    fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
-
-    plt, fig, ax = _figure()
-    factor = max(context / original, 2.0)
-    for label, values in schedule_ratios(rope.rotary_dim, rope.base, original, factor).items():
-        ax.plot(values, label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("pair index i")
-    ax.set_ylabel("inv_freq / default inv_freq")
-    ax.set_title(f"Per-pair frequency scaling of long-context schedules (factor {factor:g}, L = {original})")
-    ax.legend(fontsize=8)
-    paths.append(os.path.join(out_dir, "4_schedule_ratios.png"))
-    fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
-
-    plt, fig, ax = _figure()
-    positions = np.unique(np.logspace(0, 24, 97, base=2).astype(np.int64))
-    err32, err_rotary = angle_errors(rope, positions)
-    floor = 2.0 ** -60  # exact values plot here (a zero has no logarithm)
-    ax.loglog(positions, np.maximum(err32, floor), marker=".", lw=1,
-              label="float32 pipeline (transformers): cos/sin of fl32(fl32(θ)·fl32(p))")
-    ax.loglog(positions, np.maximum(err_rotary, floor), marker=".", lw=1,
-              label="rotary: exact angle, cos/sin within 1 float32 ulp")
-    ax.axhline(2 ** -24, color="grey", ls=":", lw=0.8, label="2^-24 (half a float32 ulp of 1)")
-    ax.set_xlabel("position p")
-    ax.set_ylabel("worst angle error over pairs (rad), from atan2(sin, cos)")
-    ax.set_title(f"Angle error the stored cos/sin encode, against position ({name})")
-    ax.legend(fontsize=8)
-    paths.append(os.path.join(out_dir, "5_float32_angle_error.png"))
-    fig.tight_layout(); fig.savefig(paths[-1]); plt.close(fig)
+    for figure in figures(models):
+        paths.append(os.path.join(out_dir, figure.file))
+        draw(figure, paths[-1], dpi)
     return paths
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m rotary.plot", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python3 -m rotary.plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--preset", help="built-in preset name")
     group.add_argument("--config", help="a Hugging Face config.json")
+    parser.add_argument("--compare", metavar="FILE", help="a second config.json, drawn on the same axes")
     parser.add_argument("--out", required=True, help="output folder")
     args = parser.parse_args(argv)
     try:
-        if args.preset:
-            rope, name = Rope.from_preset(args.preset), args.preset
-        else:
-            rope, name = Rope.from_hf_config(args.config), os.path.basename(args.config)
-        config = _model_lengths(args)
+        models = [load_model(preset=args.preset, config=args.config)]
+        if args.compare is not None:
+            models.append(load_model(config=args.compare))
     except (ValueError, TypeError, OSError) as e:
         print(f"rotary.plot: error: {e}", file=sys.stderr)
         return 2
-    for path in plot_all(rope, name, args.out, *config):
+    for path in plot_all(models, args.out):
         print(path)
     return 0
-
-
-def _model_lengths(args) -> tuple[int, int]:
-    """(original context, extended context) from the config or preset."""
-    import json
-    if args.preset:
-        text = _rotary_preset_config(args.preset)
-    else:
-        with open(args.config, encoding="utf-8") as f:
-            text = json.load(f)
-    scaling = text.get("rope_scaling") or text.get("rope_parameters") or {}
-    maximum = int(text.get("max_position_embeddings") or 4096)
-    original = int(scaling.get("original_max_position_embeddings") or text.get("original_max_position_embeddings") or maximum)
-    return original, maximum
-
-
-def _rotary_preset_config(name: str) -> dict:
-    import json
-    from . import _rotary
-    return json.loads(_rotary.preset_text(name))["config"]
 
 
 if __name__ == "__main__":

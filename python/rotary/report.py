@@ -1,7 +1,8 @@
 """The main job's report: ``python3 -m rotary.report --cli build/rotary --out out [--extra FILE ...]``.
 
-Runs ``rotary demo``, draws the five plots for the default model (Llama-3.1-8B), and writes
-``out/report.md`` with both (and any extra text files, e.g. the bench tables, verbatim)."""
+Runs ``rotary demo``, draws the five plots for the model (default Llama-3.1-8B) at its own factor and
+lengths, and writes ``out/report.md`` with both (and any extra text files, e.g. the bench tables,
+verbatim)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from . import Rope, plot
+from . import plot
 
 
 def main(argv=None) -> int:
@@ -23,10 +24,11 @@ def main(argv=None) -> int:
     if demo.returncode != 0:
         print(demo.stdout + demo.stderr, file=sys.stderr)
         return 1
-    rope = Rope.from_preset(args.preset)
+    model = plot.load_model(preset=args.preset)
     figures = os.path.join(args.out, "figures")
-    paths = plot.plot_all(rope, args.preset, figures, 8192, 131072)
-    lines = ["# rotary report", "", f"Default model: {args.preset} ({rope!r}).", "",
+    paths = plot.plot_all([model], figures)
+    lines = ["# rotary report", "", f"Model: {args.preset} ({model.rope!r}; original context {model.original}, "
+             f"context {model.context} = {model.context_source}).", "",
              "## Demo: schedule, table accuracy, apply accuracy and time", "", "```", demo.stdout.rstrip(), "```", ""]
     for extra in args.extra:
         if os.path.exists(extra):
@@ -34,10 +36,10 @@ def main(argv=None) -> int:
                 lines += [f"## {os.path.basename(extra)}", "", "```", f.read().rstrip(), "```", ""]
     captions = {
         "1": "Long-term decay: RoFormer's relative upper bound of |q·k| against distance, default vs the schedule.",
-        "2": "Angle difference mod 2π of the first pair against distance: the default wraps at distance 7; the monotone schedule never wraps inside its window.",
-        "3": "Wavelength of each pair against the original and extended context; dots mark the pairs the schedule interpolates.",
-        "4": "Per-pair frequency ratio to default for linear, NTK, YaRN, Llama 3 and LongRoPE at one factor.",
-        "5": "Angle error that the stored cos/sin encode (atan2 against the exact angle), for transformers' float32 pipeline and rotary's tables, positions 1 to 2^24.",
+        "2": f"Angle difference mod 2π of the first pair against distance over the model's {model.context}-token context: the model's first pair wraps (at distance 7 when θ = 1); the monotone schedule ([{plot.HE_XU}]({plot.HE_XU_LINK})) for that context never wraps.",
+        "3": "Wavelength of each pair against the model's original and own context; dots mark the pairs the schedule interpolates.",
+        "4": "Per-pair frequency ratio to default: the model's own schedule, and linear, NTK, YaRN, Llama 3 and LongRoPE at the model's factor and original length.",
+        "5": "Angle error that the stored cos/sin encode (atan2 against the exact angle), for transformers' float32 pipeline and rotary's tables, positions 1 to 2^24 (further for longer models), the model's last position marked.",
     }
     lines += ["## Plots", ""]
     for path in paths:
