@@ -122,11 +122,26 @@ def _max_position_embeddings(config: dict) -> int:
 
 
 def load_model(preset: Optional[str] = None, config: Optional[str] = None) -> Model:
-    """The Model of a built-in preset or of a config.json path (give exactly one).
+    """The Model of a built-in preset or of a config.json path.
 
-    Raises:
-        TypeError: neither or both given.
-        ValueError: an unknown preset, a config the library refuses or cannot read.
+    Parameters
+    ----------
+    preset : str, optional
+        A name of ``rotary.preset_names()``.
+    config : str, optional
+        A ``config.json`` path. Give exactly one of the two.
+
+    Returns
+    -------
+    Model
+        Its Rope, factor, original and own lengths.
+
+    Raises
+    ------
+    TypeError
+        Neither or both given.
+    ValueError
+        An unknown preset, a config the library refuses or cannot read.
     """
     if (preset is None) == (config is None):
         raise TypeError("load_model takes exactly one of preset and config")
