@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include <fmt/format.h>
@@ -24,20 +25,30 @@ double yarn_correction_dim(double rotations, int64_t rotary_dim, double base, do
          (2.0 * std::log(base));
 }
 
-void apply_yarn(const Spec& spec, std::vector<double>& inv_freq, double& attention_factor) {
+// YaRN's ramp runs from pair `low` (ramp 0: extrapolation) to pair `high` (ramp 1: interpolation).
+struct YarnRange {
+  double low;
+  double high;
+};
+
+YarnRange yarn_range(const Spec& spec) {
   const int64_t r = spec.resolved_rotary_dim();
-  const double s = *spec.factor;
   const double original = static_cast<double>(spec.original_length());
-  const bool truncate = spec.truncate.value_or(true);
   double low = yarn_correction_dim(spec.beta_fast.value_or(32.0), r, spec.base, original);
   double high = yarn_correction_dim(spec.beta_slow.value_or(1.0), r, spec.base, original);
-  if (truncate) {
+  if (spec.truncate.value_or(true)) {
     low = std::floor(low);
     high = std::ceil(high);
   }
   low = std::max(low, 0.0);
   high = std::min(high, static_cast<double>(r - 1));
   if (low == high) high += 0.001;  // avoid a zero-width ramp
+  return {low, high};
+}
+
+void apply_yarn(const Spec& spec, std::vector<double>& inv_freq, double& attention_factor) {
+  const double s = *spec.factor;
+  const auto [low, high] = yarn_range(spec);
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
     const double extrapolation_weight = 1.0 - ramp;
@@ -125,6 +136,19 @@ std::vector<int> pair_streams(const Spec& spec, int64_t pairs) {
   return out;
 }
 
+// proportional: the pairs that turn, int(p * head_dim // 2) as transformers writes it.
+size_t proportional_turning(const Spec& spec, int64_t rotary_dim) {
+  const double p = *spec.partial_rotary_factor;
+  const auto turning = static_cast<size_t>(std::floor(p * static_cast<double>(rotary_dim) / 2.0));
+  return std::min(turning, static_cast<size_t>(rotary_dim / 2));
+}
+
+// longrope: the long factors when the sequence is longer than L, else the short ones.
+const std::vector<double>& longrope_factors(const Spec& spec, std::optional<int64_t> seq_len) {
+  const bool long_context = seq_len && *seq_len > spec.original_length();
+  return long_context ? spec.long_factor : spec.short_factor;
+}
+
 // The frequencies before the schedule scales them: base^(-2j/r) over the rotated slice, unless the
 // stream layout or the schedule spaces them otherwise.
 std::vector<double> unscaled_inv_freq(const Spec& spec, double base, int64_t rotary_dim) {
@@ -154,13 +178,173 @@ std::vector<double> unscaled_inv_freq(const Spec& spec, double base, int64_t rot
   if (spec.schedule == ScheduleType::proportional) {
     // transformers' _compute_proportional_rope_parameters: rope_angles = int(p * head_dim // 2)
     // frequencies base^(-2j/head_dim), then zeros to head_dim/2 (rotary_dim == head_dim).
-    const double p = *spec.partial_rotary_factor;
-    const auto turning = static_cast<size_t>(std::floor(p * static_cast<double>(rotary_dim) / 2.0));
+    const size_t turning = proportional_turning(spec, rotary_dim);
     std::vector<double> out = default_inv_freq(base, rotary_dim);
-    std::fill(out.begin() + static_cast<std::ptrdiff_t>(std::min(turning, out.size())), out.end(), 0.0);
+    std::fill(out.begin() + static_cast<std::ptrdiff_t>(turning), out.end(), 0.0);
     return out;
   }
   return default_inv_freq(base, rotary_dim);
+}
+
+// ---- transformers' float32 inv_freq (Schedule::inv_freq_hf32) ----
+// transformers 5.23 computes inv_freq in float32 tensors (modeling_rope_utils.py's
+// _compute_*_parameters; the models' compute_default_rope_parameters for default). Each float
+// operation below is one torch operation on CPU, in its order: IEEE float32, correctly rounded.
+// pow too: base ** x is the float32 nearest base^x (a double pow rounded once). torch's own CPU
+// pow is not correctly rounded on about 1.6% of these inputs (its vectorised 1-ulp pow runs over
+// whole vector blocks, libm's powf over the rest, so its result depends on the machine and on
+// the tensor's length): there rotary keeps the correctly rounded power, one ulp from torch's. A Python number meeting a float32 tensor is first rounded to float32
+// (f32()), in comparisons too; `number / tensor` is tensor.reciprocal() * number (torch's
+// __rtruediv__), so 1.0 / t is one correctly rounded reciprocal. The library is compiled with
+// -ffp-contract=off: no product below is fused into a sum.
+
+float f32(double x) { return static_cast<float>(x); }
+
+// base ** (torch.arange(0, 2n, 2).float() / dim): one float32 tensor of n powers (pos_freqs).
+std::vector<float> hf_powers(float base, int64_t dim, int64_t n) {
+  std::vector<float> exponents(static_cast<size_t>(n));
+  for (size_t i = 0; i < exponents.size(); ++i) {
+    exponents[i] = static_cast<float>(2 * i) / static_cast<float>(dim);
+  }
+  std::vector<float> out(exponents.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = f32(std::pow(static_cast<double>(base), static_cast<double>(exponents[i])));
+  }
+  return out;
+}
+
+// The powers of the rotated slice, laid out as unscaled_inv_freq lays out its frequencies: one
+// tensor per axis (Qwen and Gemma 4 vision towers: dim 2 * s_a), Pixtral's even/odd split of one
+// tensor, proportional's turning pairs followed by +inf (1/inf = 0, transformers' zeros), or one
+// tensor over the slice.
+std::vector<float> hf_powers_of(const Spec& spec, float base, int64_t rotary_dim) {
+  switch (spec.stream_layout) {
+    case StreamLayout::axial: {
+      std::vector<float> out;
+      for (const int64_t s : spec.sections) {
+        const std::vector<float> axis = hf_powers(base, 2 * s, s);
+        out.insert(out.end(), axis.begin(), axis.end());
+      }
+      return out;
+    }
+    case StreamLayout::axial_even_odd: {
+      const std::vector<float> f = hf_powers(base, rotary_dim, rotary_dim / 2);
+      std::vector<float> out(f.size());
+      const auto half = static_cast<size_t>(spec.sections[0]);
+      for (size_t k = 0; k < half; ++k) {
+        out[k] = f[2 * k];
+        out[half + k] = f[2 * k + 1];
+      }
+      return out;
+    }
+    default:
+      break;
+  }
+  if (spec.schedule == ScheduleType::proportional) {
+    const auto turning = static_cast<int64_t>(proportional_turning(spec, rotary_dim));
+    std::vector<float> out = hf_powers(base, rotary_dim, turning);
+    out.resize(static_cast<size_t>(rotary_dim / 2), std::numeric_limits<float>::infinity());
+    return out;
+  }
+  return hf_powers(base, rotary_dim, rotary_dim / 2);
+}
+
+// _compute_dynamic_ntk_parameters' base: at init (no sequence length; transformers also restores
+// the init frequencies below L) in Python doubles, factor * L / L - (factor - 1) == 1 for the usual
+// factors; past L from a tensor seq_len, so in float32, the power of a float32 tensor by a Python
+// float being torch's std::pow(float, double), i.e. a double pow rounded once.
+float hf_dynamic_base(const Spec& spec, std::optional<int64_t> seq_len, int64_t rotary_dim) {
+  const double s = *spec.factor;
+  const auto original = spec.original_length();
+  const double exponent = static_cast<double>(rotary_dim) / static_cast<double>(rotary_dim - 2);
+  if (!seq_len || *seq_len <= original) {
+    const double L = static_cast<double>(original);
+    return f32(spec.base * std::pow(s * L / L - (s - 1.0), exponent));
+  }
+  float growth = f32(s) * static_cast<float>(*seq_len);
+  growth = growth / static_cast<float>(original);
+  growth = growth - f32(s - 1.0);
+  return f32(spec.base) * f32(std::pow(static_cast<double>(growth), exponent));
+}
+
+// _compute_yarn_parameters: 1/pos_freqs and 1/(factor * pos_freqs) mixed by a float32 ramp over
+// arange(r/2), whose ends are the Python doubles of yarn_range.
+std::vector<float> hf_yarn(const Spec& spec, const std::vector<float>& powers) {
+  const float s = f32(*spec.factor);
+  const auto [low, high] = yarn_range(spec);
+  const float low32 = f32(low);
+  const float width = f32(high - low);
+  std::vector<float> out(powers.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float extrapolation = 1.0f / powers[i];
+    const float interpolation = 1.0f / (s * powers[i]);
+    const float ramp = std::clamp((static_cast<float>(i) - low32) / width, 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    out[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  return out;
+}
+
+// _compute_llama3_parameters on float32 inv_freq: wavelengths (1/f) * 2π, the bands by float32
+// comparisons with the band edges rounded to float32, the smoothing in float32.
+std::vector<float> hf_llama3(const Spec& spec, std::vector<float> inv_freq) {
+  const double original = static_cast<double>(spec.original_length());
+  const float s = f32(*spec.factor);
+  const float lf = f32(*spec.low_freq_factor);
+  const float width = f32(*spec.high_freq_factor - *spec.low_freq_factor);
+  const float low_freq_wavelength = f32(original / *spec.low_freq_factor);
+  const float high_freq_wavelength = f32(original / *spec.high_freq_factor);
+  for (float& f : inv_freq) {
+    const float wavelength = (1.0f / f) * f32(two_pi);
+    const float scaled = wavelength > low_freq_wavelength ? f / s : f;
+    const float smooth = ((1.0f / wavelength) * f32(original) - lf) / width;
+    const float smoothed = (1.0f - smooth) * scaled / s + smooth * scaled;
+    const bool medium = !(wavelength < high_freq_wavelength) && !(wavelength > low_freq_wavelength);
+    f = medium ? smoothed : scaled;
+  }
+  return inv_freq;
+}
+
+std::vector<float> reciprocals(std::vector<float> values) {
+  for (float& v : values) v = 1.0f / v;
+  return values;
+}
+
+// transformers' float32 inv_freq for this Spec at this sequence length; `exact` is the double
+// schedule (for ntk and monotone, which transformers lacks: its float32 nearest).
+std::vector<float> hf_float32_inv_freq(const Spec& spec, std::optional<int64_t> seq_len,
+                                       const std::vector<double>& exact) {
+  using enum ScheduleType;
+  const int64_t r = spec.resolved_rotary_dim();
+  const float base = spec.schedule == dynamic ? hf_dynamic_base(spec, seq_len, r) : f32(spec.base);
+  std::vector<float> out;
+  switch (spec.schedule) {
+    case default_:
+    case dynamic:
+      return reciprocals(hf_powers_of(spec, base, r));
+    case linear:
+    case proportional:  // transformers divides by factor (default 1: unchanged)
+      out = reciprocals(hf_powers_of(spec, base, r));
+      if (spec.factor) {
+        for (float& f : out) f = f / f32(*spec.factor);
+      }
+      return out;
+    case yarn:
+      return hf_yarn(spec, hf_powers_of(spec, base, r));
+    case llama3:
+      return hf_llama3(spec, reciprocals(hf_powers_of(spec, base, r)));
+    case longrope: {
+      out = hf_powers_of(spec, base, r);
+      const std::vector<double>& factors = longrope_factors(spec, seq_len);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = 1.0f / (f32(factors[i]) * out[i]);
+      return out;
+    }
+    case ntk:
+    case monotone:
+      break;
+  }
+  for (const double f : exact) out.push_back(f32(f));
+  return out;
 }
 
 }  // namespace
@@ -235,8 +419,7 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
       apply_llama3(spec, out.inv_freq);
       break;
     case longrope: {
-      const bool long_context = seq_len && *seq_len > original;
-      const auto& factors = long_context ? spec.long_factor : spec.short_factor;
+      const auto& factors = longrope_factors(spec, seq_len);
       for (size_t i = 0; i < out.inv_freq.size(); ++i) out.inv_freq[i] /= factors[i];
       if (spec.max_position && *spec.max_position > original) {
         const double ratio =
@@ -272,6 +455,7 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
   }
   out.attention_factor = attention_factor;
   validate(out);
+  out.inv_freq_hf32 = hf_float32_inv_freq(spec, seq_len, out.inv_freq);
   return out;
 }
 

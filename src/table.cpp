@@ -34,6 +34,30 @@ void check_size(int64_t rows, int64_t pairs) {
   }
 }
 
+// What hf_float32 angles need of Schedule::inv_freq_hf32, checked before a row is formed: empty or
+// one value per pair, each finite, >= 0 and <= max_inv_freq.
+void check_inv_freq_hf32(const Schedule& schedule, AngleMode mode) {
+  const auto& hf32 = schedule.inv_freq_hf32;
+  if (mode != AngleMode::hf_float32 || hf32.empty()) return;
+  if (static_cast<int64_t>(hf32.size()) != schedule.pairs()) {
+    throw Error(fmt::format("inv_freq_hf32 has {} values but rotary_dim/2={} (empty: the float32 "
+                            "nearest inv_freq)", hf32.size(), schedule.pairs()));
+  }
+  for (size_t i = 0; i < hf32.size(); ++i) {
+    if (!(hf32[i] >= 0 && hf32[i] <= max_inv_freq)) {
+      throw Error(fmt::format("inv_freq_hf32[{}]={} (transformers' float32 inv_freq) must be finite, "
+                              ">= 0 and <= 2^20 for hf_float32 angles",
+                              i, std::isnan(hf32[i]) ? std::fabs(hf32[i]) : hf32[i]));  // "nan", never "-nan"
+    }
+  }
+}
+
+// Pair i's frequency in transformers' float32 pipeline: the Schedule's own (make_schedule computes
+// transformers' float32 inv_freq), else the float32 nearest inv_freq (a Schedule built by hand).
+float hf_float32_frequency(const Schedule& schedule, size_t i) {
+  return schedule.inv_freq_hf32.empty() ? static_cast<float>(schedule.inv_freq[i]) : schedule.inv_freq_hf32[i];
+}
+
 void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
               AngleMode mode) {
   const double factor = schedule.attention_factor;
@@ -42,7 +66,7 @@ void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float*
     const auto p32 = static_cast<float>(position);
     const auto g32 = static_cast<float>(factor);
     for (int64_t i = 0; i < pairs; ++i) {
-      const float angle = static_cast<float>(schedule.inv_freq[static_cast<size_t>(i)]) * p32;
+      const float angle = hf_float32_frequency(schedule, static_cast<size_t>(i)) * p32;
       const CosSin cs = cos_sin_of(angle);
       cos_out[i] = static_cast<float>(cs.cos) * g32;
       sin_out[i] = static_cast<float>(cs.sin) * g32;
@@ -69,6 +93,7 @@ Table::Table(const Schedule& schedule, int64_t rows) : schedule_(schedule), rows
 
 Table Table::range(const Schedule& schedule, int64_t first, int64_t count, AngleMode mode) {
   check_mode(mode);
+  check_inv_freq_hf32(schedule, mode);
   check_position(first, "first");
   if (count < 0 || count > max_position_limit - first) {
     throw Error(fmt::format("count={} must be in [0, 2^31 - first] with first={}", count, first));
@@ -82,6 +107,7 @@ Table Table::range(const Schedule& schedule, int64_t first, int64_t count, Angle
 
 Table Table::at(const Schedule& schedule, std::span<const int64_t> positions, AngleMode mode) {
   check_mode(mode);
+  check_inv_freq_hf32(schedule, mode);
   for (int64_t p : positions) check_position(p, "position");
   // Consecutive positions are a range: row_of is then O(1) instead of a binary search.
   bool consecutive = !positions.empty();
@@ -133,6 +159,7 @@ void table_row(const Schedule& schedule, int64_t position, float* cos_out, float
                AngleMode mode) {
   validate(schedule);
   check_mode(mode);
+  check_inv_freq_hf32(schedule, mode);
   check_position(position, "position");
   if (cos_out == nullptr || sin_out == nullptr) throw Error("table_row: cos_out or sin_out is null");
   fill_row(schedule, position, cos_out, sin_out, mode);
@@ -140,6 +167,7 @@ void table_row(const Schedule& schedule, int64_t position, float* cos_out, float
 
 Float32Drift hf_float32_drift(const Schedule& schedule, int64_t position) {
   validate(schedule);
+  check_inv_freq_hf32(schedule, AngleMode::hf_float32);
   check_position(position, "position");
   const auto pairs = static_cast<size_t>(schedule.pairs());
   std::vector<float> exact_c(pairs), exact_s(pairs), f32_c(pairs), f32_s(pairs);
@@ -149,7 +177,7 @@ Float32Drift hf_float32_drift(const Schedule& schedule, int64_t position) {
   const auto p = static_cast<double>(position);
   for (size_t i = 0; i < pairs; ++i) {
     const double f = schedule.inv_freq[i];
-    const double angle32 = static_cast<float>(static_cast<float>(f) * static_cast<float>(position));
+    const double angle32 = hf_float32_frequency(schedule, i) * static_cast<float>(position);
     // exact p*f = hi + lo; error = (angle32 - hi) - lo, the first difference exact (Sterbenz-close)
     const double hi = p * f;
     const double lo = std::fma(p, f, -hi);

@@ -184,7 +184,7 @@ TEST(Table, EnumsOutOfRangeAreNamedByNumber) {
 namespace rotary {
 namespace {
 
-// --angles hf-float32, written out: angle = fl32(fl32(inv_freq) * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)),
+// --angles hf-float32, written out: angle = fl32(inv_freq_hf32 * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)),
 // with cos of the float angle from MPFR (position 1, frequency = the float angle: an exact product).
 TEST(TableHfFloat32, MatchesTheWrittenOutFloat32Formula) {
   const Schedule s = make_schedule(Spec{.head_dim = 64, .base = 500000, .schedule = ScheduleType::yarn,
@@ -196,7 +196,7 @@ TEST(TableHfFloat32, MatchesTheWrittenOutFloat32Formula) {
   const Table exact = Table::at(s, positions);
   for (int64_t r = 0; r < t.rows(); ++r) {
     for (int64_t i = 0; i < t.pairs(); ++i) {
-      const float angle = static_cast<float>(s.inv_freq[static_cast<size_t>(i)]) * static_cast<float>(positions[r]);
+      const float angle = s.inv_freq_hf32[static_cast<size_t>(i)] * static_cast<float>(positions[r]);
       const test::Exact e = test::mpfr_cos_sin(1, static_cast<double>(angle));
       const float g = static_cast<float>(s.attention_factor);
       EXPECT_EQ(t.cos_row(r)[i], static_cast<float>(e.cos) * g) << "position " << positions[r] << " pair " << i;

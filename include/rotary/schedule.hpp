@@ -34,6 +34,14 @@ struct Schedule {
   std::vector<double> inv_freq;    ///< rotary_dim/2 angular frequencies, radians per position,
                                    ///< finite, >= 0; 0 leaves the pair unturned (scaled by
                                    ///< attention_factor, as transformers' cos(0) * scaling)
+  std::vector<float> inv_freq_hf32;  ///< transformers' own float32 inv_freq, the frequencies of
+                                     ///< AngleMode::hf_float32 (make_schedule fills it: see there);
+                                     ///< empty (then the float32 nearest inv_freq is used) or
+                                     ///< rotary_dim/2 values, which hf_float32 angles need finite,
+                                     ///< >= 0 and <= max_inv_freq (transformers' float32 arithmetic
+                                     ///< can give NaN where the double schedule is fine: llama3
+                                     ///< with equal factors, a float32 wavelength on the edge).
+                                     ///< Whoever edits inv_freq by hand should clear it.
   double attention_factor = 1.0;   ///< multiplied into cos and sin, a normal float32 (spec.hpp)
   int64_t rotary_offset = 0;       ///< first rotated channel: 0, or head_dim - rotary_dim when the
                                    ///< rotated slice comes last (nope-first, DeepSeek-V4); any
@@ -83,6 +91,20 @@ std::vector<double> default_inv_freq(double base, int64_t rotary_dim);
 /// divided by s, L/hf <= λ_i <= L/lf smoothed — so λ_i == L/lf gets t = 0 (divided by s, as the band
 /// above) and λ_i == L/hf gets t = 1 (kept). lf == hf (Llama 4 Scout) leaves two bands; a wavelength
 /// then exactly equal to L/lf is an error (transformers computes 0/0 = NaN there).
+///
+/// inv_freq_hf32 is transformers 5.23's float32 inv_freq for the same settings: its
+/// _compute_*_parameters (and the models' compute_default_rope_parameters) replayed one torch
+/// float32 operation at a time, each rounded as torch rounds it — Python numbers rounded to
+/// float32 where they meet a tensor (comparisons included), `x / tensor` as tensor.reciprocal() *
+/// x — and what transformers computes in Python (YaRN's correction range, llama3's band edges, the
+/// dynamic base at init) in double. pow is the correctly rounded float32 power: torch's own CPU pow
+/// is not correctly rounded on about 1.6% of these inputs (a vectorised 1-ulp pow over whole
+/// vector blocks, the C library's powf over the rest, so it depends on the machine and on the
+/// tensor's length); there inv_freq_hf32 is one ulp (before the reciprocal) from transformers'.
+/// dynamic past L and longrope with the long factors are the values after transformers' own update
+/// at that sequence length. ntk and monotone, which transformers lacks, get the float32 nearest
+/// inv_freq.
+///
 /// Throws rotary::Error (validate(spec), seq_len < 0, a non-finite or out-of-range result, a computed
 /// attention_factor outside [min_attention_factor, max_attention_factor]). Allocates; thread-safe.
 Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len = std::nullopt);

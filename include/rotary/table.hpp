@@ -13,8 +13,12 @@ namespace rotary {
 /// How a table's angles are formed.
 ///   exact:      the real number p * inv_freq (double parameters), the default.
 ///   hf_float32: transformers' float32 pipeline, for matching a model's training numerics:
-///               angle = fl32(fl32(inv_freq) * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)),
-///               cos of the float angle correctly rounded. Off by up to ~1e-2 rad near p = 2^20.
+///               angle = fl32(f * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)), with f
+///               transformers' own float32 inv_freq (Schedule::inv_freq_hf32, its pow correctly rounded; the
+///               float32 nearest inv_freq for a Schedule without it) and the cos of the float angle
+///               correctly rounded: within 2 ulps of transformers' forward (torch's float32 cos
+///               and sin are within 1 ulp of these, then both sides multiply by fl32(g)). Off the
+///               exact angle by up to ~1e-2 rad near p = 2^20.
 enum class AngleMode { exact, hf_float32 };
 
 /// The largest Table: 8 * rows * pairs bytes (cos and sin, float32) must not exceed this, 64 GiB
@@ -35,9 +39,10 @@ inline constexpr int64_t max_table_bytes = int64_t{1} << 36;
 /// to share between threads.
 class Table {
  public:
-  /// Positions first, first+1, ..., first+count-1. Throws rotary::Error unless
-  /// 0 <= first, 0 <= count, first + count <= 2^31, the table fits max_table_bytes and mode is
-  /// a named AngleMode.
+  /// Positions first, first+1, ..., first+count-1. Throws rotary::Error unless the schedule is
+  /// valid (validate; for hf_float32 also what Schedule::inv_freq_hf32 says), 0 <= first,
+  /// 0 <= count, first + count <= 2^31, the table fits max_table_bytes and mode is a named
+  /// AngleMode.
   static Table range(const Schedule& schedule, int64_t first, int64_t count,
                      AngleMode mode = AngleMode::exact);
   /// One row per listed position, in the given order (duplicates allowed). Throws rotary::Error
@@ -75,12 +80,13 @@ class Table {
 };
 
 /// Fills cos_out[i], sin_out[i] (i < schedule.pairs()) for one position, with the same values a
-/// Table holds. Throws rotary::Error if position is outside [0, 2^31), mode is not a named
-/// AngleMode or an output is null. No allocation.
+/// Table holds. Throws rotary::Error if the schedule is not valid (as Table::range), position is
+/// outside [0, 2^31), mode is not a named AngleMode or an output is null. No allocation.
 void table_row(const Schedule& schedule, int64_t position, float* cos_out, float* sin_out,
                AngleMode mode = AngleMode::exact);
 
-/// How far transformers' float32 pipeline strays from the exact angles at one position.
+/// How far transformers' float32 pipeline (AngleMode::hf_float32, its float32 inv_freq included)
+/// strays from the exact angles at one position. Throws as table_row does.
 struct Float32Drift {
   double max_angle_error = 0;  ///< radians, |fl32 angle - exact angle|, worst pair
   int64_t worst_pair = 0;

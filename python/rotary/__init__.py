@@ -365,6 +365,9 @@ class Rope:
 
     inv_freq = property(lambda self: np.array(self._impl.inv_freq, dtype=np.float64),
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
+    inv_freq_hf32 = property(lambda self: np.array(self._impl.inv_freq_hf32, dtype=np.float32),
+                             doc="transformers' float32 inv_freq (what angles='hf-float32' turns by), float32 "
+                                 "[rotary_dim/2].")
     attention_factor = property(lambda self: self._impl.attention_factor,
                                 doc="Factor multiplied into cos and sin (YaRN mscale, LongRoPE).")
     head_dim = property(lambda self: self._impl.head_dim)
