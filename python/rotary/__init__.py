@@ -385,6 +385,29 @@ class Rope:
     pair_stream = property(lambda self: np.array(self._impl.pair_stream, dtype=np.int32),
                            doc="The position stream of each pair, int32 [rotary_dim/2].")
 
+    def narrowed(self) -> "Rope":
+        """The same RoPE for tensors that hold only the rotated slice of each head.
+
+        Returns
+        -------
+        Rope
+            ``head_dim = rotary_dim``, the same frequencies, factor, pairing and streams, and this
+            Rope's notes and layer fields: what a model that hands ``q[..., :rotary_dim]`` to its
+            rotation (Phi's attention) needs. ``rotary_offset`` must be 0.
+
+        Raises
+        ------
+        ValueError
+            The rotated slice does not start at channel 0.
+        """
+        if self.rotary_offset != 0:
+            raise ValueError(f"rotary_offset={self.rotary_offset}: narrowed() keeps the leading slice, which "
+                             "this Rope does not rotate")
+        _, rotary_dim, base, pairing, schedule, seq_len, args = self._impl.__getstate__()
+        impl = _rotary.Rope(rotary_dim, rotary_dim, base, pairing, schedule, seq_len, args)
+        return Rope._wrap(impl, self.notes, self.rope_layers, self.rotates_backward, self.layer_type,
+                          self.layer_types, self.vision)
+
     def table(self, positions: Any, angles: str = "exact") -> tuple[np.ndarray, np.ndarray]:
         """cos and sin of each position's angles, times ``attention_factor``.
 

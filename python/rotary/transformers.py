@@ -15,17 +15,45 @@ signature, running rotary's kernel on the caller's cos and sin.
 How the patch works
 -------------------
 - The model's rotary embedding module (``model.model.rotary_emb``; Gemma 3 keeps one per layer type
-  inside it) is replaced by ``ExactRotaryEmbedding``, which returns ``(position_ids, rope)`` in
-  place of ``(cos, sin)``: no cos/sin tensors are built, the kernel takes the exact angles of those
+  inside it; the Qwen VL models' is their text decoder's, ``model.model.language_model.rotary_emb``)
+  is replaced by ``ExactRotaryEmbedding``, which returns ``(position_ids, rope)`` in place of
+  ``(cos, sin)``: no cos/sin tensors are built, the kernel takes the exact angles of those
   positions from the Rope's cached table.
 - The attention modules call their modeling module's global ``apply_rotary_pos_emb`` (for example
-  ``transformers.models.llama.modeling_llama.apply_rotary_pos_emb``). While at least one patched
-  model of that type exists, that global is rotary's: given ``(position_ids, rope)`` it runs
-  ``rotary.torch.apply_rope``; given cos/sin tensors (a model that is not patched) it calls
-  transformers' own function, so other models of the same type keep their results bit for bit. The
-  swap is process-wide for that model type and counted: unpatching the last patched model of the
-  type restores transformers' function. A deep copy, a pickled and loaded, or a
+  ``transformers.models.llama.modeling_llama.apply_rotary_pos_emb``; DeepSeek-V3 with
+  ``rope_interleave`` calls ``apply_rotary_pos_emb_interleave``). While at least one patched model
+  of that type exists, those globals are rotary's: given ``(position_ids, rope)`` they run
+  ``rotary.torch.apply_rope``; given cos/sin tensors (a model that is not patched) they call
+  transformers' own function, so other models of the same type keep their results bit for bit.
+  The swap is process-wide for that model type and counted: unpatching the last patched model of
+  the type restores transformers' functions. A deep copy, a pickled and loaded, or a
   ``torch.save``/``torch.load``-ed patched model is patched too (and counted).
+- Each model type's convention is rotary's Rope of its config (``Rope.from_hf_config``), applied
+  to what the attention hands the function:
+
+  ==========================  ==============================================================
+  llama, mistral, qwen2/3,    half pairing (``rotate_half``) over the whole head
+  gemma, gemma3
+  phi3                        half pairing, partial rotary (the leading rotary_dim channels)
+  phi                         half pairing; the attention passes only ``q[..., :rotary_dim]``
+                              (and k), so the Rope is narrowed to a head of rotary_dim channels
+  gpt_neox                    half pairing on the leading ``rotary_pct`` of the head, the rest
+                              passes through
+  cohere                      interleaved pairs ``(x[2i], x[2i+1])`` over the whole head
+  glm, glm4                   interleaved pairs on the leading ``partial_rotary_factor`` of the
+                              head (0.5), the rest passes through
+  deepseek_v3                 the ``qk_rope_head_dim`` slice (q_pe, k_pe), YaRN with its
+                              mscale/mscale_all_dim attention factor; half pairing, or with
+                              ``rope_interleave`` interleaved pairs whose two results go to
+                              channels i and i + r/2 (transformers' output order)
+  qwen2_vl, qwen2_5_vl        M-RoPE: ``position_ids [3, batch, seq]``, pair j reads the stream
+                              of the ``mrope_section`` it falls in; half pairing
+  qwen3_vl                    interleaved M-RoPE: pair j reads stream 1 if j % 3 == 1 and
+                              j < 3 * section[1], 2 if j % 3 == 2 and j < 3 * section[2], else 0
+  ==========================  ==============================================================
+
+  The Qwen VL vision towers keep transformers' own 2-D rotary (patch rows and columns, positions
+  far too small for float32 angles to drift).
 - Dynamic NTK (``rope_type="dynamic"``) and LongRoPE follow transformers' per-forward rules exactly
   (``dynamic_rope_update`` in ``modeling_rope_utils.py``), with ``seq_len = max(position_ids) + 1``:
   LongRoPE takes the long factors when ``seq_len > original_max_position_embeddings``, else the
@@ -35,9 +63,12 @@ How the patch works
   The state starts from the transformers module's state at ``patch`` time; forwards run while
   patched do not update the transformers module (``unpatch`` returns it as it was).
 - Before changing anything, ``patch`` resolves every layer type's RoPE with
-  ``rotary.Rope.from_hf_config`` and checks it against transformers' own ``inv_freq`` and
-  attention factor (rope initialisation functions of the model's modeling module): a config the two
-  read differently raises ValueError and leaves the model untouched.
+  ``rotary.Rope.from_hf_config``, checks it against transformers' own ``inv_freq`` and attention
+  factor (rope initialisation functions of the model's modeling module), then rotates a probe
+  (positions 0..7, distinct in every M-RoPE stream) both ways: transformers' rotary module and
+  apply function given rotary's frequencies, and rotary's kernel. A config the two read
+  differently, or a pairing, rotated slice or stream mapping that differs, raises ValueError and
+  leaves the model untouched.
 
 Under ``torch.compile`` a patched model traces the rotation as rotary's operator, with
 ``fullgraph=True`` for static schedules (default, linear, llama3, yarn) and LongRoPE (which then
@@ -47,8 +78,10 @@ inv_freq); dynamic NTK reads ``max(position_ids)`` on the host every forward, a 
 """
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
+import inspect
 import math
 import threading
 import weakref
@@ -62,25 +95,72 @@ from .torch import apply_rope
 __all__ = ["patch", "unpatch", "is_patched", "apply_rotary_pos_emb", "ExactRotaryEmbedding",
            "SUPPORTED_MODEL_TYPES"]
 
-# model_type -> (package under transformers.models, the class of its rotary embedding module).
-# "gemma3" is the multimodal model, whose text decoder ("gemma3_text") holds the rotary module.
-_FAMILIES: dict[str, tuple[str, str]] = {
-    "gemma": ("gemma", "GemmaRotaryEmbedding"),
-    "gemma3": ("gemma3", "Gemma3RotaryEmbedding"),
-    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
-    "llama": ("llama", "LlamaRotaryEmbedding"),
-    "mistral": ("mistral", "MistralRotaryEmbedding"),
-    "phi3": ("phi3", "Phi3RotaryEmbedding"),
-    "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
-    "qwen3": ("qwen3", "Qwen3RotaryEmbedding"),
+
+class _Family(NamedTuple):
+    """How one model type's attention rotates, in transformers' modeling code."""
+
+    package: str  # under transformers.models
+    rotary_class: str  # the decoder's rotary embedding module
+    rotated_slice: bool = False  # the attention passes apply only q[..., :rotary_dim] (Phi)
+    interleave_function: Optional[str] = None  # called instead when config.rope_interleave (DeepSeek-V3)
+
+    def functions(self) -> tuple[str, ...]:
+        """The modeling module's functions patched models call (all are swapped)."""
+        return ("apply_rotary_pos_emb",) + ((self.interleave_function,) if self.interleave_function else ())
+
+    def called_function(self, config: Any) -> str:
+        """The function this config's attention calls."""
+        if self.interleave_function and getattr(config, "rope_interleave", False):
+            return self.interleave_function
+        return "apply_rotary_pos_emb"
+
+
+# model_type -> its family. "gemma3" and the Qwen VL types are multimodal models whose text decoder
+# ("gemma3_text", "qwen2_vl_text" ...) holds the rotary module; either can be patched.
+_FAMILIES: dict[str, _Family] = {
+    "cohere": _Family("cohere", "CohereRotaryEmbedding"),
+    "deepseek_v3": _Family("deepseek_v3", "DeepseekV3RotaryEmbedding",
+                           interleave_function="apply_rotary_pos_emb_interleave"),
+    "gemma": _Family("gemma", "GemmaRotaryEmbedding"),
+    "gemma3": _Family("gemma3", "Gemma3RotaryEmbedding"),
+    "gemma3_text": _Family("gemma3", "Gemma3RotaryEmbedding"),
+    "glm": _Family("glm", "GlmRotaryEmbedding"),
+    "glm4": _Family("glm4", "Glm4RotaryEmbedding"),
+    "gpt_neox": _Family("gpt_neox", "GPTNeoXRotaryEmbedding"),
+    "llama": _Family("llama", "LlamaRotaryEmbedding"),
+    "mistral": _Family("mistral", "MistralRotaryEmbedding"),
+    "phi": _Family("phi", "PhiRotaryEmbedding", rotated_slice=True),
+    "phi3": _Family("phi3", "Phi3RotaryEmbedding"),
+    "qwen2": _Family("qwen2", "Qwen2RotaryEmbedding"),
+    "qwen2_5_vl": _Family("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding"),
+    "qwen2_5_vl_text": _Family("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding"),
+    "qwen2_vl": _Family("qwen2_vl", "Qwen2VLRotaryEmbedding"),
+    "qwen2_vl_text": _Family("qwen2_vl", "Qwen2VLRotaryEmbedding"),
+    "qwen3": _Family("qwen3", "Qwen3RotaryEmbedding"),
+    "qwen3_vl": _Family("qwen3_vl", "Qwen3VLTextRotaryEmbedding"),
+    "qwen3_vl_text": _Family("qwen3_vl", "Qwen3VLTextRotaryEmbedding"),
 }
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
+
+
+def _modeling_name(family: _Family) -> str:
+    return f"transformers.models.{family.package}.modeling_{family.package}"
+
+
+# modeling module name -> the functions its patched models call
+_FUNCTIONS: dict[str, tuple[str, ...]] = {_modeling_name(f): f.functions() for f in _FAMILIES.values()}
 
 # rotary's inv_freq against transformers' (float32: its pow, division and, for dynamic NTK, the
 # base computed in float32 each cost an ulp or two of 2^-24): a config read differently is off by
 # far more.
 _INV_FREQ_RTOL = 1e-5
 _ATTENTION_FACTOR_RTOL = 1e-6
+# The probe rotation (positions 0..7, the same float32 inv_freq both ways), relative to max |q|:
+# transformers' float32 angle p * inv_freq is within 8 * 2^-24 of rotary's exact one there, plus a
+# few float32 roundings of cos, sin and the products (about 1e-6 in all); another pairing, rotated
+# slice or stream moves values by about |q|.
+_PROBE_RTOL = 1e-4
+_PROBE_SEQ = 8
 
 
 # ---- The caller's cos/sin ---------------------------------------------------------------------------
@@ -110,7 +190,10 @@ def _layout(unsqueeze_dim: Any) -> str:
                      "or 2 ([batch, seq, heads, head_dim])")
 
 
-def _check_caller_angles(q: Any, k: Any, cos: Any, sin: Any) -> None:
+def _check_caller_angles(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int) -> None:
+    """The shape rules of apply_rotary_pos_emb (unsqueeze_dim already checked), each error naming
+    the caller's argument and its shape as passed: the kernel would name its own views of them
+    (``angles``, k's shape in [batch, seq, heads, head_dim] order)."""
     for name, t in (("q", q), ("k", k), ("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -124,11 +207,19 @@ def _check_caller_angles(q: Any, k: Any, cos: Any, sin: Any) -> None:
         if torch.is_grad_enabled() and t.requires_grad:
             raise ValueError(f"{name} requires grad, but rotary treats cos and sin as constants (no gradient "
                              "flows into them): detach them, or use transformers' own apply_rotary_pos_emb")
+    if sin.shape != cos.shape:
+        raise ValueError(f"sin shape {tuple(sin.shape)} must equal cos shape {tuple(cos.shape)}")
     width, head_dim = cos.shape[-1], q.shape[-1]
     if width % 2 or not 0 < width <= head_dim:
         raise ValueError(f"cos width={width} (rotary_dim) must be even, > 0 and <= head_dim={head_dim}")
-    if k.shape[-1] != head_dim:
-        raise ValueError(f"k head_dim={k.shape[-1]} must equal q head_dim={head_dim}")
+    seq_dim = 2 if unsqueeze_dim == 1 else 1  # [batch, heads, seq, head_dim] or [batch, seq, heads, head_dim]
+    batch, seq = q.shape[0], q.shape[seq_dim]
+    if k.shape[-1] != head_dim or k.shape[0] != batch or k.shape[seq_dim] != seq:
+        raise ValueError(f"k shape {tuple(k.shape)} must match q shape {tuple(q.shape)} in batch (dim 0), seq "
+                         f"(dim {seq_dim} with unsqueeze_dim={unsqueeze_dim}) and head_dim")
+    if cos.shape[0] not in (1, batch) or cos.shape[1] != seq:
+        raise ValueError(f"cos shape {tuple(cos.shape)} must be [batch={batch} or 1, seq={seq}, rotary_dim] "
+                         f"for q shape {tuple(q.shape)} with unsqueeze_dim={unsqueeze_dim}")
 
 
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -160,14 +251,16 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     Raises
     ------
     TypeError
-        A non-tensor argument, or unsqueeze_dim not an int.
+        A non-tensor argument, unsqueeze_dim not an int, or a dtype the kernel does not take.
     ValueError
         unsqueeze_dim not 1 or 2, tensors of the wrong rank, a cos width that is odd or wider than
-        head_dim, cos/sin that require grad (rotary cannot give them a gradient), or shapes the
-        kernel refuses (naming the argument); q and k are untouched.
+        head_dim, sin shaped unlike cos, cos (or k) whose batch or seq disagrees with q's, cos/sin
+        that require grad (rotary cannot give them a gradient). Every error names the argument
+        (``q``, ``k``, ``cos``, ``sin``, ``unsqueeze_dim``) and shows its shape as passed; q and k
+        are untouched.
     """
     layout = _layout(unsqueeze_dim)
-    _check_caller_angles(q, k, cos, sin)
+    _check_caller_angles(q, k, cos, sin, unsqueeze_dim)
     rope = _caller_rope(int(q.shape[-1]), int(cos.shape[-1]))
     return apply_rope(rope, q, k, layout=layout, cos=cos, sin=sin, cos_sin_columns="halves")
 
@@ -237,41 +330,94 @@ class _DynamicNTK:
         return self.rope
 
 
-# ---- The swapped apply_rotary_pos_emb ---------------------------------------------------------------
+# ---- The swapped apply functions --------------------------------------------------------------------
 
 class RopePositions(NamedTuple):
     """What a patched model's rotary embedding returns in place of ``(cos, sin)``: the attention
-    unpacks it as ``cos, sin`` and hands both to ``apply_rotary_pos_emb``."""
+    unpacks it as ``cos, sin`` and hands both to ``apply_rotary_pos_emb`` (or DeepSeek-V3's
+    ``apply_rotary_pos_emb_interleave``)."""
 
     positions: torch.Tensor
     rope: Rope
 
 
+def _rotate(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, rope: Any,
+            unsqueeze_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """rotary's rotation of q and k for a patched model's (positions, rope)."""
+    layout = _layout(unsqueeze_dim)
+    if isinstance(rope, _RopeChoice):  # LongRoPE under torch.compile
+        q_short, k_short = apply_rope(rope.short, q, k, positions=positions, layout=layout)
+        q_long, k_long = apply_rope(rope.long, q, k, positions=positions, layout=layout)
+        return torch.where(rope.use_long, q_long, q_short), torch.where(rope.use_long, k_long, k_short)
+    return apply_rope(rope, q, k, positions=positions, layout=layout)
+
+
+def _pairs_to_halves(x: torch.Tensor) -> torch.Tensor:
+    """Channels (2i, 2i+1) moved to (i, i + r/2): DeepSeek's interleave output order."""
+    return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
 def _exact_apply(original: Callable) -> Callable:
-    """The modeling module's apply_rotary_pos_emb while a patched model exists."""
+    """A modeling module's apply_rotary_pos_emb while a patched model exists."""
 
     @functools.wraps(original)
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
-        if isinstance(sin, Rope):  # (position_ids, rope) from a patched model
-            return apply_rope(sin, q, k, positions=cos, layout=_layout(unsqueeze_dim))
-        if isinstance(sin, _RopeChoice):  # LongRoPE under torch.compile
-            q_short, k_short = apply_rope(sin.short, q, k, positions=cos, layout=_layout(unsqueeze_dim))
-            q_long, k_long = apply_rope(sin.long, q, k, positions=cos, layout=_layout(unsqueeze_dim))
-            return torch.where(sin.use_long, q_long, q_short), torch.where(sin.use_long, k_long, k_short)
+        if isinstance(sin, (Rope, _RopeChoice)):  # (position_ids, rope) from a patched model
+            return _rotate(q, k, cos, sin, unsqueeze_dim)
         return original(q, k, cos, sin, unsqueeze_dim)  # a model that is not patched: transformers' own
 
     apply_rotary_pos_emb._rotary_original = original  # type: ignore[attr-defined]
     return apply_rotary_pos_emb
 
 
-class _Swap:
-    """One modeling module's apply_rotary_pos_emb, swapped while patched models of it are alive."""
+def _exact_apply_interleave(original: Callable) -> Callable:
+    """DeepSeek-V3's apply_rotary_pos_emb_interleave while a patched model exists: pairs (x[2i],
+    x[2i+1]) rotated (rotary's interleaved Rope), pair i's two results written to channels i and
+    i + r/2, as transformers writes them."""
 
-    def __init__(self, modeling: Any) -> None:
+    @functools.wraps(original)
+    def apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        if isinstance(sin, (Rope, _RopeChoice)):
+            q_embed, k_embed = _rotate(q, k, cos, sin, unsqueeze_dim)
+            return _pairs_to_halves(q_embed), _pairs_to_halves(k_embed)
+        return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+
+    apply_rotary_pos_emb_interleave._rotary_original = original  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb_interleave
+
+
+_WRAPPERS: dict[str, Callable[[Callable], Callable]] = {
+    "apply_rotary_pos_emb": _exact_apply,
+    "apply_rotary_pos_emb_interleave": _exact_apply_interleave,
+}
+
+
+def _transformers_function(modeling: Any, name: str) -> Callable:
+    """transformers' own function, whether or not it is swapped now."""
+    function = getattr(modeling, name)
+    return getattr(function, "_rotary_original", function)
+
+
+class _Swap:
+    """One modeling module's apply functions, swapped while patched models of it are alive."""
+
+    def __init__(self, modeling: Any, names: tuple[str, ...]) -> None:
         self.modeling = modeling
-        self.original = modeling.apply_rotary_pos_emb
-        self.function = _exact_apply(self.original)
+        self.originals = {name: _transformers_function(modeling, name) for name in names}
+        self.functions = {name: _WRAPPERS[name](self.originals[name]) for name in names}
         self.users: "weakref.WeakSet[ExactRotaryEmbedding]" = weakref.WeakSet()
+
+    def installed(self) -> bool:
+        return all(getattr(self.modeling, name) is f for name, f in self.functions.items())
+
+    def install(self) -> None:
+        for name, function in self.functions.items():
+            setattr(self.modeling, name, function)
+
+    def restore(self) -> None:
+        for name, function in self.functions.items():
+            if getattr(self.modeling, name) is function:  # not replaced by someone else since
+                setattr(self.modeling, name, self.originals[name])
 
 
 _swaps: dict[str, _Swap] = {}  # modeling module name -> its swap
@@ -282,11 +428,11 @@ def _attach(emb: "ExactRotaryEmbedding") -> None:
     modeling = importlib.import_module(emb.modeling_name)
     with _swaps_lock:
         swap = _swaps.get(emb.modeling_name)
-        if swap is None or modeling.apply_rotary_pos_emb is not swap.function:  # first, or replaced by another
+        if swap is None or not swap.installed():  # first, or replaced by another
             users = swap.users if swap is not None else ()
-            swap = _swaps[emb.modeling_name] = _Swap(modeling)
+            swap = _swaps[emb.modeling_name] = _Swap(modeling, _FUNCTIONS[emb.modeling_name])
             swap.users.update(users)
-            modeling.apply_rotary_pos_emb = swap.function
+            swap.install()
         swap.users.add(emb)
 
 
@@ -297,8 +443,7 @@ def _detach(emb: "ExactRotaryEmbedding") -> None:
             return
         swap.users.discard(emb)
         if len(swap.users) == 0:
-            if swap.modeling.apply_rotary_pos_emb is swap.function:
-                swap.modeling.apply_rotary_pos_emb = swap.original
+            swap.restore()
             del _swaps[emb.modeling_name]
 
 
@@ -307,8 +452,19 @@ class ExactRotaryEmbedding(torch.nn.Module):
 
     ``forward(x, position_ids, layer_type=None)`` returns ``RopePositions(position_ids, rope)``:
     the Rope of that layer type for this forward (LongRoPE's short or long factors, dynamic NTK's
-    current frequencies). ``original`` is transformers' module (a child, so that ``model.to``
-    moves it), ``ropes()`` the current Rope of each layer type.
+    current frequencies); ``position_ids`` ``[batch, seq]``, or ``[3, batch, seq]`` for M-RoPE.
+    ``original`` is transformers' module (a child, so that ``model.to`` moves it), ``ropes()`` the
+    current Rope of each layer type (for Phi, narrowed to the rotated channels its attention
+    passes).
+
+    Parameters
+    ----------
+    original : torch.nn.Module
+        transformers' rotary embedding module it replaces.
+    modeling_name : str
+        The modeling module whose ``apply_rotary_pos_emb`` it swaps.
+    schedules : dict
+        Per layer type (None: one RoPE), the per-forward rule choosing the Rope.
     """
 
     def __init__(self, original: torch.nn.Module, modeling_name: str, schedules: dict[Optional[str], Any]) -> None:
@@ -318,6 +474,21 @@ class ExactRotaryEmbedding(torch.nn.Module):
         self.schedules = schedules
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, layer_type: Optional[str] = None) -> RopePositions:
+        """The positions and the Rope of this forward, in place of transformers' ``(cos, sin)``.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            The hidden states (unused, as transformers reads only their device and dtype).
+        position_ids : torch.Tensor
+            ``[batch, seq]``, or ``[3, batch, seq]`` for M-RoPE.
+        layer_type : str, optional
+            The layer type of a model whose layer types differ.
+
+        Returns
+        -------
+        RopePositions
+        """
         return RopePositions(position_ids, self.schedules[layer_type].rope_for(position_ids))  # type: ignore[arg-type]
 
     def ropes(self) -> dict[Optional[str], Rope]:
@@ -335,8 +506,8 @@ class ExactRotaryEmbedding(torch.nn.Module):
 
 # ---- Resolving and checking a model's RoPE ----------------------------------------------------------
 
-def _family(model: Any) -> tuple[str, str, type]:
-    """(model_type, modeling module name, rotary embedding class) of a supported model."""
+def _family(model: Any) -> tuple[str, _Family, type]:
+    """(model_type, family, rotary embedding class) of a supported model."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a transformers model (a torch.nn.Module with a config), got "
                         f"{type(model).__name__}")
@@ -347,9 +518,8 @@ def _family(model: Any) -> tuple[str, str, type]:
     if model_type not in _FAMILIES:
         raise ValueError(f"model_type={_show(model_type)} is not supported by rotary.transformers.patch; "
                          f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
-    package, class_name = _FAMILIES[model_type]
-    modeling_name = f"transformers.models.{package}.modeling_{package}"
-    return model_type, modeling_name, getattr(importlib.import_module(modeling_name), class_name)
+    family = _FAMILIES[model_type]
+    return model_type, family, getattr(importlib.import_module(_modeling_name(family)), family.rotary_class)
 
 
 def _slots(model: torch.nn.Module, kind: type) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
@@ -371,12 +541,16 @@ def _transformers_rope(module: torch.nn.Module, layer_type: Optional[str],
     return inv_freq.detach().double().cpu().numpy(), float(attention_factor)
 
 
+def _where(model_type: str, layer_type: Optional[str], seq_len: Optional[int] = None) -> str:
+    where = f"model_type={model_type}" + ("" if layer_type is None else f" layer_type={layer_type}")
+    return where + ("" if seq_len is None else f" at seq_len={seq_len}")
+
+
 def _check_same(rope: Rope, module: torch.nn.Module, layer_type: Optional[str], seq_len: Optional[int],
                 model_type: str) -> None:
     """ValueError unless rotary's Rope has transformers' rotary_dim, inv_freq and attention factor."""
     inv_freq, attention_factor = _transformers_rope(module, layer_type, seq_len)
-    where = f"model_type={model_type}" + ("" if layer_type is None else f" layer_type={layer_type}")
-    where += "" if seq_len is None else f" at seq_len={seq_len}"
+    where = _where(model_type, layer_type, seq_len)
     if rope.rotary_dim != 2 * len(inv_freq):
         raise ValueError(f"{where}: rotary resolves rotary_dim={rope.rotary_dim} but transformers rotates "
                          f"{2 * len(inv_freq)} channels; not patched")
@@ -389,13 +563,60 @@ def _check_same(rope: Rope, module: torch.nn.Module, layer_type: Optional[str], 
                          f"transformers' {attention_factor}; not patched")
 
 
-def _schedule(module: torch.nn.Module, config: dict, layer_type: Optional[str], model_type: str) -> Any:
+def _probe_positions(streams: int) -> torch.Tensor:
+    """Positions 0..7 as ``[1, seq]``, or ``[streams, 1, seq]`` with a different row per stream."""
+    p = torch.arange(_PROBE_SEQ)
+    if streams == 1:
+        return p[None]
+    return torch.stack([(p * (2 * s + 1)) % (_PROBE_SEQ + s) + s for s in range(streams)])[:, None]
+
+
+def _check_rotation(rope: Rope, module: torch.nn.Module, layer_type: Optional[str], family: _Family,
+                    model_type: str) -> None:
+    """ValueError unless rotary rotates a probe as the model's attention would: transformers' rotary
+    module (on a copy given rotary's float32 inv_freq and attention factor, without its dynamic
+    update) and the apply function the attention calls, against that function's swapped form.
+    This checks what the frequencies cannot: the pairing, the rotated slice, the M-RoPE stream of
+    every pair and DeepSeek's output order."""
+    modeling = importlib.import_module(_modeling_name(family))
+    name = family.called_function(module.config)
+    theirs = _transformers_function(modeling, name)
+    ours = _WRAPPERS[name](theirs)
+    stand_in = copy.deepcopy(module)  # its forward runs on x's device with the inv_freq given here
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    setattr(stand_in, f"{prefix}inv_freq", torch.tensor(rope.inv_freq, dtype=torch.float32))
+    setattr(stand_in, f"{prefix}attention_scaling", rope.attention_factor)
+    forward = inspect.unwrap(type(module).forward)  # without dynamic_rope_update, torch.no_grad
+    positions = _probe_positions(rope.streams)
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, _PROBE_SEQ, rope.head_dim, generator=generator)
+    k = torch.randn(1, 1, _PROBE_SEQ, rope.head_dim, generator=generator)
+    with torch.no_grad():
+        cos, sin = forward(stand_in, q, positions, *(() if layer_type is None else (layer_type,)))
+        want = theirs(q, k, cos, sin)
+        got = ours(q, k, positions, rope)
+    scale = float(torch.cat((q.flatten(), k.flatten())).abs().max())
+    worst = max(float((a - b).abs().max()) for a, b in zip(got, want)) / scale
+    if not worst <= _PROBE_RTOL:
+        raise ValueError(f"{_where(model_type, layer_type)}: rotary (pairing={rope.pairing}, rotary_dim="
+                         f"{rope.rotary_dim} of head_dim={rope.head_dim}, streams={rope.streams}) rotates a probe "
+                         f"unlike transformers' {name}, by {worst:.3g} of max |q|; not patched")
+
+
+def _schedule(module: torch.nn.Module, config: dict, layer_type: Optional[str], model_type: str,
+              family: _Family) -> Any:
     """The per-forward schedule of one layer type, checked against transformers."""
     rope_type = module.rope_type if layer_type is None else module.rope_type[layer_type]
     params = module.config.rope_parameters if layer_type is None else module.config.rope_parameters[layer_type]
+    config_head_dim = getattr(module.config, "head_dim", None)
+    head_dim = config_head_dim or module.config.hidden_size // module.config.num_attention_heads
 
     def resolve(seq_len: Optional[int]) -> Rope:
-        return Rope.from_hf_config(config, seq_len, layer_type=layer_type)
+        rope = Rope.from_hf_config(config, seq_len, layer_type=layer_type)
+        if rope.head_dim != head_dim:
+            raise ValueError(f"model_type={model_type}: rotary resolves head_dim={rope.head_dim}, the model's "
+                             f"is {head_dim}; not patched")
+        return rope.narrowed() if family.rotated_slice else rope
 
     if "dynamic" in rope_type:  # transformers' own test
         max_position = int(module.original_max_seq_len)
@@ -411,15 +632,11 @@ def _schedule(module: torch.nn.Module, config: dict, layer_type: Optional[str], 
     else:
         schedule = _Static(resolve)
         _check_same(schedule.rope, module, layer_type, None, model_type)
-    config_head_dim = getattr(module.config, "head_dim", None)
-    head_dim = config_head_dim or module.config.hidden_size // module.config.num_attention_heads
-    if schedule.rope.head_dim != head_dim:
-        raise ValueError(f"model_type={model_type}: rotary resolves head_dim={schedule.rope.head_dim}, the "
-                         f"model's is {head_dim}; not patched")
+    _check_rotation(schedule.rope, module, layer_type, family, model_type)
     return schedule
 
 
-def _replacement(module: torch.nn.Module, modeling_name: str, model_type: str) -> ExactRotaryEmbedding:
+def _replacement(module: torch.nn.Module, family: _Family, model_type: str) -> ExactRotaryEmbedding:
     """The ExactRotaryEmbedding for one transformers rotary module (ValueError if rotary and
     transformers read its config differently)."""
     config = module.config.to_dict()
@@ -428,10 +645,10 @@ def _replacement(module: torch.nn.Module, modeling_name: str, model_type: str) -
     else:
         layer_types = [None]
     try:
-        schedules = {lt: _schedule(module, config, lt, model_type) for lt in layer_types}
+        schedules = {lt: _schedule(module, config, lt, model_type, family) for lt in layer_types}
     except (TypeError, ValueError) as e:
         raise ValueError(f"rotary.transformers.patch: {e}") from e
-    return ExactRotaryEmbedding(module, modeling_name, schedules)
+    return ExactRotaryEmbedding(module, _modeling_name(family), schedules)
 
 
 # ---- The public functions ---------------------------------------------------------------------------
@@ -443,8 +660,10 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
     ----------
     model : transformers.PreTrainedModel
         A model of a type in ``SUPPORTED_MODEL_TYPES`` (``LlamaForCausalLM``, ``LlamaModel``,
-        ``Gemma3ForCausalLM``, ``Gemma3ForConditionalGeneration`` ...), any dtype, on the CPU (other
-        devices once rotary's operator has a kernel for them).
+        ``Gemma3ForCausalLM``, ``Gemma3ForConditionalGeneration``, ``Qwen2VLForConditionalGeneration``,
+        ``Qwen2VLTextModel`` ...), any dtype, on the CPU (other devices once rotary's operator has a
+        kernel for them). A multimodal model's text decoder is patched; its vision tower keeps
+        transformers' rotary.
 
     Returns
     -------
@@ -453,9 +672,10 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
 
     Notes
     -----
-    Swaps the model type's ``apply_rotary_pos_emb`` process-wide while a patched model of that type
-    exists; models of the type that are not patched keep transformers' results bit for bit (see the
-    module docstring).
+    Swaps the model type's ``apply_rotary_pos_emb`` (and DeepSeek-V3's
+    ``apply_rotary_pos_emb_interleave``) process-wide while a patched model of that type exists;
+    models of the type that are not patched keep transformers' results bit for bit (see the module
+    docstring).
 
     Raises
     ------
@@ -463,10 +683,10 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
         model is not a torch.nn.Module with a ``config.model_type``.
     ValueError
         An unsupported model type (listing the supported ones), a model without a rotary embedding
-        module, or a config that rotary resolves differently from transformers (naming the layer
-        type and what differs). The model is then untouched.
+        module, or a config that rotary resolves or rotates differently from transformers (naming
+        the layer type and what differs). The model is then untouched.
     """
-    model_type, modeling_name, kind = _family(model)
+    model_type, family, kind = _family(model)
     if _slots(model, ExactRotaryEmbedding):
         return model
     slots = _slots(model, kind)
@@ -475,7 +695,7 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
     replacements: dict[int, ExactRotaryEmbedding] = {}
     for _, _, module in slots:  # everything checked before the first change
         if id(module) not in replacements:
-            replacements[id(module)] = _replacement(module, modeling_name, model_type)
+            replacements[id(module)] = _replacement(module, family, model_type)
     for emb in replacements.values():
         _attach(emb)
     for parent, name, module in slots:
@@ -484,9 +704,21 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def unpatch(model: torch.nn.Module) -> torch.nn.Module:
-    """Puts transformers' rotary embedding modules back; returns the model. A model that is not
-    patched is returned unchanged. When no patched model of the type is left, the type's
-    ``apply_rotary_pos_emb`` is transformers' again.
+    """Puts transformers' rotary embedding modules back.
+
+    A model that is not patched is returned unchanged. When no patched model of the type is left,
+    the type's ``apply_rotary_pos_emb`` (and DeepSeek-V3's ``apply_rotary_pos_emb_interleave``) is
+    transformers' again.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model ``patch`` patched (or any supported model).
+
+    Returns
+    -------
+    torch.nn.Module
+        The model itself.
 
     Raises
     ------
@@ -505,7 +737,21 @@ def unpatch(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def is_patched(model: torch.nn.Module) -> bool:
-    """Whether ``patch(model)`` is in effect."""
+    """Whether ``patch(model)`` is in effect.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    TypeError
+        model is not a torch.nn.Module.
+    """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     return bool(_slots(model, ExactRotaryEmbedding))
