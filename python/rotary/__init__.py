@@ -82,8 +82,7 @@ def _empty_like(x: Any) -> Any:
     for a memmap or a broadcast view; torch: never requiring grad)."""
     if isinstance(x, np.ndarray):
         return np.empty_like(x, subok=False)
-    import torch
-    return torch.empty_like(x, requires_grad=False)
+    return sys.modules["torch"].empty_like(x)  # never requires grad (requires_grad defaults to False)
 
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -515,16 +514,19 @@ class Rope:
                angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any) -> Any:
         """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
         cost is mostly this layer's and the extension's argument handling)."""
-        _check_tensor(q, "q")
-        if k is not None:
-            _check_tensor(k, "k")
-            if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
-                raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
+        torch_tensor = _torch_tensor_type()
+        if type(q) is not torch_tensor or (k is not None and type(k) is not torch_tensor):  # else both tensors
+            _check_tensor(q, "q")
+            if k is not None:
+                _check_tensor(k, "k")
+                if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
+                    raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
         if cos is not None or sin is not None or cos_sin_cache is not None:
             for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache)):
                 if value is not None:
                     _check_tensor(value, name)
-        inplace = _bool_arg(inplace, "inplace")
+        if inplace is not True and inplace is not False:
+            inplace = _bool_arg(inplace, "inplace")
         packed = q.ndim == 3 or layout == "thd"
         if packed:
             self._check_packed(q, k, layout)

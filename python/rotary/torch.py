@@ -145,16 +145,20 @@ def _check_call(rope: Any, q: Any, k: Any) -> None:
         raise TypeError(f"k must be a torch.Tensor, got {type(k).__name__}")
 
 
-def _direct(q: Tensor, k: Optional[Tensor]) -> bool:
-    """Call the kernel directly: eager mode, plain CPU tensors, nothing tracing or recording."""
-    if torch.compiler.is_compiling() or not q.is_cpu or type(q) is not torch.Tensor:
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def _direct(q: Any, k: Any) -> bool:
+    """Call the kernel directly: eager mode, plain CPU tensors (not subclasses), nothing tracing or
+    recording: autograd (a tensor that requires grad while grad is enabled), torch.compile, or a
+    dispatch mode (make_fx, FlopCounterMode, ...), which must see the operator. Written for a
+    decode step's budget: every check is a type test or a C attribute."""
+    if type(q) is not Tensor or not q.is_cpu or (k is not None and (type(k) is not Tensor or not k.is_cpu)):
         return False
-    if k is not None and (not k.is_cpu or type(k) is not torch.Tensor):
+    if (q.requires_grad or (k is not None and k.requires_grad)) and torch.is_grad_enabled():
         return False
-    if torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad)):
-        return False
-    # A dispatch mode (make_fx, FlopCounterMode, ...) must see the operator.
-    return torch._C._len_torch_dispatch_stack() == 0
+    return not _is_compiling() and _dispatch_modes() == 0
 
 
 def _str_arg(value: Any, name: str, optional: bool = False) -> Optional[str]:
@@ -241,10 +245,10 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         A value that breaks a rule (shapes, positions, layout, a tensor on a device without a
         kernel ...), naming it; q and k are untouched.
     """
-    _check_call(rope, q, k)
-    if _direct(q, k):
+    if _direct(q, k) and type(rope) is Rope:
         return rope._apply(q, k, positions, offset, layout, False, inverse, angles, 0, cos, sin, cos_sin_cache,
                            cos_sin_columns)
+    _check_call(rope, q, k)
     out = torch.ops.rotary.rope(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
                                                 cos_sin_cache, cos_sin_columns))
     return out[0] if k is None else (out[0], out[1])
@@ -276,6 +280,10 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
     ValueError
         q or k requires grad, or a value breaks a rule, naming it; q and k are then untouched.
     """
+    if _direct(q, k) and type(rope) is Rope and not q.requires_grad and (k is None or not k.requires_grad):
+        rope._apply(q, k, positions, offset, layout, True, inverse, angles, 0, cos, sin, cos_sin_cache,
+                    cos_sin_columns)
+        return q if k is None else (q, k)
     _check_call(rope, q, k)
     _refuse_grad(q, k)
     if _direct(q, k):
@@ -351,4 +359,8 @@ def __getattr__(name: str) -> Any:
         from .transformers import apply_rotary_pos_emb
 
         return apply_rotary_pos_emb
+    if name == "distributed":  # context parallelism (rotary/_distributed.py), loaded on first use
+        from . import _distributed
+
+        return _distributed
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

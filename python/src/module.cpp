@@ -126,6 +126,16 @@ std::vector<int64_t> ints_arg(py::handle v, const std::string& name) {
   return out;
 }
 
+// v when it is a plain Python int within int (the common case of threads and offset, read without
+// building the messages of the general path); nullopt otherwise (then that path decides).
+std::optional<int> small_int(py::handle v) {
+  if (!PyLong_CheckExact(v.ptr())) return std::nullopt;
+  int overflow = 0;
+  const long value = PyLong_AsLongAndOverflow(v.ptr(), &overflow);
+  if (overflow != 0 || value < INT_MIN || value > INT_MAX) return std::nullopt;
+  return static_cast<int>(value);
+}
+
 // `threads` as ApplyArgs takes it: a value beyond int cannot be narrowed, so it is refused here with
 // the library's rule; within int the library's validate decides.
 int threads_arg(py::handle v) {
@@ -408,8 +418,9 @@ class Borrowed {
   }
 
   void from_dlpack(py::object obj, Access access) {
-    const bool tracked = (torch_to_dlpack(obj) || py::hasattr(obj, "requires_grad")) &&
-                         obj.attr("requires_grad").cast<bool>();
+    static const py::handle requires_grad = py::str("requires_grad").release();  // interned once
+    const bool tracked = (torch_to_dlpack(obj) || py::hasattr(obj, requires_grad)) &&
+                         obj.attr(requires_grad).cast<bool>();
     if (tracked && access == Access::write) {
       throw py::value_error(name_ + " requires grad and would be written in place, which autograd forbids "
                             "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
@@ -671,8 +682,10 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   Borrowed bq_out(q_out, "q_out", Access::write), bk_out(k_out, "k_out", Access::write);
   ApplyArgs args{.q = bq.view(lay), .k = bk.view(lay), .q_out = bq_out.view(lay), .k_out = bk_out.view(lay)};
   args.direction = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
-  args.threads = threads_arg(threads);
-  const int64_t first = int_arg(offset, "offset", "must keep positions in [0, 2^31)");
+  const std::optional<int> small_threads = small_int(threads);
+  args.threads = small_threads ? *small_threads : threads_arg(threads);
+  const std::optional<int> small_offset = small_int(offset);
+  const int64_t first = small_offset ? *small_offset : int_arg(offset, "offset", "must keep positions in [0, 2^31)");
   PositionsArg pos;
   if (positions.is_none()) {
     pos.positions = Positions::sequential(first);
