@@ -17,6 +17,7 @@
 #include "rotary/angle.hpp"
 #include "src/cpu/cpu.hpp"
 #include "src/half.hpp"
+#include "src/math/exact_angle.hpp"
 #include "src/rotate.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -397,13 +398,13 @@ HWY_INLINE DD TwoSum(V a, V b) {
   return {s, e};
 }
 
-// cos, sin of p[j] * f[j] for K vectors of lanes at once (j < K). The reduction of
-// rotary::exact_cos_sin (exact product, k = the nearest quarter turn, π/2 in three parts; absolute
-// error below 2^-106) in fewer double-double steps, then Taylor polynomials instead of libm's
-// sin/cos of the reduced angle (|r| <= π/4 + tiny: the first omitted terms are below 2^-62
-// relative). The K evaluations are independent and written step by step side by side, so that
-// their dependency chains overlap. Every lane's operations are the same whatever K, so the
-// results are too.
+// cos, sin of p[j] * f[j] for K vectors of lanes at once (j < K): lane by lane the operations of
+// detail::cos_sin_of_product (src/math/exact_angle.hpp; change both together, test_exact_angle
+// holds them bit-identical): exact product, k = the nearest quarter turn, π/2 in three parts
+// (absolute error below 2^-106), then Taylor polynomials of the reduced angle (|r| <= π/4 + tiny:
+// the first omitted terms are below 2^-62 relative). The K evaluations are independent and
+// written step by step side by side, so that their dependency chains overlap. Every lane's
+// operations are the same whatever K, so the results are too.
 #define ROTARY_EACH _Pragma("GCC unroll 8") for (int j = 0; j < K; ++j)
 template <int K>
 HWY_INLINE void CosSinLanes(const V* p, const V* f, V* cos_out, V* sin_out) {
@@ -525,7 +526,7 @@ inline void CosSinRowImpl(double position, const double* pair_position, const do
 #else
   for (int64_t i = 0; i < pairs; ++i) {
     const CosSin cs =
-        exact_cos_sin_real(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
+        cos_sin_of_product(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
     cos_out[i] = cs.cos * factor;
     sin_out[i] = cs.sin * factor;
   }
@@ -579,7 +580,7 @@ inline void CosSinRowF32Impl(double position, const double* pair_position, const
 #else
   for (; i < pairs; ++i) {
     const CosSin cs =
-        exact_cos_sin_real(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
+        cos_sin_of_product(pair_position != nullptr ? pair_position[i] : position, inv_freq[i]);
     cos_out[i] = static_cast<float>(cs.cos * factor);
     sin_out[i] = sign * static_cast<float>(cs.sin * factor);
   }
