@@ -1,36 +1,43 @@
-// Internal: IEEE binary16 and bfloat16 <-> float32, round to nearest even, bit exact.
+// Internal: IEEE binary16 and bfloat16 <-> float32, round to nearest even, bit exact. Plain integer
+// code (one float operation: the exact scaling of binary16 subnormals), the same on the host and on
+// CUDA devices (ROTARY_HD).
 #pragma once
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 
+#include "math/hd.hpp"
+
 namespace rotary::detail {
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+ROTARY_HD inline float bf16_to_f32(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
 
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
+ROTARY_HD inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = float_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // nearest even; overflow carries into the exponent (-> inf)
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float f16_to_f32(uint16_t h) {
+ROTARY_HD inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   const uint32_t mantissa = h & 0x3ffu;
   if (exponent == 0) {
     // zero or subnormal: mantissa * 2^-24, exact in float
+#if defined(__CUDA_ARCH__)
+    const float magnitude = __fmul_rn(static_cast<float>(mantissa), 0x1p-24f);
+#else
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+#endif
+    return float_from_bits(float_bits(magnitude) | sign);
   }
-  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  if (exponent == 31) return float_from_bits(sign | 0x7f800000u | (mantissa << 13));
+  return float_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-inline uint16_t f32_to_f16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
+ROTARY_HD inline uint16_t f32_to_f16(float f) {
+  uint32_t u = float_bits(f);
   const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   u &= 0x7fffffffu;
   if (u > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu));  // NaN
@@ -39,9 +46,15 @@ inline uint16_t f32_to_f16(float f) {
     const uint32_t rounded = u + 0xfffu + ((u >> 13) & 1u);
     return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
   }
-  // Below 2^-14: binary16 subnormal m * 2^-24; scaling by 2^24 is exact, rintf rounds to even.
-  const float scaled = std::bit_cast<float>(u) * 0x1p24f;
+  // Below 2^-14: binary16 subnormal m * 2^-24; scaling by 2^24 is exact, rint rounds to even
+  // (the device's rintf is cvt.rni, nearest even as well).
+#if defined(__CUDA_ARCH__)
+  const float scaled = __fmul_rn(float_from_bits(u), 0x1p24f);
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(rintf(scaled)));
+#else
+  const float scaled = float_from_bits(u) * 0x1p24f;
   return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(scaled)));
+#endif
 }
 
 }  // namespace rotary::detail

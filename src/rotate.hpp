@@ -1,11 +1,14 @@
 // Internal: the rotation of one pair in float32, written once and used by every path (the scalar
-// reference, the strided path, vector-kernel tails and targets without FMA). The Highway kernels
-// perform the same operations lane by lane, so every path gives the same bits.
+// reference, the strided path, vector-kernel tails and targets without FMA) and by the CUDA kernels
+// (ROTARY_HD). The Highway kernels perform the same operations lane by lane, so every path gives
+// the same bits.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "math/hd.hpp"
 
 namespace rotary::detail {
 
@@ -42,24 +45,39 @@ inline float fma_f32(float x, float y, float z) {
 /// (Rounding the larger product instead, as a plain fma(a, c, -fl(b s)) does, reaches 1.24 times
 /// the contract when |b s| >> |a c|; rounding the smaller one costs at most the term above.)
 /// Ties (|p| == |q|) fuse x*m. NaN compares false and fuses w*n, in the vector kernels too.
-inline float rotate_minus(float x, float m, float w, float n) {
+/// On a CUDA device the same operations as mul.rn / fma.rn: an explicit rounding mode keeps nvcc
+/// and ptxas from contracting or reassociating them (nothing depends on -fmad).
+ROTARY_HD inline float rotate_minus(float x, float m, float w, float n) {
+#if defined(__CUDA_ARCH__)
+  const float p = __fmul_rn(x, m);
+  const float q = __fmul_rn(w, n);
+  const bool fuse_xm = fabsf(p) >= fabsf(q);
+  return __fmaf_rn(fuse_xm ? x : -w, fuse_xm ? m : n, fuse_xm ? -q : p);
+#else
   const float p = x * m;
   const float q = w * n;
   const bool fuse_xm = std::fabs(p) >= std::fabs(q);
   // fuse_xm: fma(x, m, -q), else fma(-w, n, p); one fma on selected operands.
   return fma_f32(fuse_xm ? x : -w, fuse_xm ? m : n, fuse_xm ? -q : p);
+#endif
 }
 
 /// One pair (a, b) rotated by angle values (c, s), sin already negated for the inverse:
 ///   float32: a' = a c - b s and b' = b c + a s, each by rotate_minus (f32, f16, bf16 storage)
 ///   double:  plain double arithmetic (f64 storage)
-inline void rotate_pair(float a, float b, float c, float s, float& a_out, float& b_out) {
+ROTARY_HD inline void rotate_pair(float a, float b, float c, float s, float& a_out, float& b_out) {
   a_out = rotate_minus(a, c, b, s);
   b_out = rotate_minus(b, c, a, -s);
 }
-inline void rotate_pair(double a, double b, double c, double s, double& a_out, double& b_out) {
+ROTARY_HD inline void rotate_pair(double a, double b, double c, double s, double& a_out,
+                                  double& b_out) {
+#if defined(__CUDA_ARCH__)
+  a_out = __dsub_rn(__dmul_rn(a, c), __dmul_rn(b, s));
+  b_out = __dadd_rn(__dmul_rn(a, s), __dmul_rn(b, c));
+#else
   a_out = a * c - b * s;
   b_out = a * s + b * c;
+#endif
 }
 
 }  // namespace rotary::detail

@@ -1,0 +1,90 @@
+// rotary — the CUDA backend: rotate q and k in device memory, on a stream. Built when CMake finds
+// nvcc (ROTARY_CUDA=AUTO, the default, or ON), as the library rotary_cuda; this header needs no
+// CUDA header (cudaStream_t is CUstream_st*).
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/apply.hpp"
+#include "rotary/schedule.hpp"
+#include "rotary/table.hpp"
+
+struct CUstream_st;
+
+namespace rotary::cuda {
+
+/// A cudaStream_t (nullptr: the legacy default stream).
+using Stream = CUstream_st*;
+
+/// The most pairs (rotary_dim / 2) a CUDA call rotates: the kernels take inv_freq and the pairs'
+/// streams in their launch parameters (nothing to copy per call, so a call can be captured in a
+/// CUDA graph), which CUDA caps at 32 KB.
+inline constexpr int64_t max_pairs = 2048;
+
+/// A Table copied to device memory: the rows of one contiguous range of positions (Table::range),
+/// gathered by `position - first()` without any search. Owns its memory (freed by the destructor,
+/// on the device that was current at upload); move-only.
+class DeviceTable {
+ public:
+  /// Copies `table` to the current device and waits for the copy. Throws rotary::Error when the
+  /// table's positions are not one contiguous range (a Table::at with gaps, repeats or another
+  /// order), or naming the CUDA runtime's error when allocating or copying fails.
+  explicit DeviceTable(const Table& table);
+  ~DeviceTable();
+  DeviceTable(DeviceTable&& other) noexcept;
+  DeviceTable& operator=(DeviceTable&& other) noexcept;
+  DeviceTable(const DeviceTable&) = delete;
+  DeviceTable& operator=(const DeviceTable&) = delete;
+
+  const Schedule& schedule() const { return schedule_; }
+  int64_t first() const { return first_; }  ///< the position of row 0
+  int64_t rows() const { return rows_; }
+  int64_t pairs() const { return schedule_.pairs(); }
+  const float* cos() const { return cos_; }  ///< device memory, rows() * pairs() values
+  const float* sin() const { return sin_; }
+
+ private:
+  void release() noexcept;
+
+  Schedule schedule_;
+  float* cos_ = nullptr;
+  float* sin_ = nullptr;
+  int64_t first_ = 0;
+  int64_t rows_ = 0;
+};
+
+/// Bits a kernel ors into Options::error for a token it skipped (nothing of it read or written).
+inline constexpr uint32_t position_out_of_range = 1;  ///< not in [0, 2^31), NaN included
+inline constexpr uint32_t position_not_in_table = 2;  ///< fractional, or no row of the DeviceTable
+
+/// What a CUDA call takes besides ApplyArgs.
+struct Options {
+  const DeviceTable* table = nullptr;  ///< angles from this table (built from an equal schedule),
+                                       ///< or null: exact angles computed on the fly
+  uint32_t* error = nullptr;  ///< device memory, or null: per-token positions are read on the
+                              ///< device only, so they are checked there; a token with an unusable
+                              ///< position is skipped and its position_* bit or'ed in here
+};
+
+/// rotary::apply on a CUDA device: q, k, q_out, k_out and per-token positions in device memory,
+/// the kernels queued on `stream` (asynchronous; no host synchronisation, no allocation, so a call
+/// can be captured in a CUDA graph). Results are rotary::apply's bit for bit, NaNs compared as NaN
+/// (a GPU's arithmetic makes canonical NaNs): the same rotation (the larger product fused), exact
+/// angles from the same double-double reduction, or a DeviceTable's values.
+///
+/// Checked on the host before anything is queued, by rotary::validate's rules (errors naming the
+/// argument): shapes, strides, dtypes, aliasing, the positions' kind, streams and count, sequential
+/// offsets (and, with a table, that they are rows of it). Not supported yet, each an error:
+/// ApplyArgs::table (a host Table: pass a DeviceTable in options), ApplyArgs::angles (the caller's
+/// cos/sin), rotary_dim / 2 > max_pairs. ApplyArgs::threads and backend are not used. The memory
+/// must be on the current device; that is not checked (a wrong pointer is a CUDA error on the
+/// stream). Per-token positions are checked by the kernels (see Options::error).
+/// Throws rotary::Error, also when the launch fails (naming the CUDA error).
+void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
+
+/// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
+/// (Options::error) and clears it; throws rotary::Error naming what the skipped tokens' positions
+/// broke when it was set. Synchronises, so not for a captured graph.
+void check_positions(uint32_t* error, Stream stream);
+
+}  // namespace rotary::cuda

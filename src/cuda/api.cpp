@@ -1,0 +1,142 @@
+// rotary::cuda: host-side checks and the device table; the kernels are in apply.cu.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "../kernel_args.hpp"
+#include "launch.hpp"
+#include "rotary/cuda.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary::cuda {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(fmt::format("CUDA {} failed: {}: {}", what, cudaGetErrorName(status),
+                            cudaGetErrorString(status)));
+  }
+}
+
+// rotary::validate reads per-token positions, which live in device memory here. Until validate
+// checks the positions' shape and their values apart (issue 12, item 1), it sees a stand-in of the
+// same kind, count and streams whose entries are all 0 (a valid position with exact angles), so
+// every rule but the values is the library's own; the values are checked on the device
+// (Options::error). A count validate rejects keeps the device pointer: validate throws on the
+// count before reading an entry.
+ApplyArgs host_checkable(const ApplyArgs& args, std::vector<int64_t>& zeros) {
+  ApplyArgs view = args;
+  view.table = nullptr;
+  const Positions& p = args.positions;
+  if (p.kind == Positions::Kind::sequential || p.data == nullptr) return view;
+  int64_t tokens = 0;
+  if (__builtin_mul_overflow(args.q.batch(), args.q.seq(), &tokens)) return view;
+  const bool count_ok = p.count >= 0 && (p.count == tokens || p.count == args.q.seq());
+  if (!count_ok || p.streams < 1 || p.streams > max_streams) return view;
+  zeros.assign(static_cast<size_t>(p.count) * static_cast<size_t>(p.streams), 0);
+  view.positions.data = zeros.data();  // 8 zero bytes read as any kind are the position 0
+  return view;
+}
+
+void check_table(const Schedule& schedule, const ApplyArgs& args, const DeviceTable& table) {
+  if (!(table.schedule() == schedule)) {
+    throw Error("table was built from a different schedule than the one passed to apply");
+  }
+  const Positions& p = args.positions;
+  const int64_t seq = args.q.seq();
+  if (p.kind != Positions::Kind::sequential || seq == 0 || args.q.batch() == 0) return;
+  if (p.offset < table.first() || p.offset + seq > table.first() + table.rows()) {
+    throw Error(fmt::format("positions {}..{} (offset={}, seq={}) are not all in the table, whose "
+                            "rows hold positions {}..{}", p.offset, p.offset + seq - 1, p.offset, seq,
+                            table.first(), table.first() + table.rows() - 1));
+  }
+}
+
+}  // namespace
+
+DeviceTable::DeviceTable(const Table& table) : schedule_(table.schedule()) {
+  const detail::TableRange range = detail::table_range(table);
+  first_ = range.first;
+  rows_ = range.rows;
+  const size_t bytes = static_cast<size_t>(rows_ * pairs()) * sizeof(float);
+  if (bytes == 0) return;
+  try {
+    check(cudaMalloc(reinterpret_cast<void**>(&cos_), bytes), "cudaMalloc (table cos)");
+    check(cudaMalloc(reinterpret_cast<void**>(&sin_), bytes), "cudaMalloc (table sin)");
+    check(cudaMemcpy(cos_, range.cos, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (table cos)");
+    check(cudaMemcpy(sin_, range.sin, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (table sin)");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+DeviceTable::~DeviceTable() { release(); }
+
+DeviceTable::DeviceTable(DeviceTable&& other) noexcept
+    : schedule_(std::move(other.schedule_)), cos_(std::exchange(other.cos_, nullptr)),
+      sin_(std::exchange(other.sin_, nullptr)), first_(other.first_), rows_(other.rows_) {}
+
+DeviceTable& DeviceTable::operator=(DeviceTable&& other) noexcept {
+  if (this != &other) {
+    release();
+    schedule_ = std::move(other.schedule_);
+    cos_ = std::exchange(other.cos_, nullptr);
+    sin_ = std::exchange(other.sin_, nullptr);
+    first_ = other.first_;
+    rows_ = other.rows_;
+  }
+  return *this;
+}
+
+void DeviceTable::release() noexcept {
+  // Errors from cudaFree (a context already torn down at exit) have nowhere to go.
+  if (cos_ != nullptr) static_cast<void>(cudaFree(cos_));
+  if (sin_ != nullptr) static_cast<void>(cudaFree(sin_));
+  cos_ = nullptr;
+  sin_ = nullptr;
+}
+
+void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options) {
+  if (args.table != nullptr) {
+    throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
+  }
+  std::vector<int64_t> zeros;
+  validate(schedule, host_checkable(args, zeros));
+  if (schedule.pairs() > max_pairs) {
+    throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim,
+                            max_pairs));
+  }
+  detail::TableRange range{};
+  if (options.table != nullptr) {
+    check_table(schedule, args, *options.table);
+    range = {.cos = options.table->cos(), .sin = options.table->sin(),
+             .first = options.table->first(), .rows = options.table->rows()};
+  }
+  detail::KernelArgs kernel =
+      detail::make_kernel_args(schedule, args, options.table != nullptr ? &range : nullptr);
+  kernel.error = options.error;
+  detail::cuda::launch(kernel, stream);
+}
+
+void check_positions(uint32_t* error, Stream stream) {
+  if (error == nullptr) throw Error("error is null (give the Options::error of the calls to check)");
+  uint32_t bits = 0;
+  check(cudaMemcpyAsync(&bits, error, sizeof bits, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  if (bits == 0) return;
+  check(cudaMemsetAsync(error, 0, sizeof bits, stream), "cudaMemsetAsync");
+  std::string rules;
+  if ((bits & position_out_of_range) != 0) rules += "outside [0, 2^31)";
+  if ((bits & position_not_in_table) != 0) {
+    rules += std::string(rules.empty() ? "" : "; ") + "fractional or not a row of the table";
+  }
+  throw Error("positions: a per-token position was " + rules +
+              " (those tokens were left unrotated)");
+}
+
+}  // namespace rotary::cuda

@@ -1,0 +1,96 @@
+// The CUDA kernels: the body of src/cuda/rope_body.hpp on the device, one instantiation per storage
+// type and per size of the launch parameters. Compiled with -fmad=false and without fast math; the
+// body uses explicitly rounded intrinsics only (tests/cuda_ptx_check.cmake holds the PTX to that).
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "launch.hpp"
+#include "rope_body.hpp"
+#include "rotary/cuda.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary::detail::cuda {
+namespace {
+
+static_assert(kPositionOutOfRange == rotary::cuda::position_out_of_range &&
+              kPositionNotInTable == rotary::cuda::position_not_in_table);
+
+// Everything a launch reads, by value in the kernel's parameters: args, and the per-pair arrays
+// args points to on the host (inv_freq, pair_stream), so no call copies anything to the device.
+template <int kPairs>
+struct Params {
+  KernelArgs args;
+  bool shared_angles;
+  double inv_freq[kPairs];
+  int pair_stream[kPairs];
+};
+constexpr int kSmallPairs = 128;  // rotary_dim <= 256: about 1.8 KB of parameters
+static_assert(sizeof(Params<static_cast<int>(rotary::cuda::max_pairs)>) <= 32764,
+              "CUDA limits kernel parameters to 32764 bytes");
+
+template <class T, int kPairs>
+__global__ void __launch_bounds__(kMaxThreads) rope_kernel(const __grid_constant__ Params<kPairs> params) {
+  using Value = typename Storage<T>::Value;
+  extern __shared__ __align__(16) unsigned char shared_memory[];
+  KernelArgs args = params.args;
+  args.inv_freq = params.inv_freq;
+  if (args.pair_stream != nullptr) args.pair_stream = params.pair_stream;
+  auto* cells = params.shared_angles ? reinterpret_cast<AngleCell<Value>*>(shared_memory) : nullptr;
+  const int thread = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t token = blockIdx.x; token < args.tokens; token += gridDim.x) {
+    rope_angles<T>(args, token, thread, threads, cells);
+    __syncthreads();
+    rope_rotate<T>(args, token, thread, threads, cells);
+    __syncthreads();
+  }
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(std::string("CUDA ") + what + " failed: " + cudaGetErrorName(status) + ": " +
+                cudaGetErrorString(status));
+  }
+}
+
+template <class T, int kPairs>
+void launch_as(const KernelArgs& args, const LaunchShape& shape, cudaStream_t stream) {
+  Params<kPairs> params{};
+  params.args = args;
+  params.shared_angles = shape.shared_angles;
+  const int64_t pairs = args.rotary_dim / 2;
+  for (int64_t j = 0; j < pairs; ++j) {
+    params.inv_freq[j] = args.inv_freq[j];
+    params.pair_stream[j] = args.pair_stream != nullptr ? args.pair_stream[j] : 0;
+  }
+  params.args.inv_freq = nullptr;  // host pointers: the kernel points them at its parameters
+  const size_t shared = shape.shared_angles ? static_cast<size_t>(shared_bytes(args)) : 0;
+  rope_kernel<T, kPairs><<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
+                           shared, stream>>>(params);
+  check(cudaGetLastError(), "kernel launch");
+}
+
+template <class T>
+void launch_as(const KernelArgs& args, const LaunchShape& shape, cudaStream_t stream) {
+  if (args.rotary_dim / 2 <= kSmallPairs) {
+    launch_as<T, kSmallPairs>(args, shape, stream);
+  } else {
+    launch_as<T, static_cast<int>(rotary::cuda::max_pairs)>(args, shape, stream);
+  }
+}
+
+}  // namespace
+
+void launch(const KernelArgs& args, CUstream_st* stream) {
+  if (args.tokens == 0) return;
+  const LaunchShape shape = launch_shape(args);
+  switch (args.dtype) {
+    case DType::f32: launch_as<float>(args, shape, stream); break;
+    case DType::f64: launch_as<double>(args, shape, stream); break;
+    case DType::f16: launch_as<F16>(args, shape, stream); break;
+    case DType::bf16: launch_as<BF16>(args, shape, stream); break;
+  }
+}
+
+}  // namespace rotary::detail::cuda

@@ -1,0 +1,105 @@
+#include "kernel_args.hpp"
+
+#include <fmt/format.h>
+
+#include "memory.hpp"
+#include "rotary/apply.hpp"
+#include "rotary/error.hpp"
+
+namespace rotary::detail {
+namespace {
+
+KernelPositions kernel_positions(const Positions& p) {
+  using Kind = Positions::Kind;
+  KernelPositions out;
+  out.offset = p.offset;
+  out.data = p.data;
+  out.count = p.count;
+  out.streams = p.streams;
+  switch (p.kind) {
+    case Kind::sequential: out.kind = KernelPositions::Kind::sequential; break;
+    case Kind::per_token_i32: out.kind = KernelPositions::Kind::i32; break;
+    case Kind::per_token_i64: out.kind = KernelPositions::Kind::i64; break;
+    case Kind::per_token_f32: out.kind = KernelPositions::Kind::f32; break;
+    case Kind::per_token_f64: out.kind = KernelPositions::Kind::f64; break;
+  }
+  return out;
+}
+
+// `in` and its output (`out`, or `in` itself when unset), as ApplyArgs says.
+KernelOperand kernel_operand(const TensorView& in, const TensorView& out) {
+  const TensorView& target = out.is_set() ? out : in;
+  KernelOperand op;
+  op.in = in.data;
+  op.out = target.data;
+  op.heads = in.heads();
+  for (size_t d = 0; d < 4; ++d) {
+    op.in_strides[d] = in.strides[d];
+    op.out_strides[d] = target.strides[d];
+  }
+  op.in_place = !out.is_set() || same_view(out, in);
+  return op;
+}
+
+}  // namespace
+
+TableRange table_range(const Table& table) {
+  TableRange range{.cos = table.cos().data(), .sin = table.sin().data(), .first = 0,
+                   .rows = table.rows()};
+  if (table.rows() == 0) return range;
+  range.first = table.position(0);
+  for (int64_t r = 1; r < table.rows(); ++r) {
+    if (table.position(r) != range.first + r) {
+      throw Error(fmt::format("table positions are not one contiguous range: row {} holds position "
+                              "{} after position {} (build it with Table::range)",
+                              r, table.position(r), table.position(r - 1)));
+    }
+  }
+  return range;
+}
+
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table) {
+  if (args.angles != nullptr) {
+    throw Error("angles (the caller's cos/sin) are not supported by this backend yet: use a table "
+                "or exact angles");
+  }
+  KernelArgs k;
+  k.dtype = args.q.dtype;
+  k.batch = args.q.batch();
+  k.seq = args.q.seq();
+  k.head_dim = schedule.head_dim;
+  k.rotary_dim = schedule.rotary_dim;
+  k.rotary_offset = schedule.rotary_offset;
+  const int64_t pairs = schedule.pairs();
+  const int64_t blocks = schedule.blocks > 1 ? schedule.blocks : 1;
+  k.block_pairs = pairs / blocks;
+  k.block_width = schedule.rotary_dim / blocks;
+  const bool interleaved = blocks == 1 && schedule.pairing == Pairing::interleaved;
+  k.pair_step = interleaved ? 2 : 1;
+  k.partner = interleaved ? 1 : k.block_pairs;
+  k.operands[k.operand_count++] = kernel_operand(args.q, args.q_out);
+  if (args.k.is_set()) k.operands[k.operand_count++] = kernel_operand(args.k, args.k_out);
+  // Nothing to do when every operand is empty (then batch * seq, bounded by no view, is not formed).
+  const bool any = !args.q.is_empty() || (args.k.is_set() && !args.k.is_empty());
+  k.tokens = any ? k.batch * k.seq : 0;
+  k.positions = kernel_positions(args.positions);
+  k.inv_freq = schedule.inv_freq.data();
+  k.pair_stream = schedule.pair_stream.empty() ? nullptr : schedule.pair_stream.data();
+  k.streams = schedule.streams;
+  k.attention_factor = schedule.attention_factor;
+  if (table != nullptr) {
+    k.angle_source = KernelAngleSource::table;
+    k.table = *table;
+  }
+  k.inverse = args.direction == Direction::inverse;
+  k.copy_tail = args.copy_tail;
+  return k;
+}
+
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args) {
+  if (args.table == nullptr) return make_kernel_args(schedule, args, nullptr);
+  const TableRange range = table_range(*args.table);
+  return make_kernel_args(schedule, args, &range);
+}
+
+}  // namespace rotary::detail

@@ -1,0 +1,112 @@
+// Internal: the kernel boundary. What a validated apply call hands to a kernel that may run on
+// another device: plain data only (raw pointers, element strides, counts, scalars) — no std::vector,
+// no Table or Schedule, no function that looks anything up. A host builds it (make_kernel_args);
+// the CUDA kernels and their host emulation read it (src/cuda/rope_body.hpp); every pointer in it
+// addresses memory of the device that runs the kernel.
+#pragma once
+
+#include <cstdint>
+
+#include "rotary/positions.hpp"
+#include "rotary/tensor.hpp"
+
+namespace rotary {
+struct ApplyArgs;
+struct Schedule;
+class Table;
+}  // namespace rotary
+
+namespace rotary::detail {
+
+/// One tensor to rotate (q or k), [batch, seq, heads, head_dim] with element strides of any sign,
+/// read from `in` and written to `out` (the same memory and strides when in_place).
+struct KernelOperand {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t heads = 0;
+  int64_t in_strides[4] = {};
+  int64_t out_strides[4] = {};
+  bool in_place = true;
+};
+
+/// Token positions, as rotary::Positions says (streams one after the other, `count` entries each,
+/// a count of seq broadcast over the batch), with the entry type spelled out.
+struct KernelPositions {
+  enum class Kind : int32_t { sequential, i32, i64, f32, f64 };
+  Kind kind = Kind::sequential;
+  int64_t offset = 0;          ///< sequential: token (b, s) is at offset + s
+  const void* data = nullptr;  ///< per token
+  int64_t count = 0;           ///< per token: entries per stream, batch * seq or seq
+  int32_t streams = 1;         ///< per token: 1 (serving every stream) or the schedule's
+};
+
+/// Where cos and sin come from.
+///   table: rows of a contiguous table, row r = position table_first + r, `pairs` floats each,
+///          cos and sin times the attention factor (Table's values), indexed without any search
+///   exact: computed on the fly from inv_freq (detail::cos_sin_of_product, src/math/exact_angle.hpp)
+///          times attention_factor, rounded once to float (f32/f16/bf16) or kept in double (f64)
+/// (The caller's cos/sin tensors, CallerAngles, are not a kernel source yet.)
+enum class KernelAngleSource : int32_t { table, exact };
+
+/// A table's rows as one contiguous range of positions: first, first + 1, ..., first + rows - 1.
+struct TableRange {
+  const float* cos = nullptr;  ///< rows * pairs values, row-major
+  const float* sin = nullptr;
+  int64_t first = 0;
+  int64_t rows = 0;
+};
+
+/// Bits of KernelArgs::error, set by a kernel for a token whose position it cannot use. Such a
+/// token is skipped: nothing of it is read or written.
+inline constexpr uint32_t kPositionOutOfRange = 1;  ///< not in [0, 2^31) (NaN included)
+inline constexpr uint32_t kPositionNotInTable = 2;  ///< table source: fractional, or not a row
+
+/// One apply call for a kernel. Pair j (j < rotary_dim / 2) of a head rotates channels
+///   a = rotary_offset + (j / block_pairs) * block_width + (j % block_pairs) * pair_step,  b = a + partner
+///   half:          block_pairs = r/2,   block_width = r,   pair_step = 1, partner = r/2
+///   interleaved:   block_pairs = r/2,   block_width = r,   pair_step = 2, partner = 1
+///   block_half(B): block_pairs = r/2B,  block_width = r/B, pair_step = 1, partner = r/2B
+/// (Schedule::channels, as numbers), by the angle of position p_j * inv_freq[j], p_j the token's
+/// position in stream pair_stream[j] (pair_stream null: stream 0). Channels outside
+/// [rotary_offset, rotary_offset + rotary_dim) are copied from in to out when copy_tail and the
+/// operand is not in place, else left alone. Every operand shares dtype, batch, seq and head_dim.
+struct KernelArgs {
+  DType dtype = DType::f32;
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t tokens = 0;  ///< batch * seq, or 0 when every operand is empty (nothing to do)
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;
+  int64_t block_pairs = 0;
+  int64_t block_width = 0;
+  int64_t pair_step = 1;
+  int64_t partner = 0;
+  KernelOperand operands[2] = {};
+  int32_t operand_count = 0;
+  KernelPositions positions{};
+  const double* inv_freq = nullptr;   ///< rotary_dim / 2 values (exact source)
+  const int* pair_stream = nullptr;   ///< rotary_dim / 2 stream indices, or null: all stream 0
+  int32_t streams = 1;                ///< streams the schedule reads
+  double attention_factor = 1.0;      ///< exact source (tables hold it already)
+  KernelAngleSource angle_source = KernelAngleSource::exact;
+  TableRange table{};                 ///< table source
+  bool inverse = false;
+  bool copy_tail = true;
+  uint32_t* error = nullptr;  ///< optional: kPosition* bits or'ed in for skipped tokens
+};
+
+/// The contiguous range a Table covers, or throws rotary::Error "table positions are not one
+/// contiguous range ..." (Table::at with gaps, repeats or another order). O(rows); allocates nothing.
+TableRange table_range(const Table& table);
+
+/// The kernel arguments of a call that passed rotary::validate(schedule, args), with the angles
+/// from `table` (null: exact on the fly; args.table is not read). The result points into schedule,
+/// args' views and positions and table: they must outlive its use. Throws rotary::Error for what the
+/// kernels cannot do yet: caller angles (args.angles).
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table);
+
+/// The same with args.table as the angle source (its table_range; null: exact on the fly).
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args);
+
+}  // namespace rotary::detail

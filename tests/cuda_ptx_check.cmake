@@ -1,0 +1,43 @@
+# The numerics lint of the CUDA kernels' PTX: fails when a file holds an instruction that is not
+# the correctly rounded operation the CPU performs —
+#   .approx (sin, cos, ex2, rcp, div ... approximations) or .ftz (subnormals flushed to zero);
+#   add/sub/mul on f32/f64 without a rounding modifier, which ptxas may contract into an fma
+#   (an explicit .rn forbids it).
+# and when a file lacks fma.rn.f32 (the rotation) or fma.rn.f64 (the exact angles), i.e. is not
+# the kernels' PTX at all. Usage: cmake -DPTX_FILES="a.ptx|b.ptx" -P cuda_ptx_check.cmake
+if(NOT PTX_FILES)
+  message(FATAL_ERROR "PTX_FILES is empty")
+endif()
+string(REPLACE "|" ";" PTX_FILES "${PTX_FILES}")
+set(failures 0)
+foreach(file ${PTX_FILES})
+  file(STRINGS ${file} lines)
+  set(number 0)
+  set(has_fma_f32 OFF)
+  set(has_fma_f64 OFF)
+  foreach(line IN LISTS lines)
+    math(EXPR number "${number} + 1")
+    if(line MATCHES "^[ \t]*//")
+      continue()
+    endif()
+    if(line MATCHES "\\.approx|\\.ftz|[ \t](add|sub|mul)\\.f(32|64)[ \t]")
+      message(SEND_ERROR "${file}:${number}: not a correctly rounded instruction: ${line}")
+      math(EXPR failures "${failures} + 1")
+    endif()
+    if(line MATCHES "[ \t]fma\\.rn\\.f32[ \t]")
+      set(has_fma_f32 ON)
+    endif()
+    if(line MATCHES "[ \t]fma\\.rn\\.f64[ \t]")
+      set(has_fma_f64 ON)
+    endif()
+  endforeach()
+  if(NOT has_fma_f32 OR NOT has_fma_f64)
+    message(SEND_ERROR "${file}: no fma.rn.f32 or no fma.rn.f64: not the kernels' PTX")
+    math(EXPR failures "${failures} + 1")
+  endif()
+  message(STATUS "${file}: ${number} lines checked")
+endforeach()
+if(failures GREATER 0)
+  message(FATAL_ERROR "${failures} problem(s) in the kernels' PTX")
+endif()
+message(STATUS "PTX numerics: no .approx, no .ftz, every f32/f64 add/sub/mul rounded explicitly")

@@ -1,0 +1,817 @@
+// The CUDA kernels without a GPU: their body (src/cuda/rope_body.hpp), compiled here by the host
+// compiler, played over every block and thread of the launch grid (src/cuda/emulate.hpp) and
+// compared BYTE FOR BYTE with rotary::apply's scalar reference (Backend::reference): every element
+// of every buffer, guard zones and untouched poison included (NaNs compared as NaN). No CUDA call
+// is made.
+//
+// Why the host compiler: the body is the same source the device compiles, and everything that can
+// go wrong in it apart from the device's arithmetic — index math over any strides, which item a
+// thread takes, the grid-stride token loop, shared-memory angles against per-item angles, the tail
+// copy, position reads and checks, angle values — is plain integer and IEEE code that the host runs
+// the same way. The device's arithmetic differs only in spelling (the explicitly rounded intrinsics
+// in rotate.hpp, half.hpp and exact_angle.hpp, each the correctly rounded operation the host
+// performs), which the PTX lint (tests/cuda_ptx_check.cmake) and, on a GPU, the device tests check.
+// Built by g++ it also runs under the sanitizer build.
+//
+// Outputs start as NaN patterns (poison) so a missed write shows; a probe counts the body's stores
+// so a double write shows even where it would write the same value.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/emulate.hpp"
+#include "half.hpp"
+#include "kernel_args.hpp"
+#include "rotary/apply.hpp"
+#include "support/oracle.hpp"
+#if ROTARY_TEST_CUDA_API
+#include "rotary/cuda.hpp"
+#endif
+
+namespace rotary {
+namespace {
+
+using detail::KernelArgs;
+using detail::cuda::LaunchShape;
+
+// ---- Memory: arenas of elements with guard zones, poisoned ----
+
+uint64_t poison_bits(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 0x7fc12345u;
+    case DType::f64: return 0x7ff8123456789abcull;
+    default: return 0x7e55u;  // a NaN in both f16 and bf16
+  }
+}
+
+constexpr int64_t kGuard = 13;  // elements before and after every arena
+
+struct Arena {
+  DType dtype = DType::f32;
+  int64_t elements = 0;
+  std::vector<unsigned char> bytes;
+
+  Arena(DType t, int64_t n) : dtype(t), elements(n), bytes(static_cast<size_t>((n + 2 * kGuard) * size_of(t))) {
+    const uint64_t p = poison_bits(dtype);
+    const auto es = static_cast<size_t>(size_of(dtype));
+    for (size_t i = 0; i < bytes.size(); i += es) std::memcpy(&bytes[i], &p, es);
+  }
+  unsigned char* at(int64_t element) { return bytes.data() + (kGuard + element) * size_of(dtype); }
+  void set(int64_t element, float v) {
+    unsigned char* p = at(element);
+    switch (dtype) {
+      case DType::f32: std::memcpy(p, &v, 4); break;
+      case DType::f64: { const double d = v; std::memcpy(p, &d, 8); break; }
+      case DType::f16: { const uint16_t h = detail::f32_to_f16(v); std::memcpy(p, &h, 2); break; }
+      case DType::bf16: { const uint16_t h = detail::f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
+    }
+  }
+  double get(int64_t element) const {
+    const unsigned char* p = bytes.data() + (kGuard + element) * size_of(dtype);
+    switch (dtype) {
+      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
+      case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
+      case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
+    }
+    return 0;
+  }
+};
+
+// A [batch, seq, heads, head_dim] view placed in an arena: element (b, s, h, d) at
+// offset + b*strides[0] + s*strides[1] + h*strides[2] + d*strides[3].
+struct Placed {
+  int arena = -1;  // -1: absent
+  int64_t offset = 0;
+  std::array<int64_t, 4> shape{};
+  std::array<int64_t, 4> strides{};
+  int64_t element(int64_t b, int64_t s, int64_t h, int64_t d) const {
+    return offset + b * strides[0] + s * strides[1] + h * strides[2] + d * strides[3];
+  }
+};
+
+// Memory orders of one view in an arena of its own: returns the placement and the arena's size.
+//   0 bshd   1 bhsd   2 seq and head_dim reversed (negative strides)   3 head_dim stride 2 with
+//   gaps between heads   4 every stride negative
+Placed place(int order, int arena, int64_t b, int64_t s, int64_t h, int64_t d, int64_t& extent) {
+  Placed p{.arena = arena, .shape = {b, s, h, d}};
+  extent = b * s * h * d;
+  switch (order) {
+    case 0: p.strides = {s * h * d, h * d, d, 1}; break;
+    case 1: p.strides = {h * s * d, d, s * d, 1}; break;
+    case 2:
+      p.strides = {s * h * d, -h * d, d, -1};
+      p.offset = (s - 1) * h * d + (d - 1);
+      break;
+    case 3: {
+      const int64_t w = 2 * d + 3;
+      p.strides = {s * h * w, h * w, w, 2};
+      extent = b * s * h * w;
+      break;
+    }
+    default:
+      p.strides = {-s * h * d, -h * d, -d, -1};
+      p.offset = extent - 1;
+      break;
+  }
+  if (extent == 0) p.offset = 0;  // an empty view: no element, any pointer
+  return p;
+}
+
+const char* order_name(int order) {
+  static const char* names[] = {"bshd", "bhsd", "seq,d reversed", "strided d", "all negative", "fused-qkv"};
+  return names[order];
+}
+
+// ---- One call: schedule, views, positions, angles, launch ----
+
+struct Call {
+  Schedule schedule;
+  DType dtype = DType::f32;
+  int64_t batch = 1, seq = 1, heads_q = 1, heads_k = 0, head_dim = 2;
+  int in_order = 0, out_order = 0;  // 5: q and k slices of one fused [b, s, hq + 2hk, d] buffer
+  bool q_in_place = true, k_in_place = true, copy_tail = true;
+  Direction direction = Direction::forward;
+  Positions::Kind kind = Positions::Kind::sequential;
+  int64_t offset = 0;
+  int position_streams = 1;
+  bool broadcast = false;  // per-token count = seq (one row for every batch row)
+  std::vector<int32_t> p32;
+  std::vector<int64_t> p64;
+  std::vector<float> pf32;
+  std::vector<double> pf64;
+  bool table = false;
+  int64_t table_first = 0, table_rows = 0;
+  bool default_shape = true;
+  LaunchShape shape;
+  bool special_values = false;  // inputs from zeros, infinities, NaN, subnormals, overflow edges
+
+  std::vector<int64_t> arena_sizes;
+  Placed q, k, q_out, k_out;
+
+  std::string describe() const {
+    std::string s = std::string(to_string(dtype)) + " " + std::string(to_string(schedule.layout())) +
+                    " blocks " + std::to_string(schedule.blocks) + " head_dim " + std::to_string(head_dim) +
+                    " rotary_dim " + std::to_string(schedule.rotary_dim) + " offset " +
+                    std::to_string(schedule.rotary_offset) + " streams " + std::to_string(schedule.streams) +
+                    "/" + std::to_string(position_streams) + " b " + std::to_string(batch) + " s " +
+                    std::to_string(seq) + " hq " + std::to_string(heads_q) + " hk " + std::to_string(heads_k) +
+                    " in " + order_name(in_order) + " out " + order_name(out_order) +
+                    (q_in_place ? " q in place" : " q out of place") +
+                    (k_in_place ? " k in place" : " k out of place") +
+                    (copy_tail ? "" : " no tail copy") +
+                    (direction == Direction::inverse ? " inverse" : " forward") +
+                    " positions kind " + std::to_string(static_cast<int>(kind)) + (broadcast ? " broadcast" : "") +
+                    (table ? " table first " + std::to_string(table_first) : " exact");
+    if (!default_shape) {
+      s += " launch " + std::to_string(shape.blocks) + "x" + std::to_string(shape.threads) +
+           (shape.shared_angles ? " shared" : " per-item angles");
+    }
+    return s;
+  }
+};
+
+// Lays out the views of `c` (in arenas numbered from 0) from its shapes and orders.
+void lay_out(Call& c) {
+  c.arena_sizes.clear();
+  auto own = [&](int order, int64_t heads) {
+    int64_t extent = 0;
+    const Placed p = place(order, static_cast<int>(c.arena_sizes.size()), c.batch, c.seq, heads, c.head_dim, extent);
+    c.arena_sizes.push_back(extent);
+    return p;
+  };
+  // q and k as slices of one fused QKV buffer [b, s, hq + 2 hk, d] (v never touched).
+  auto fused = [&](Placed& q, Placed& k) {
+    const int64_t total = c.heads_q + 2 * std::max<int64_t>(c.heads_k, 1);
+    const std::array<int64_t, 4> strides = {c.seq * total * c.head_dim, total * c.head_dim, c.head_dim, 1};
+    const int arena = static_cast<int>(c.arena_sizes.size());
+    c.arena_sizes.push_back(c.batch * c.seq * total * c.head_dim);
+    q = Placed{.arena = arena, .offset = 0, .shape = {c.batch, c.seq, c.heads_q, c.head_dim}, .strides = strides};
+    k = Placed{.arena = arena, .offset = c.heads_q * c.head_dim,
+               .shape = {c.batch, c.seq, c.heads_k, c.head_dim}, .strides = strides};
+  };
+  if (c.in_order == 5) {
+    fused(c.q, c.k);
+  } else {
+    c.q = own(c.in_order, c.heads_q);
+    c.k = c.heads_k > 0 ? own((c.in_order + 1) % 5, c.heads_k) : Placed{};
+  }
+  if (c.heads_k == 0) c.k = Placed{};
+  c.q_out = Placed{};
+  c.k_out = Placed{};
+  if (c.out_order == 5 && !c.q_in_place && !c.k_in_place && c.heads_k > 0) {
+    fused(c.q_out, c.k_out);
+    return;
+  }
+  if (!c.q_in_place) c.q_out = own(c.out_order == 5 ? 0 : c.out_order, c.heads_q);
+  if (!c.k_in_place && c.heads_k > 0) c.k_out = own(c.out_order == 5 ? 2 : (c.out_order + 3) % 5, c.heads_k);
+}
+
+constexpr float kSpecials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -3e-39f, 0x1p-126f,
+                               6.0e-8f, -5.9e-5f, 65504.0f, -65000.0f, 3.3e38f, -3.0e38f, 1.0f, -2.5f};
+
+// Arenas poisoned, the inputs' elements set to random normals (or special values).
+std::vector<Arena> make_arenas(const Call& c, uint64_t seed) {
+  std::vector<Arena> arenas;
+  for (int64_t n : c.arena_sizes) arenas.emplace_back(c.dtype, n);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (const Placed* v : {&c.q, &c.k}) {
+    if (v->arena < 0) continue;
+    Arena& arena = arenas[static_cast<size_t>(v->arena)];
+    for (int64_t b = 0; b < v->shape[0]; ++b)
+      for (int64_t s = 0; s < v->shape[1]; ++s)
+        for (int64_t h = 0; h < v->shape[2]; ++h)
+          for (int64_t d = 0; d < v->shape[3]; ++d) {
+            const float x = c.special_values ? kSpecials[rng() % std::size(kSpecials)] : normal(rng);
+            arena.set(v->element(b, s, h, d), x);
+          }
+  }
+  return arenas;
+}
+
+TensorView view_of(const Call& c, const Placed& p, std::vector<Arena>& arenas) {
+  if (p.arena < 0) return TensorView{};
+  return TensorView{.data = arenas[static_cast<size_t>(p.arena)].at(p.offset), .dtype = c.dtype, .shape = p.shape,
+                    .strides = p.strides};
+}
+
+Positions positions_of(const Call& c) {
+  const int streams = c.position_streams;
+  switch (c.kind) {
+    case Positions::Kind::per_token_i32: return Positions::per_token(std::span<const int32_t>(c.p32), streams);
+    case Positions::Kind::per_token_i64: return Positions::per_token(std::span<const int64_t>(c.p64), streams);
+    case Positions::Kind::per_token_f32: return Positions::per_token(std::span<const float>(c.pf32), streams);
+    case Positions::Kind::per_token_f64: return Positions::per_token(std::span<const double>(c.pf64), streams);
+    default: return Positions::sequential(c.offset);
+  }
+}
+
+ApplyArgs args_of(const Call& c, std::vector<Arena>& arenas, const Table* table) {
+  return ApplyArgs{.q = view_of(c, c.q, arenas), .k = view_of(c, c.k, arenas),
+                   .q_out = view_of(c, c.q_out, arenas), .k_out = view_of(c, c.k_out, arenas),
+                   .positions = positions_of(c), .direction = c.direction, .table = table,
+                   .copy_tail = c.copy_tail, .backend = Backend::reference};
+}
+
+// Every store of the emulated body, by address.
+struct CountingProbe {
+  static inline std::unordered_map<const void*, int>* counts = nullptr;
+  static void stored(const void* p) { ++(*counts)[p]; }
+};
+
+// Names an element of an arena by the views that hold it.
+std::string where(const Call& c, int arena, int64_t element) {
+  const std::pair<const Placed*, const char*> views[] = {
+      {&c.q, "q"}, {&c.k, "k"}, {&c.q_out, "q_out"}, {&c.k_out, "k_out"}};
+  for (const auto& [v, name] : views) {
+    if (v->arena != arena) continue;
+    for (int64_t b = 0; b < v->shape[0]; ++b)
+      for (int64_t s = 0; s < v->shape[1]; ++s)
+        for (int64_t h = 0; h < v->shape[2]; ++h)
+          for (int64_t d = 0; d < v->shape[3]; ++d)
+            if (v->element(b, s, h, d) == element) {
+              return std::string(name) + " batch " + std::to_string(b) + " token " + std::to_string(s) +
+                     " head " + std::to_string(h) + " channel " + std::to_string(d);
+            }
+  }
+  return "an element outside every view (guard or gap)";
+}
+
+// The first element of any arena (guards and gaps included) that differs from the reference,
+// named by the views that hold it; empty when none does. NaNs compare as NaN: which operand's
+// payload and sign a NaN result carries is up to the compiler's operand order (and a GPU makes
+// canonical NaNs); every other value bit for bit.
+std::string first_difference(const Call& c, std::vector<Arena>& got, std::vector<Arena>& want) {
+  const auto es = static_cast<size_t>(size_of(c.dtype));
+  for (size_t a = 0; a < want.size(); ++a) {
+    if (got[a].bytes == want[a].bytes) continue;
+    for (int64_t element = -kGuard; element < got[a].elements + kGuard; ++element) {
+      if (std::memcmp(got[a].at(element), want[a].at(element), es) == 0) continue;
+      if (std::isnan(got[a].get(element)) && std::isnan(want[a].get(element))) continue;
+      return "arena " + std::to_string(a) + " element " + std::to_string(element) + " (" +
+             where(c, static_cast<int>(a), element) + ") is " + std::to_string(got[a].get(element)) +
+             ", the reference has " + std::to_string(want[a].get(element));
+    }
+  }
+  return "";
+}
+
+// Runs `c` through the reference and the emulated grid; every byte of every arena must agree, and
+// the body must store each output element exactly once.
+void check_call(const Call& c, uint64_t seed) {
+  std::vector<Arena> want = make_arenas(c, seed);
+  std::vector<Arena> got = want;
+  std::optional<Table> table;
+  if (c.table) table.emplace(Table::range(c.schedule, c.table_first, c.table_rows));
+  const Table* t = table ? &*table : nullptr;
+  apply(c.schedule, args_of(c, want, t));
+
+  const ApplyArgs args = args_of(c, got, t);
+  validate(c.schedule, args);
+  const KernelArgs kernel = detail::make_kernel_args(c.schedule, args);
+  std::unordered_map<const void*, int> counts;
+  CountingProbe::counts = &counts;
+  detail::cuda::emulate<CountingProbe>(kernel, c.default_shape ? detail::cuda::launch_shape(kernel) : c.shape);
+
+  const std::string what = c.describe();
+  const std::string difference = first_difference(c, got, want);
+  ASSERT_TRUE(difference.empty()) << what << ": " << difference;
+  int64_t expected = 0;
+  const int64_t tail = c.head_dim - c.schedule.rotary_dim;
+  for (const auto& [heads, in_place] : {std::pair{c.heads_q, c.q_in_place}, std::pair{c.heads_k, c.k_in_place}}) {
+    expected += c.batch * c.seq * heads * (c.schedule.rotary_dim + (c.copy_tail && !in_place ? tail : 0));
+  }
+  ASSERT_EQ(static_cast<int64_t>(counts.size()), expected) << what << ": elements stored";
+  for (const auto& [address, n] : counts) ASSERT_EQ(n, 1) << what << ": an element stored " << n << " times";
+}
+
+// ---- Random calls ----
+
+template <class T>
+T pick(std::mt19937_64& rng, std::initializer_list<T> values) {
+  return *(values.begin() + static_cast<std::ptrdiff_t>(rng() % values.size()));
+}
+int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+// A hand-built descriptor (schedule.hpp): any layout, partial rotary at any offset, 1..4 streams
+// with a random pair -> stream map, frequencies including zeros and the largest allowed.
+Schedule random_schedule(std::mt19937_64& rng) {
+  Schedule s;
+  s.head_dim = pick<int64_t>(rng, {2, 4, 6, 8, 12, 16, 18, 34, 40, 64, 80, 96, 128, 160, 256});
+  const int layout = static_cast<int>(rng() % 3);
+  s.blocks = layout == 2 ? pick<int64_t>(rng, {2, 4}) : 1;
+  s.pairing = layout == 1 ? Pairing::interleaved : Pairing::half;
+  const int64_t unit = 2 * s.blocks;
+  if (s.head_dim < unit) s.blocks = 1;
+  const int64_t units = s.head_dim / (2 * s.blocks);
+  s.rotary_dim = rng() % 2 == 0 ? units * 2 * s.blocks : uniform(rng, 1, units) * 2 * s.blocks;
+  s.rotary_offset = rng() % 3 == 0 ? uniform(rng, 0, s.head_dim - s.rotary_dim) : 0;
+  s.inv_freq = default_inv_freq(pick<double>(rng, {10000.0, 500000.0, 1e6, 100.0}), s.rotary_dim);
+  if (rng() % 4 == 0) s.inv_freq.back() = 0.0;  // proportional RoPE's unturned pairs
+  if (rng() % 8 == 0) s.inv_freq.front() = max_inv_freq;
+  s.attention_factor = pick<double>(rng, {1.0, 1.0, 1.2079441541679836, 0.7});
+  if (rng() % 3 == 0) {
+    s.streams = static_cast<int>(uniform(rng, 2, 4));
+    s.pair_stream.resize(static_cast<size_t>(s.pairs()));
+    for (int& k : s.pair_stream) k = static_cast<int>(uniform(rng, 0, s.streams - 1));
+  }
+  validate(s);
+  return s;
+}
+
+// Positions: whole numbers anywhere in [0, 2^31) — the ends, powers of two and their neighbours,
+// random — or rows of the table; float kinds hold fractional positions (exact angles) or whole
+// ones (a table, placed below 2^24 for float32).
+void random_positions(Call& c, std::mt19937_64& rng) {
+  const int64_t limit = max_position_limit;
+  c.kind = pick(rng, {Positions::Kind::sequential, Positions::Kind::per_token_i32, Positions::Kind::per_token_i64,
+                      Positions::Kind::per_token_f32, Positions::Kind::per_token_f64});
+  if (c.table) {
+    c.table_rows = c.seq + uniform(rng, 0, 5);
+    const int64_t top = (c.kind == Positions::Kind::per_token_f32 ? int64_t{1} << 24 : limit) - c.table_rows;
+    c.table_first = pick<int64_t>(rng, {0, 1, 4095, top, uniform(rng, 0, top)});
+  }
+  if (c.kind == Positions::Kind::sequential) {
+    c.offset = c.table ? uniform(rng, c.table_first, c.table_first + c.table_rows - c.seq)
+                       : pick<int64_t>(rng, {0, 1, limit - c.seq, uniform(rng, 0, limit - c.seq)});
+    return;
+  }
+  c.position_streams = rng() % 2 == 0 ? 1 : c.schedule.streams;
+  c.broadcast = rng() % 4 == 0;
+  const int64_t n = (c.broadcast ? c.seq : c.batch * c.seq) * c.position_streams;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t p = 0;
+    if (c.table) {
+      p = c.table_first + uniform(rng, 0, c.table_rows - 1);
+    } else {
+      const int e = static_cast<int>(uniform(rng, 0, 30));
+      p = pick<int64_t>(rng, {0, 1, limit - 1, (int64_t{1} << e) - 1, int64_t{1} << e, (int64_t{1} << e) + 1,
+                              uniform(rng, 0, limit - 1), uniform(rng, 0, limit - 1)});
+    }
+    c.p32.push_back(static_cast<int32_t>(p));
+    c.p64.push_back(p);
+    // exact angles: the float just below p (fractional under 2^24), any float below 2^31 being a
+    // position; a table: p itself, a whole float below 2^24
+    c.pf32.push_back(c.table ? static_cast<float>(p) : std::nextafter(static_cast<float>(p), 0.0f));
+    c.pf64.push_back(c.table ? static_cast<double>(p) : std::min(static_cast<double>(p) + 0.375, limit - 0.5));
+  }
+}
+
+Call random_call(std::mt19937_64& rng, DType dtype) {
+  Call c;
+  c.schedule = random_schedule(rng);
+  c.dtype = dtype;
+  c.head_dim = c.schedule.head_dim;
+  c.batch = uniform(rng, 1, 3);
+  c.seq = uniform(rng, 1, 6);
+  c.heads_q = pick<int64_t>(rng, {1, 3, 5, 7, 2, 0});
+  c.heads_k = pick<int64_t>(rng, {0, 1, 2, 3});
+  if (c.heads_q == 0 && c.heads_k == 0) c.heads_k = 1;
+  c.in_order = static_cast<int>(uniform(rng, 0, 5));
+  c.out_order = static_cast<int>(uniform(rng, 0, 5));
+  c.q_in_place = rng() % 2 == 0;
+  c.k_in_place = rng() % 2 == 0;
+  c.copy_tail = rng() % 4 != 0;
+  c.direction = rng() % 2 == 0 ? Direction::forward : Direction::inverse;
+  c.table = rng() % 2 == 0;
+  random_positions(c, rng);
+  c.default_shape = rng() % 2 == 0;
+  if (!c.default_shape) {
+    const int64_t tokens = c.batch * c.seq;
+    c.shape.blocks = pick<int64_t>(rng, {1, 2, 3, tokens, tokens + 2});
+    c.shape.threads = pick(rng, {1, 7, 32, 33, 64, 256});
+    c.shape.shared_angles = rng() % 2 == 0;
+  }
+  lay_out(c);
+  return c;
+}
+
+// What a call exercises, for the sweep's coverage count.
+std::vector<std::string> features(const Call& c) {
+  std::vector<std::string> f = {std::string(to_string(c.dtype)), std::string(to_string(c.schedule.layout())),
+                                c.table ? "table" : "exact",
+                                c.direction == Direction::inverse ? "inverse" : "forward",
+                                "positions kind " + std::to_string(static_cast<int>(c.kind)),
+                                std::string("in ") + order_name(c.in_order),
+                                std::string("out ") + order_name(c.out_order)};
+  if (c.q_in_place || c.k_in_place) f.push_back("in place");
+  if (!c.q_in_place || (c.heads_k > 0 && !c.k_in_place)) f.push_back("out of place");
+  if (c.heads_k > 0) f.push_back("q and k");
+  if (c.heads_q == 0) f.push_back("q empty");
+  if (c.schedule.rotary_dim < c.head_dim) f.push_back(c.copy_tail ? "partial, tail copied" : "partial, no tail copy");
+  if (c.schedule.rotary_offset > 0) f.push_back("rotary_offset");
+  if (c.schedule.streams > 1) f.push_back(c.position_streams > 1 ? "streams" : "streams, one given");
+  if (c.broadcast) f.push_back("broadcast positions");
+  if (!c.default_shape && !c.shape.shared_angles) f.push_back("per-item angles");
+  if (!c.default_shape && c.shape.blocks < c.batch * c.seq) f.push_back("grid-stride tokens");
+  if (!c.default_shape && c.shape.threads % 32 != 0) f.push_back("odd block size");
+  return f;
+}
+
+// The sweep: random descriptors (every layout, partial rotary at any offset, 1-4 streams), every
+// dtype, q and k with odd head counts in every memory order (negative strides, fused-QKV slices,
+// gaps), in and out of place, both directions, table and exact angles, every position kind across
+// [0, 2^31), and launch shapes from one thread to more blocks than tokens.
+TEST(CudaEmulation, RandomCallsMatchTheReferenceBitForBit) {
+  std::mt19937_64 rng(2026);
+  constexpr int kCalls = 4000;
+  std::map<std::string, int> seen;
+  for (int i = 0; i < kCalls; ++i) {
+    const Call c = random_call(rng, pick(rng, {DType::f32, DType::f16, DType::bf16, DType::f64}));
+    check_call(c, static_cast<uint64_t>(i));
+    if (HasFatalFailure()) return;
+    for (const std::string& f : features(c)) ++seen[f];
+  }
+  // Every feature of the call came up often enough to count.
+  const char* expected[] = {"f32", "f16", "bf16", "f64", "half", "interleaved", "block_half", "table", "exact",
+                            "inverse", "forward", "positions kind 0", "positions kind 1", "positions kind 2",
+                            "positions kind 3", "positions kind 4", "in bshd", "in bhsd", "in seq,d reversed",
+                            "in strided d", "in all negative", "in fused-qkv", "out fused-qkv", "in place",
+                            "out of place", "q and k", "q empty", "partial, tail copied", "partial, no tail copy",
+                            "rotary_offset", "streams", "streams, one given", "broadcast positions",
+                            "per-item angles", "grid-stride tokens", "odd block size"};
+  for (const char* f : expected) EXPECT_GE(seen[f], 20) << f;
+  std::string summary;
+  for (const auto& [f, n] : seen) summary += f + " " + std::to_string(n) + ", ";
+  std::printf("%d calls: %s\n", kCalls, summary.c_str());
+}
+
+// Zeros, infinities, NaN, subnormals and values near each format's overflow: every value bit for bit,
+// NaN where the reference has NaN (the write count still catches a missed write over poison).
+TEST(CudaEmulation, SpecialValuesMatchTheReference) {
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    Call c = random_call(rng, pick(rng, {DType::f32, DType::f16, DType::bf16, DType::f64}));
+    c.special_values = true;
+    check_call(c, static_cast<uint64_t>(1000 + i));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Per-token positions, `streams` rows of batch * seq entries, drawn by `draw`.
+template <class Draw>
+void per_token_positions(Call& c, int streams, Draw draw) {
+  c.kind = Positions::Kind::per_token_i64;
+  c.position_streams = streams;
+  c.p64.clear();
+  for (int64_t i = 0; i < streams * c.batch * c.seq; ++i) c.p64.push_back(draw(i));
+}
+
+Call model_call(const Spec& spec, DType dtype, int64_t heads_q, int64_t heads_k) {
+  Call c;
+  c.schedule = make_schedule(spec);
+  c.dtype = dtype;
+  c.head_dim = spec.head_dim;
+  c.batch = 2;
+  c.seq = 3;
+  c.heads_q = heads_q;
+  c.heads_k = heads_k;
+  c.in_order = 5;  // q and k as slices of the model's fused QKV projection
+  return c;
+}
+
+// Shapes and settings of real models, with positions across the whole context.
+TEST(CudaEmulation, RealModelShapes) {
+  struct Model {
+    const char* name;
+    Spec spec;
+    int64_t heads_q, heads_k;
+  };
+  const Model models[] = {
+      // Llama-3.1-8B: 32 q heads, 8 kv heads, head_dim 128, llama3 scaling
+      {"Llama-3.1-8B", Spec{.head_dim = 128, .base = 500000, .schedule = ScheduleType::llama3, .factor = 8.0,
+                            .original_max_position = 8192, .low_freq_factor = 1.0, .high_freq_factor = 4.0},
+       32, 8},
+      // Qwen2-VL-7B: M-RoPE sections [16, 24, 24] over 64 pairs, 28 q heads, 4 kv heads
+      {"Qwen2-VL-7B", Spec{.head_dim = 128, .base = 1e6, .stream_layout = StreamLayout::sections,
+                           .sections = {16, 24, 24}},
+       28, 4},
+      // Qwen3-VL: interleaved M-RoPE sections [24, 20, 20]
+      {"Qwen3-VL", Spec{.head_dim = 128, .base = 5e6, .stream_layout = StreamLayout::interleaved_sections,
+                        .sections = {24, 20, 20}},
+       32, 8},
+      // GLM-4.1V: partial rotary (64 of 128), interleaved pairs, sections [8, 12, 12]
+      {"GLM-4.1V", Spec{.head_dim = 128, .rotary_dim = 64, .pairing = Pairing::interleaved,
+                        .stream_layout = StreamLayout::sections, .sections = {8, 12, 12}},
+       32, 2},
+      // nope-first (DeepSeek-V4's layout): the rotated 64 channels last in a 192-wide head
+      {"nope-first", Spec{.head_dim = 192, .rotary_dim = 64, .pairing = Pairing::interleaved, .rotary_offset = 128},
+       16, 1},
+      // Gemma 4's vision tower layout: block_half(2), one block per image axis, base 100
+      {"block_half(2) axial", Spec{.head_dim = 64, .base = 100, .blocks = 2, .stream_layout = StreamLayout::axial,
+                                   .sections = {16, 16}},
+       12, 12},
+      // YaRN (factor 4, as Qwen2.5 long context), attention factor != 1
+      {"YaRN x4", Spec{.head_dim = 128, .base = 1e6, .schedule = ScheduleType::yarn, .factor = 4.0,
+                       .original_max_position = 32768},
+       28, 4},
+  };
+  std::mt19937_64 rng(11);
+  for (const Model& m : models) {
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      for (bool table : {false, true}) {
+        for (Direction direction : {Direction::forward, Direction::inverse}) {
+          Call c = model_call(m.spec, dtype, m.heads_q, m.heads_k);
+          c.direction = direction;
+          c.q_in_place = c.k_in_place = direction == Direction::forward;
+          c.out_order = 5;
+          c.table = table;
+          const int streams = c.schedule.streams;
+          if (table) {
+            c.table_first = max_position_limit - 64;  // the last rows of the context
+            c.table_rows = 64;
+            per_token_positions(c, streams, [&](int64_t) { return c.table_first + uniform(rng, 0, 63); });
+          } else {
+            per_token_positions(c, streams, [&](int64_t i) {
+              return pick<int64_t>(rng, {0, 1, 8191, 8192, 131072, 1 << 20, max_position_limit - 1,
+                                         uniform(rng, 0, max_position_limit - 1), i});
+            });
+          }
+          lay_out(c);
+          SCOPED_TRACE(m.name);
+          check_call(c, rng());
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Exact angles at positions where float32 angles break down: the ends of the range, powers of two
+// and their neighbours, and the positions whose angle falls closest to a multiple of π/2.
+TEST(CudaEmulation, ExactAnglesAcrossTheWholePositionRange) {
+  Call c = model_call(Spec{.head_dim = 128, .base = 500000}, DType::f32, 3, 1);
+  std::vector<int64_t> positions = {0, 1, 2, 131071, 131072, max_position_limit - 2, max_position_limit - 1};
+  for (int e = 3; e <= 30; e += 3) {
+    for (int64_t d : {-1, 0, 1}) positions.push_back((int64_t{1} << e) + d);
+  }
+  for (double f : {c.schedule.inv_freq[0], c.schedule.inv_freq[1], c.schedule.inv_freq[40]}) {
+    for (int64_t p : test::near_quarter_turns(f, max_position_limit)) positions.push_back(p);
+  }
+  c.batch = 1;
+  c.seq = static_cast<int64_t>(positions.size());
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    c.dtype = dtype;
+    per_token_positions(c, 1, [&](int64_t i) { return positions[static_cast<size_t>(i)]; });
+    lay_out(c);
+    check_call(c, 5);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The grid is an implementation detail: any block size (not a warp multiple, one thread), any grid
+// (one block for every token, fewer blocks than tokens, more), angles shared or per item, give the
+// same bytes.
+TEST(CudaEmulation, EveryLaunchShapeGivesTheSameBytes) {
+  std::mt19937_64 rng(3);
+  Call c = random_call(rng, DType::bf16);
+  c.schedule = make_schedule(Spec{.head_dim = 96, .rotary_dim = 64, .pairing = Pairing::interleaved,
+                                  .rotary_offset = 16, .stream_layout = StreamLayout::sections,
+                                  .sections = {10, 11, 11}});
+  c.head_dim = 96;
+  c.batch = 2;
+  c.seq = 5;
+  c.heads_q = 3;
+  c.heads_k = 1;
+  c.q_in_place = false;
+  c.k_in_place = true;
+  c.copy_tail = true;
+  c.table = false;
+  per_token_positions(c, 3, [&](int64_t) { return uniform(rng, 0, max_position_limit - 1); });
+  lay_out(c);
+  c.default_shape = false;
+  int shapes = 0;
+  for (int threads : {1, 2, 31, 32, 64, 256}) {
+    for (int64_t blocks : {int64_t{1}, int64_t{3}, c.batch * c.seq, 2 * c.batch * c.seq}) {
+      for (bool shared : {false, true}) {
+        c.shape = LaunchShape{.blocks = blocks, .threads = threads, .shared_angles = shared};
+        check_call(c, 77);
+        if (HasFatalFailure()) return;
+        ++shapes;
+      }
+    }
+  }
+  EXPECT_EQ(shapes, 6 * 4 * 2);
+}
+
+// Per-token positions live in device memory, where the host cannot check them: a kernel skips a
+// token whose position it cannot use (nothing of it read or written), sets its bit in the error
+// word, and rotates every other token as the reference does.
+TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
+  struct Bad {
+    bool table;
+    Positions::Kind kind;
+    double value;
+    uint32_t bit;
+  };
+  const double limit = static_cast<double>(max_position_limit);
+  const Bad cases[] = {
+      {false, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
+      {false, Positions::Kind::per_token_i64, limit, detail::kPositionOutOfRange},
+      {false, Positions::Kind::per_token_i32, -2147483648.0, detail::kPositionOutOfRange},
+      {false, Positions::Kind::per_token_f64, NAN, detail::kPositionOutOfRange},
+      {false, Positions::Kind::per_token_f32, -0.5, detail::kPositionOutOfRange},
+      {true, Positions::Kind::per_token_i64, 999, detail::kPositionNotInTable},   // below the rows
+      {true, Positions::Kind::per_token_i64, 1008, detail::kPositionNotInTable},  // past the rows
+      {true, Positions::Kind::per_token_f64, 1001.5, detail::kPositionNotInTable},
+      {true, Positions::Kind::per_token_i64, -5, detail::kPositionOutOfRange},
+  };
+  for (const Bad& bad : cases) {
+    for (int stream : {0, 2}) {  // the bad entry in the first stream, or only in the last
+      Call c = model_call(Spec{.head_dim = 64, .rotary_dim = 48, .stream_layout = StreamLayout::sections,
+                               .sections = {8, 8, 8}},
+                          DType::f32, 3, 1);
+      c.q_in_place = false;  // q out of place (skipped: poison stays), k in place (input stays)
+      c.table = bad.table;
+      c.table_first = 1000;
+      c.table_rows = 8;
+      c.kind = bad.kind;
+      c.position_streams = 3;
+      const int64_t n = 3 * c.batch * c.seq;
+      for (int64_t i = 0; i < n; ++i) {
+        c.p32.push_back(static_cast<int32_t>(1000 + i % 8));
+        c.p64.push_back(1000 + i % 8);
+        c.pf32.push_back(static_cast<float>(1000 + i % 8));
+        c.pf64.push_back(static_cast<double>(1000 + i % 8));
+      }
+      lay_out(c);
+      const int64_t token = 4;  // batch 1, seq position 1
+      std::vector<Arena> start = make_arenas(c, 9);
+      std::vector<Arena> want = start;
+      std::vector<Arena> got = start;
+      std::optional<Table> table;
+      if (c.table) table.emplace(Table::range(c.schedule, c.table_first, c.table_rows));
+      apply(c.schedule, args_of(c, want, table ? &*table : nullptr));  // every position usable
+      const size_t at = static_cast<size_t>(stream * c.batch * c.seq + token);
+      c.p32[at] = static_cast<int32_t>(bad.value);
+      c.p64[at] = static_cast<int64_t>(bad.value);
+      c.pf32[at] = static_cast<float>(bad.value);
+      c.pf64[at] = bad.value;
+      KernelArgs kernel = detail::make_kernel_args(c.schedule, args_of(c, got, table ? &*table : nullptr));
+      uint32_t error = 0;
+      kernel.error = &error;
+      detail::cuda::emulate(kernel, detail::cuda::launch_shape(kernel));
+      EXPECT_EQ(error, bad.bit) << "position " << bad.value << " in stream " << stream;
+      // The skipped token's outputs keep what they held before the call.
+      for (const Placed* out : {&c.q_out, &c.k}) {
+        const int64_t b = token / c.seq, s = token % c.seq;
+        for (int64_t h = 0; h < out->shape[2]; ++h) {
+          for (int64_t d = 0; d < c.head_dim; ++d) {
+            const int64_t e = out->element(b, s, h, d);
+            const auto es = static_cast<size_t>(size_of(c.dtype));
+            std::memcpy(want[static_cast<size_t>(out->arena)].at(e), start[static_cast<size_t>(out->arena)].at(e), es);
+          }
+        }
+      }
+      const std::string difference = first_difference(c, got, want);
+      ASSERT_TRUE(difference.empty()) << "position " << bad.value << " in stream " << stream << ": " << difference;
+    }
+  }
+}
+
+// The descriptor's channels as KernelArgs spells them: Schedule::channels for every pair of every
+// layout, offset and width.
+TEST(KernelArgs, ChannelsAreTheSchedules) {
+  int checked = 0;
+  for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+    for (int64_t blocks : {1, 2, 4}) {
+      if (blocks > 1 && pairing == Pairing::interleaved) continue;
+      for (int64_t d : {8, 24, 64, 72, 128, 256}) {
+        for (int64_t r = 2 * blocks; r <= d; r += 2 * blocks) {
+          for (int64_t offset : {int64_t{0}, (d - r) / 2, d - r}) {
+            Schedule s{.head_dim = d, .rotary_dim = r, .pairing = pairing, .inv_freq = default_inv_freq(10000, r),
+                       .rotary_offset = offset, .blocks = blocks};
+            std::vector<float> q(static_cast<size_t>(d));
+            const ApplyArgs args{.q = TensorView::bshd(q.data(), DType::f32, 1, 1, 1, d)};
+            validate(s, args);
+            const KernelArgs k = detail::make_kernel_args(s, args);
+            for (int64_t j = 0; j < s.pairs(); ++j) {
+              const int64_t a = k.rotary_offset + (j / k.block_pairs) * k.block_width +
+                                (j % k.block_pairs) * k.pair_step;
+              ASSERT_EQ(std::pair(a, a + k.partner), s.channels(j))
+                  << to_string(s.layout()) << " blocks " << blocks << " d " << d << " r " << r << " offset "
+                  << offset << " pair " << j;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+}
+
+TEST(KernelArgs, TablesMustBeOneContiguousRange) {
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  const std::vector<int64_t> contiguous = {5, 6, 7};
+  const detail::TableRange r = detail::table_range(Table::at(s, contiguous));
+  EXPECT_EQ(r.first, 5);
+  EXPECT_EQ(r.rows, 3);
+  const detail::TableRange range = detail::table_range(Table::range(s, 100, 10));
+  EXPECT_EQ(range.first, 100);
+  EXPECT_EQ(range.rows, 10);
+  const std::vector<int64_t> gap = {5, 7};
+  EXPECT_ROTARY_ERROR(detail::table_range(Table::at(s, gap)),
+                      "table positions are not one contiguous range: row 1 holds position 7 after position 5");
+  const std::vector<int64_t> repeated = {5, 5};
+  EXPECT_ROTARY_ERROR(detail::table_range(Table::at(s, repeated)), "row 1 holds position 5 after position 5");
+}
+
+TEST(KernelArgs, CallerAnglesAreNotAKernelSourceYet) {
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  std::vector<float> q(8), cs(8);
+  const CallerAngles angles{.cos = cs.data(), .sin = cs.data(), .shape = {1, 1, 8}, .cos_strides = {8, 8, 1},
+                            .sin_strides = {8, 8, 1}};
+  const ApplyArgs args{.q = TensorView::bshd(q.data(), DType::f32, 1, 1, 1, 8), .angles = &angles};
+  validate(s, args);
+  EXPECT_ROTARY_ERROR(detail::make_kernel_args(s, args), "angles (the caller's cos/sin) are not supported");
+}
+
+#if ROTARY_TEST_CUDA_API
+// The CUDA API's own checks, all made on the host before any CUDA call (this test makes none: the
+// pointers below are never dereferenced, as no call gets past its checks).
+TEST(CudaApi, ErrorsNameTheArgumentBeforeAnyCudaCall) {
+  const Schedule s = make_schedule(Spec{.head_dim = 128});
+  auto* device = reinterpret_cast<void*>(uintptr_t{0x7f0000000000});  // never dereferenced
+  const TensorView q = TensorView::bshd(device, DType::bf16, 2, 3, 4, 128);
+  const Table host_table = Table::range(s, 0, 8);
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .table = &host_table}, nullptr),
+                      "table is a host Table: give its cuda::DeviceTable in Options::table");
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = TensorView::bshd(device, DType::bf16, 2, 3, 4, 64)}, nullptr),
+                      "q.head_dim=64 differs from the schedule's head_dim=128");
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::sequential(max_position_limit - 2)}, nullptr),
+                      "offset=2147483646 with seq=3 must keep positions in [0, 2^31)");
+  // Per-token positions in device memory: their count and streams are checked, never their values.
+  const auto* positions = static_cast<const int32_t*>(device);
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::per_token(std::span(positions, 5))}, nullptr),
+                      "positions has 5 entries but batch*seq=6");
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::per_token(std::span(positions, 6), 2)}, nullptr),
+                      "positions has 2 streams but the schedule reads 1");
+  Schedule wide = s;
+  wide.head_dim = wide.rotary_dim = 2 * (cuda::max_pairs + 1);
+  wide.inv_freq = default_inv_freq(10000, wide.rotary_dim);
+  const TensorView q_wide = TensorView::bshd(device, DType::f32, 1, 3, 1, wide.head_dim);
+  const ApplyArgs wide_args{.q = q_wide, .positions = Positions::per_token(std::span(positions, 3))};
+  EXPECT_ROTARY_ERROR(cuda::apply(wide, wide_args, nullptr),
+                      "rotary_dim=4098 has more than cuda::max_pairs=2048 pairs");
+  const std::vector<int64_t> gap = {0, 2};
+  EXPECT_ROTARY_ERROR(cuda::DeviceTable(Table::at(s, gap)), "table positions are not one contiguous range");
+}
+#endif
+
+}  // namespace
+}  // namespace rotary
