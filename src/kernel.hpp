@@ -73,8 +73,8 @@ struct DoubleRow {
 /// stream (plan.positions), each pair's stream (schedule pair_stream), then its value from the
 /// Table, the caller's cos/sin, or exact on-the-fly angles. `vectorised` picks how on-the-fly
 /// angles are evaluated: the Highway row (CPU) or rotary::exact_cos_sin pair by pair (reference);
-/// both round the same exact values (cpu.hpp: they agree except within ~2 double ulps of a float
-/// rounding boundary). Rows may point into the Table (single stream, forward) or into scratch.
+/// both compute the same exact values bit for bit (src/math/exact_angle.hpp) and round them once.
+/// Rows may point into the Table (single stream, forward) or into scratch.
 FloatRow float_angle_row(const Plan& plan, int64_t token, int64_t t, const AngleScratch& scratch,
                          bool vectorised);
 DoubleRow double_angle_row(const Plan& plan, int64_t token, int64_t t, const AngleScratch& scratch,

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "cpu/cpu.hpp"
 #include "kernel.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
@@ -73,12 +74,10 @@ void fill_row(const Schedule& schedule, int64_t position, float* cos_out, float*
     }
     return;
   }
-  for (int64_t i = 0; i < pairs; ++i) {
-    const CosSin cs = exact_cos_sin(position, schedule.inv_freq[static_cast<size_t>(i)]);
-    // One rounding to float: the double product carries ~2^-52 relative error.
-    cos_out[i] = static_cast<float>(cs.cos * factor);
-    sin_out[i] = static_cast<float>(cs.sin * factor);
-  }
+  // The vectorised exact row apply computes on the fly: the same bits as exact_cos_sin pair by pair
+  // times factor, rounded once to float (test_exact_angle), about 20 times faster.
+  detail::cos_sin_row_f32(static_cast<double>(position), nullptr, schedule.inv_freq.data(), pairs, factor, 1.0f,
+                          cos_out, sin_out);
 }
 
 }  // namespace

@@ -6,10 +6,9 @@
 // (detail::rotate_minus: the larger product fused, the smaller rounded), lane by lane or in
 // scalar tails, with an exactly emulated fma where the target has none; so with a Table the CPU
 // kernels are byte-identical to the reference on every target. On the fly, the vectorised cos/sin
-// (within ~2 double ulps) round to the reference's float angle except within that distance of a
-// rounding boundary (OnTheFlyFloatAnglesAreTheTableValues counts them); both results are then within
-// the contract of the exact rotation, so they differ by at most two contract units,
-// 2^-22 g (|a| + |b|) per pair. f16/bf16 are the f32 result rounded once.
+// are the scalar exact angles bit for bit (OnTheFlyFloatAnglesAreTheScalarExactAngles), so the
+// kernels are byte-identical there too; the bounds below allow two contract units,
+// 2^-22 g (|a| + |b|) per pair, as before. f16/bf16 are the f32 result rounded once.
 #include <hwy/tests/hwy_gtest.h>
 
 #include <bit>
@@ -22,6 +21,7 @@
 
 #include "cpu/cpu.hpp"
 #include "half.hpp"
+#include "rotary/angle.hpp"
 #include "rotary/apply.hpp"
 #include "support/oracle.hpp"
 
@@ -361,10 +361,10 @@ TEST_P(CpuKernels, SpecialValuesMatchTheReference) {
   }
 }
 
-// On-the-fly float angles (vectorised cos/sin in double, rounded once) against the Table's values
-// (libm-based exact_cos_sin, rounded once): always within one float ulp, and equal in all but at
-// most one value in a million (they differ only within ~2 double ulps of a float rounding boundary).
-TEST_P(CpuKernels, OnTheFlyFloatAnglesAreTheTableValues) {
+// On-the-fly float angles (the vectorised row a Table is also filled with) against the scalar exact
+// angle the reference uses (exact_cos_sin, src/math/exact_angle.hpp: CosSinLanes's operations one
+// for one), times the factor and rounded once: the same bits for every value, on every target.
+TEST_P(CpuKernels, OnTheFlyFloatAnglesAreTheScalarExactAngles) {
   int64_t values = 0, differing = 0;
   for (const Spec& spec : {Spec{.head_dim = 128, .base = 500000}, Spec{.head_dim = 100, .base = 1e6,
                            .schedule = ScheduleType::yarn, .factor = 8.0, .original_max_position = 4096}}) {
@@ -377,25 +377,27 @@ TEST_P(CpuKernels, OnTheFlyFloatAnglesAreTheTableValues) {
     const int64_t h = s.pairs();
     std::vector<float> c(static_cast<size_t>(h)), sn(static_cast<size_t>(h)), tc(c), ts(c);
     for (int64_t p : positions) {
+      table_row(s, p, tc.data(), ts.data());
       for (float sign : {1.0f, -1.0f}) {
         detail::cos_sin_row_f32(static_cast<double>(p), nullptr, s.inv_freq.data(), h, s.attention_factor, sign, c.data(), sn.data());
-        table_row(s, p, tc.data(), ts.data());
         for (int64_t i = 0; i < h; ++i) {
           const size_t u = static_cast<size_t>(i);
-          const float want_s = sign * ts[u];
-          for (auto [got, want] : {std::pair{c[u], tc[u]}, std::pair{sn[u], want_s}}) {
-            ASSERT_LE(std::fabs(got - want), std::nextafter(std::fabs(want), INFINITY) - std::fabs(want))
-                << "position " << p << " pair " << i;
-            differing += got != want;
+          const CosSin e = exact_cos_sin(p, s.inv_freq[u]);
+          const float want_c = static_cast<float>(e.cos * s.attention_factor);
+          const float want_s = sign * static_cast<float>(e.sin * s.attention_factor);
+          for (auto [got, want] : {std::pair{c[u], want_c}, std::pair{sn[u], want_s}, std::pair{tc[u], want_c},
+                                   std::pair{sign * ts[u], want_s}}) {
+            if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want)) {
+              ADD_FAILURE() << "position " << p << " pair " << i << ": " << got << " vs " << want;
+              if (++differing > 10) return;
+            }
             ++values;
           }
         }
       }
     }
   }
-  std::printf("on-the-fly float angles differing from the table: %lld of %lld\n",
-              static_cast<long long>(differing), static_cast<long long>(values));
-  EXPECT_LE(differing, values / 1000000);
+  EXPECT_EQ(differing, 0) << "of " << values;
 }
 
 TEST_P(CpuKernels, VectorisedAnglesMatchMpfr) {

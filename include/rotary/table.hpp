@@ -19,6 +19,9 @@ namespace rotary {
 ///               correctly rounded: within 2 ulps of transformers' forward (torch's float32 cos
 ///               and sin are within 1 ulp of these, then both sides multiply by fl32(g)). Off the
 ///               exact angle by up to ~1e-2 rad near p = 2^20.
+/// Table values are the same bits on every machine, compiler, C library and CPU target, and equal
+/// the float rows apply computes on the fly (NaNs compare as NaN): the exact angles come from the
+/// project's own double-double reduction and polynomials (src/math/exact_angle.hpp), not libm.
 enum class AngleMode { exact, hf_float32 };
 
 /// The largest Table: 8 * rows * pairs bytes (cos and sin, float32) must not exceed this, 64 GiB
