@@ -29,7 +29,7 @@ build: deps
 
 build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DROTARY_SANITIZE=ON \
-	  -DROTARY_BUILD_TOOLS=ON -DROTARY_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+	  -DROTARY_BUILD_TOOLS=ON -DROTARY_BUILD_PYTHON=OFF -DROTARY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 
 run: build python-install
