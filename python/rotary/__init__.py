@@ -435,7 +435,7 @@ class Rope:
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
               inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
               cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
-              cos_sin_columns: Optional[str] = None) -> Any:
+              cos_sin_columns: Optional[str] = None, out: Any = None) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
 
         Parameters
@@ -484,11 +484,17 @@ class Rope:
             ``"halves"`` (width rotary_dim, ``rotate_half`` form, column j) or ``"repeated"`` (width
             rotary_dim, ``repeat_interleave`` form, column 2j); default ``"pairs"`` for width
             rotary_dim/2, else ``"halves"``.
+        out : numpy.ndarray or torch.Tensor, or a tuple of two, optional
+            Where to write the results out of place: ``q_out``, or ``(q_out, k_out)`` when k is
+            given, each shaped and typed like its input (any strides) and sharing no memory with
+            the inputs. Reusing outputs saves a fresh allocation per call, whose first touch
+            costs a page fault per 4 KiB (a large share of a big out-of-place call from Python).
 
         Returns
         -------
         numpy.ndarray or torch.Tensor, or a tuple of two
-            The rotated q, or ``(q, k)``: new arrays, or q and k themselves with ``inplace=True``.
+            The rotated q, or ``(q, k)``: new arrays, ``out``, or q and k themselves with
+            ``inplace=True``.
 
         Raises
         ------
@@ -508,10 +514,11 @@ class Rope:
         and ``torch.compile`` use ``rotary.torch.apply_rope``.
         """
         return self._apply(q, k, positions, offset, layout, inplace, inverse, angles, threads, cos, sin,
-                           cos_sin_cache, cos_sin_columns)
+                           cos_sin_cache, cos_sin_columns, out)
 
     def _apply(self, q: Any, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, inverse: Any,
-               angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any) -> Any:
+               angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any,
+               out: Any = None) -> Any:
         """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
         cost is mostly this layer's and the extension's argument handling)."""
         torch_tensor = _torch_tensor_type()
@@ -532,8 +539,11 @@ class Rope:
             self._check_packed(q, k, layout)
             positions = self._packed_positions(positions)
         pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
-        q_out = None if inplace else _empty_like(q)
-        k_out = None if (inplace or k is None) else _empty_like(k)
+        if out is not None:
+            q_out, k_out = self._outputs(out, q, k, inplace)
+        else:
+            q_out = None if inplace else _empty_like(q)
+            k_out = None if (inplace or k is None) else _empty_like(k)
         if self.rotates_backward:  # the model's code turns pairs by -angle (NanoChat)
             inverse = not _bool_arg(inverse, "inverse")
         if packed:  # one batch row of bshd views
@@ -547,6 +557,23 @@ class Rope:
         if k is None:
             return rq
         return rq, (k if inplace else k_out)
+
+    @staticmethod
+    def _outputs(out: Any, q: Any, k: Any, inplace: bool) -> tuple:
+        """apply's ``out`` as (q_out, k_out), checked for kind and count (shapes, dtypes, strides and
+        overlaps are the library's to check, before anything is written)."""
+        if inplace:
+            raise ValueError("out is given with inplace=True (in place writes q and k themselves)")
+        outs = out if isinstance(out, tuple) else (out,)
+        want = 1 if k is None else 2
+        if len(outs) != want:
+            raise ValueError(f"out must be {'q_out' if k is None else 'a tuple (q_out, k_out)'}, got "
+                             f"{len(outs)} output{'s' if len(outs) != 1 else ''}")
+        for name, o in zip(("q_out", "k_out"), outs):
+            _check_tensor(o, f"out ({name})")
+            if isinstance(o, np.ndarray) != isinstance(q, np.ndarray):
+                raise TypeError(f"out ({name}) must be the same kind as q ({type(q).__name__}), got {type(o).__name__}")
+        return outs[0], (outs[1] if k is not None else None)
 
     @staticmethod
     def _check_packed(q: Any, k: Any, layout: Any) -> None:

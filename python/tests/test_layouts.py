@@ -177,3 +177,46 @@ def test_caller_angle_errors_name_cos_and_sin():
     with pytest.raises(ValueError) as info:
         rope.apply(q, cos=torch.ones(1, 3, 5), sin=torch.ones(1, 3, 5))
     assert "angles" not in str(info.value)  # the caller passed no argument of that name
+
+
+# ---- out=: outputs the caller keeps ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_out_receives_the_rotation_and_is_returned(kind):
+    rope = Rope(32, base=5e5, pairing="interleaved")
+    g = torch.Generator().manual_seed(9)
+    q, k = torch.randn(2, 5, 4, 32, generator=g), torch.randn(2, 5, 2, 32, generator=g)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [9, 99, 999, 9999, 2 ** 31 - 1]])
+    if kind == "numpy":
+        q, k, positions = q.numpy(), k.numpy(), positions.numpy()
+    want_q, want_k = rope.apply(q, k, positions=positions)
+    new = np.empty_like if kind == "numpy" else torch.empty_like
+    q_out, k_out = new(q), new(k)
+    for _ in range(2):  # reused
+        got = rope.apply(q, k, positions=positions, out=(q_out, k_out))
+        assert got[0] is q_out and got[1] is k_out
+        assert np.array_equal(np.asarray(q_out), np.asarray(want_q)) and np.array_equal(np.asarray(k_out), np.asarray(want_k))
+    # a strided output (a view into a bigger buffer) and q alone
+    big = new(np.zeros((2, 5, 8, 32), dtype=np.float32)) if kind == "numpy" else torch.empty(2, 5, 8, 32)
+    view = big[:, :, ::2]
+    assert rope.apply(q, positions=positions, out=view) is view
+    assert np.array_equal(np.asarray(view), np.asarray(want_q))
+
+
+def test_out_errors_name_it_and_write_nothing():
+    rope = Rope(16)
+    q, k = torch.randn(1, 3, 2, 16), torch.randn(1, 3, 1, 16)
+    q_out = torch.full_like(q, 7.0)
+    cases = [
+        (dict(out=q_out), ValueError, r"out must be a tuple \(q_out, k_out\), got 1 output"),
+        (dict(out=(q_out, torch.full((1, 3, 2, 16), 7.0))), ValueError, r"k_out shape \[1, 3, 2, 16\] differs from k shape"),
+        (dict(out=(q_out, torch.full_like(k, 7.0, dtype=torch.float64))), ValueError, "k_out"),
+        (dict(out=(q_out, q[:, :, :1])), ValueError, "k_out overlaps input q"),
+        (dict(out=(q_out, torch.full_like(k, 7.0)), inplace=True), ValueError, "out is given with inplace=True"),
+        (dict(out=(q_out.numpy(), k.numpy())), TypeError, r"out \(q_out\) must be the same kind as q"),
+        (dict(out=(q_out, [1.0])), TypeError, r"out \(k_out\) must be a numpy.ndarray or torch.Tensor"),
+    ]
+    for kwargs, kind, needle in cases:
+        with pytest.raises(kind, match=needle):
+            rope.apply(q, k, **kwargs)
+        assert torch.all(q_out == 7.0), kwargs  # nothing written before the error
