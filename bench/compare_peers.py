@@ -131,6 +131,7 @@ def main(argv=None):
                     "copy": lambda: dst.copy_(q),
                     "rotary": lambda: rope.apply(q, offset=first, threads=threads),
                     "rotary in place": lambda: rope.apply(work, offset=first, threads=threads, inplace=True),
+                    "rotary out=": lambda: rope.apply(q, offset=first, threads=threads, out=dst),
                     "hf eager": lambda: hf_rope(q, cos, sin),
                 }
                 if compiled is not None:
