@@ -1181,6 +1181,21 @@ std::vector<std::string> layer_types(std::string_view json_text) {
   return names_of(rope_types(config, out.model_type));
 }
 
+ContextLength context_length(const Spec& spec, int64_t max_position_embeddings) {
+  if (spec.schedule == ScheduleType::monotone) return {spec.max_length.value_or(0), "max_length"};
+  const int64_t original = spec.original_length();
+  const int64_t stated = std::max(max_position_embeddings, spec.max_position.value_or(0));
+  const bool stretches = spec.schedule == ScheduleType::yarn || spec.schedule == ScheduleType::llama3;
+  if (stretches && spec.factor && *spec.factor > 1 && original > 0 && stated <= original) {
+    constexpr double longest = 0x1p62;  // far beyond max_position_limit, and an exact int64
+    const double length = std::min(std::floor(*spec.factor * static_cast<double>(original)), longest);
+    return {static_cast<int64_t>(length), fmt::format("factor {} x original length {}", *spec.factor, original)};
+  }
+  const int64_t length = std::max(stated, original);
+  if (length == max_position_embeddings) return {length, "max_position_embeddings"};
+  return {length, length == spec.max_position ? "max_position" : "original length"};
+}
+
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
   for (const auto& preset : detail::presets()) names.emplace_back(preset.name);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include "cli.hpp"
 #include "parse.hpp"
+#include "rotary/doctor.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
@@ -392,6 +394,76 @@ TEST(Cli, JsonNeverPrintsInfOrNan) {
                       "cos at position 0 pair 1=inf is not finite; --json prints only finite numbers");
   EXPECT_ROTARY_ERROR(cli::require_finite_for_json(std::nan(""), "median_ns"), "median_ns=nan is not finite");
   EXPECT_NO_THROW(cli::require_finite_for_json(3.4e38, "cos"));
+}
+
+// doctor --json: the report of rotary::doctor for the config, as its fields say (the contract:
+// context, float32_drift.{threshold_rad, first_position, max_rad_at_context}, wrap_distance, hazards).
+TEST(Cli, DoctorJsonIsTheLibrarysReport) {
+  TempDir dir;
+  const std::string config = dir.write("llama.json", preset_config("llama-3.1-8b"));
+  const ModelRope model = read_hf_config_file(config);
+  for (const std::optional<int64_t> context : {std::optional<int64_t>(), std::optional<int64_t>(70000)}) {
+    std::vector<std::string> args = {"doctor", "--config", config, "--json"};
+    if (context) args.insert(args.end(), {"--context", std::to_string(*context)});
+    const Result r = run(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const DoctorReport want = doctor(model, context);
+    EXPECT_EQ(r.out, to_json(want) + "\n");
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["context"], context.value_or(131072));  // default: max_position_embeddings
+    EXPECT_EQ(j["float32_drift"]["threshold_rad"].get<double>(), 1e-3);
+    EXPECT_EQ(j["float32_drift"]["first_position"], *want.float32_drift.first_position);
+    EXPECT_EQ(j["float32_drift"]["max_rad_at_context"].get<double>(), want.float32_drift.max_rad_at_context);
+    EXPECT_EQ(j["wrap_distance"].size(), 64u);
+    ASSERT_FALSE(j["hazards"].empty());
+    for (const auto& h : j["hazards"]) {
+      EXPECT_TRUE(h["kind"].is_string() && h["position"].is_number_integer() && h["detail"].is_string()) << h;
+    }
+  }
+  // Without --json, the report for a reader; --preset and spec options work as for info.
+  const Result text = run({"doctor", "--config", config});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_EQ(text.out, to_text(doctor(model)));
+  EXPECT_EQ(text.out.find("rotary doctor: schedule llama3, 64 pairs, context 131072 (max_position_embeddings)\n"), 0u);
+  EXPECT_NE(text.out.find("\nfloat32_drift at "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\nllama3_bands at 8192: "), std::string::npos) << text.out;
+  EXPECT_EQ(run({"doctor", "--preset", "llama-3.1-8b"}).out, text.out);
+  const Result spec = run({"doctor", "--head-dim", "64", "--schedule", "monotone", "--max-length", "4096"});
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  EXPECT_NE(spec.out.find("context 4096 (max_length)"), std::string::npos) << spec.out;
+}
+
+// --layer-type picks one RoPE of a model whose layer types differ (Gemma 3: its sliding layers run
+// the default schedule at base 10000, its full layers linear at 1e6).
+TEST(Cli, DoctorTakesTheLayerType) {
+  TempDir dir;
+  const std::string config = dir.write("gemma.json", preset_config("gemma-3-4b-it"));
+  const Result full = run({"doctor", "--config", config, "--json", "--context", "5000"});
+  const Result sliding = run({"doctor", "--config", config, "--layer-type", "sliding_attention", "--json",
+                              "--context", "5000"});
+  ASSERT_EQ(full.status, 0) << full.err;
+  ASSERT_EQ(sliding.status, 0) << sliding.err;
+  EXPECT_EQ(nlohmann::json::parse(full.out)["schedule"], "linear");
+  EXPECT_EQ(nlohmann::json::parse(sliding.out)["schedule"], "default");
+  EXPECT_EQ(sliding.out,
+            to_json(doctor(read_hf_config_file(config, {.layer_type = "sliding_attention"}), 5000)) + "\n");
+}
+
+TEST(Cli, DoctorRefusesBadInput) {
+  TempDir dir;
+  const std::string config = dir.write("llama.json", preset_config("llama-3.1-8b"));
+  expect_one_line_error(run({"doctor", "--config", config, "--context", "0"}),
+                        "--context=0 must be in [1, 2^31] (positions 0 .. context-1)");
+  expect_one_line_error(run({"doctor", "--config", config, "--context", "2147483649"}),
+                        "--context=2147483649 must be in [1, 2^31]");
+  expect_one_line_error(run({"doctor", "--config", config, "--context", "12k"}),
+                        "--context='12k' is not an integer");
+  expect_one_line_error(run({"doctor", "--config", config, "--layer-type", "nope"}), "'nope'");
+  expect_one_line_error(run({"doctor", "--config", (dir.path / "none.json").string()}), "--config '");
+  expect_one_line_error(run({"doctor", "--config", dir.write("bad.json", "{")}), "--config '");
+  expect_one_line_error(run({"doctor", "--config", config, "--seq-len", "5"}), "--seq-len: the doctor takes the schedule");
+  expect_one_line_error(run({"doctor", "--head-dim", "8"}), "--context is needed: the settings state no length");
+  expect_one_line_error(run({"doctor", "--layer-type", "x", "--head-dim", "8"}), "--layer-type needs --config");
 }
 
 }  // namespace

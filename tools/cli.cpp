@@ -18,6 +18,7 @@
 #include "commands.hpp"
 #include "demo.hpp"
 #include "parse.hpp"
+#include "rotary/doctor.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/rotary.hpp"
 #include "rotary/spec_fields.hpp"
@@ -210,39 +211,15 @@ void print_notes(const std::optional<ModelRope>& model, std::ostream& err) {
   for (const auto& note : model->notes) err << "rotary: note: " << one_line(note) << "\n";
 }
 
-// The model's own context: how many positions it is made for (0: its settings do not say), and how its
-// settings state that number.
-struct Context {
-  int64_t length = 0;
-  std::string source;
-};
-
-// The rule python/rotary/plot.py (model_lengths) follows as well: monotone's max_length; for yarn and
-// llama3, whose factor s stretches the original length L, s x L when no larger maximum is stated
-// (Qwen2.5: max_position_embeddings = L = 32768, factor 4: 131072), else the largest length stated
-// (Llama-3.1: max_position_embeddings 131072 > L = 8192; LongRoPE's max_position). linear states no L:
-// its max_position_embeddings is taken as the model's length (Gemma 3 states 131072 with factor 8).
-Context model_context(const Resolved& r) {
-  const Spec& spec = r.spec;
-  if (spec.schedule == ScheduleType::monotone) return {spec.max_length.value_or(0), "max_length"};
-  const int64_t original = spec.original_length();
-  const int64_t model_max = r.model ? r.model->max_position_embeddings : 0;
-  const int64_t stated = std::max(model_max, spec.max_position.value_or(0));
-  const bool stretches = spec.schedule == ScheduleType::yarn || spec.schedule == ScheduleType::llama3;
-  if (stretches && spec.factor && *spec.factor > 1 && original > 0 && stated <= original) {
-    constexpr double longest = 0x1p62;  // far beyond max_position_limit, and an exact int64
-    const double length = std::min(std::floor(*spec.factor * static_cast<double>(original)), longest);
-    return {static_cast<int64_t>(length), fmt::format("factor {} x original length {}", *spec.factor, original)};
-  }
-  const int64_t length = std::max(stated, original);
-  if (length == model_max) return {length, "max_position_embeddings"};
-  return {length, length == spec.max_position ? "max_position" : "original length"};
+// The model's own context length (rotary::context_length: the rule `rotary doctor` and rotary.plot follow).
+ContextLength model_context(const Resolved& r) {
+  return context_length(r.spec, r.model ? r.model->max_position_embeddings : 0);
 }
 
 // transformers' float32 drift at the model's last position (rotary's last when the model's lies beyond),
 // with the schedule the model uses once its sequence is that long (LongRoPE: the long factors).
 void print_drift(const Resolved& r, std::ostream& out) {
-  const Context context = model_context(r);
+  const ContextLength context = model_context(r);
   if (context.length <= 0) return;
   const int64_t last = context.length - 1;
   const int64_t p = std::min(last, max_position_limit - 1);
@@ -407,6 +384,11 @@ struct Commands {
 
   CLI::App* presets = nullptr;
 
+  SpecOptions doctor_spec;
+  std::string doctor_context;
+  bool doctor_json = false;
+  CLI::App* doctor_cmd = nullptr;
+
   SpecOptions apply_spec;
   ApplyFileOptions file_options;
   std::string apply_angles = "exact", apply_offset, apply_threads;
@@ -433,6 +415,7 @@ struct Commands {
     demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
     demo->add_option("--seed", demo_options.seed, "random seed");
     add_bench();
+    add_doctor();
   }
 
   void add_info_and_table() {
@@ -444,6 +427,14 @@ struct Commands {
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
     table->add_flag("--json", table_json, "print JSON");
     table->add_option("--angles", table_angles, "exact (default) or hf-float32");
+  }
+
+  void add_doctor() {
+    doctor_cmd = app.add_subcommand("doctor", "where a model's RoPE loses precision over its context, and how to avoid it");
+    doctor_spec.attach(*doctor_cmd);
+    doctor_cmd->add_option("--context", doctor_context,
+                           "positions 0 .. N-1, N in [1, 2^31] (default: the model's own context length)");
+    doctor_cmd->add_flag("--json", doctor_json, "print JSON");
   }
 
   void add_apply() {
@@ -552,6 +543,26 @@ struct Commands {
     return 0;
   }
 
+  int run_doctor(std::ostream& out, std::ostream& err) {
+    if (doctor_spec.given.contains("seq-len")) {
+      throw Error("--seq-len: the doctor takes the schedule at the context's length (give --context)");
+    }
+    const Resolved r = doctor_spec.resolve();
+    std::optional<int64_t> context;
+    if (!doctor_context.empty()) context = parse_int(doctor_context, "--context");
+    DoctorReport report;
+    try {
+      report = doctor(r.spec, {.context = context, .max_position_embeddings = r.model ? r.model->max_position_embeddings : 0});
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      if (message.starts_with("context")) throw Error("--" + message);  // "--context=0 must be ...", "--context is needed"
+      throw;
+    }
+    out << (doctor_json ? to_json(report) + "\n" : to_text(report));
+    print_notes(r.model, err);
+    return 0;
+  }
+
   int run_presets(std::ostream& out) {
     for (const auto& name : preset_names()) {
       const ModelRope m = load_preset(name);
@@ -620,6 +631,7 @@ struct Commands {
     if (info->parsed()) return run_info(out, err);
     if (table->parsed()) return run_table(out, err);
     if (presets->parsed()) return run_presets(out);
+    if (doctor_cmd->parsed()) return run_doctor(out, err);
     if (apply_cmd->parsed()) return run_apply(out, err);
     if (convert->parsed()) return run_convert(out);
     if (demo->parsed()) return run_demo(demo_options, out);

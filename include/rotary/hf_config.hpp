@@ -128,6 +128,24 @@ ModelRope read_hf_config_file(const std::string& path, const ReadOptions& option
 /// rotary::Error for JSON that is not a config object.
 std::vector<std::string> layer_types(std::string_view json_text);
 
+/// A model's own context: how many positions (0 .. length-1) it is made for, and how its settings
+/// state that number.
+struct ContextLength {
+  int64_t length = 0;  ///< 0: the settings state no length
+  std::string source;  ///< "max_position_embeddings", "max_position", "original length", "max_length",
+                       ///< or "factor 4 x original length 32768"
+};
+
+/// The model's own context length, the one rule `rotary info` (its float32 drift line), `rotary
+/// doctor` and rotary.plot follow: monotone's max_length; for yarn and llama3, whose factor s
+/// stretches the original length L (Spec::original_length), floor(s x L) (at most 2^62) when s > 1
+/// and no larger maximum is stated (Qwen2.5: max_position_embeddings = L = 32768, factor 4:
+/// 131072); else the largest length stated, of `max_position_embeddings` (ModelRope's; 0: none),
+/// Spec::max_position and L (Llama-3.1: max_position_embeddings 131072 > L = 8192; LongRoPE's
+/// max_position). linear states no L: its max_position_embeddings is the model's length (Gemma 3
+/// states 131072 with factor 8). The length may exceed the positions rotary takes (2^31). Pure.
+ContextLength context_length(const Spec& spec, int64_t max_position_embeddings = 0);
+
 /// Built-in presets: real models' RoPE fields (presets/*.json, sources cited in each file).
 std::vector<std::string> preset_names();
 /// The preset's config resolved by read_hf_config. Throws rotary::Error for an unknown name,

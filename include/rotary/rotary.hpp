@@ -8,10 +8,12 @@
 
 #include "rotary/angle.hpp"
 #include "rotary/apply.hpp"
+#include "rotary/doctor.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/layout.hpp"
 #include "rotary/positions.hpp"
+#include "rotary/rerotate.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/spec_fields.hpp"
