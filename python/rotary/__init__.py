@@ -35,8 +35,8 @@ def _check_extension(numpy_version: str, pybind11_version: Sequence[int]) -> Non
 _check_extension(np.__version__, _rotary.pybind11_version)
 from .mrope import MROPE_FAMILIES, mrope_decode_positions, mrope_positions
 
-__all__ = ["__version__", "Rope", "permute_for_pairing", "preset_names", "layer_types", "RotaryError", "max_threads",
-           "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES"]
+__all__ = ["__version__", "Rope", "permute_for_pairing", "preset_names", "layer_types", "doctor", "RotaryError",
+           "max_threads", "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES"]
 
 RotaryError = _rotary.RotaryError  # a ValueError
 _show = _rotary.shown  # repr(value) cut to ~100 characters, for error messages
@@ -160,6 +160,20 @@ def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
     if type(positions) is _torch_tensor_type() and positions.dtype in _torch_int_types() and positions.is_cpu:
         return positions, streams  # the extension copies them (through DLPack, any strides)
     return _positions_array(positions, real=True), streams
+
+
+def _deltas(delta: Any) -> list:
+    """rerotate's delta: an int, or a sequence of ints (one per stream), as a list."""
+    if isinstance(delta, (int, np.integer)) and not isinstance(delta, (bool, np.bool_)):
+        return [int(delta)]
+    if _is_torch(delta):
+        delta = delta.detach().cpu().numpy()
+    if isinstance(delta, (str, bytes)) or not isinstance(delta, (Sequence, np.ndarray)) or np.ndim(delta) != 1:
+        raise TypeError(f"delta must be an int or a sequence of ints (one per stream), got {_show(delta)}")
+    for i, d in enumerate(delta):
+        if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
+            raise TypeError(f"delta[{i}] must be an int, got {type(d).__name__}")
+    return [int(d) for d in delta]
 
 
 def _torch_tensor_type() -> Any:
@@ -558,6 +572,124 @@ class Rope:
             return rq
         return rq, (k if inplace else k_out)
 
+    def rerotate(self, k: Any, delta: Any, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
+                 inplace: bool = False) -> Any:
+        """Moves keys rotated at positions p (by ``apply``) to positions p + delta: a KV cache's
+        context shift (StreamingLLM eviction) without recomputing the keys.
+
+        Each pair turns by the exact angle ``delta * inv_freq[j]`` (per stream for M-RoPE), with no
+        attention factor: the factor the keys carry is kept, not applied again.
+
+        Parameters
+        ----------
+        k : numpy.ndarray or torch.Tensor
+            The rotated keys, as ``apply`` takes q: CPU, float32/float64/float16/bfloat16, any
+            strides, ``[batch, seq, heads, head_dim]`` (``"bshd"``), ``[batch, heads, seq,
+            head_dim]`` (``"bhsd"``) or packed ``[tokens, heads, head_dim]`` (``"thd"``).
+        delta : int or sequence of int
+            The shift, any sign, in (-2^31, 2^31); one int for every stream, or one per stream of
+            the Rope (M-RoPE ``[t, h, w]``, signs may differ).
+        positions : array-like or torch.Tensor, optional
+            The positions the keys were rotated at, as ``apply`` takes them (default
+            ``offset + 0..seq-1``). Every position plus its stream's delta must stay in [0, 2^31).
+        offset : int
+            First position when ``positions`` is not given.
+        layout : {"bshd", "bhsd", "thd"}
+            Order of k's dimensions.
+        inplace : bool
+            Write the moved keys into k itself.
+
+        Returns
+        -------
+        numpy.ndarray or torch.Tensor
+            The keys at positions p + delta: a new array, or k itself with ``inplace=True``.
+
+        Raises
+        ------
+        TypeError
+            k not an array or tensor, delta not an int or a sequence of ints (a bool included),
+            positions not numbers.
+        ValueError
+            A position plus delta leaving [0, 2^31) (naming both), a delta outside (-2^31, 2^31),
+            a count of deltas that is neither 1 nor the Rope's streams, and everything ``apply``
+            refuses; k is untouched.
+
+        Notes
+        -----
+        Accuracy: within ``apply``'s bound for the stored keys, 2^-23 (|a| + |b|) per pair (each
+        pair is rounded once, f16/bf16 once more at the store). Successive shifts each add such a
+        rounding; the float32 cos/sin of a repeated step also add up (at most 2^-24 √2 per step).
+        """
+        deltas = _deltas(delta)
+        return self._move(k, positions, offset, layout, inplace,
+                          lambda *args: self._impl.rerotate(args[0], args[1], deltas, *args[2:]))
+
+    def switch(self, k: Any, to: "Rope", *, positions: Any = None, offset: int = 0, layout: str = "bshd",
+               inplace: bool = False) -> Any:
+        """Moves keys rotated by this Rope at their positions to what Rope ``to`` gives at the same
+        positions: LongRoPE's short -> long factors once the context passes the original length,
+        a dynamic-NTK base change, a new attention factor.
+
+        Each pair turns by ``p * (to.inv_freq[j] - self.inv_freq[j])`` and scales by
+        ``to.attention_factor / self.attention_factor``.
+
+        Parameters
+        ----------
+        k : numpy.ndarray or torch.Tensor
+            The keys rotated by this Rope, as ``rerotate`` takes them.
+        to : Rope
+            The schedule to move to: the same head_dim, rotary_dim, pairing, layout, rotary_offset,
+            blocks and position streams.
+        positions, offset, layout, inplace
+            As ``rerotate``.
+
+        Returns
+        -------
+        numpy.ndarray or torch.Tensor
+            The keys as ``to.apply`` would have rotated them: a new array, or k itself with
+            ``inplace=True``.
+
+        Raises
+        ------
+        TypeError
+            ``to`` not a Rope, and the kinds ``rerotate`` refuses.
+        ValueError
+            Ropes that differ in a field above (naming it), or one turning pairs backward and the
+            other not, and everything ``apply`` refuses; k is untouched.
+
+        Notes
+        -----
+        Equal attention factors (LongRoPE, dynamic NTK): each pair is rounded once, ``apply``'s
+        bound. Different ones: pairs whose frequency falls are scaled, then turned (two roundings).
+        """
+        if not isinstance(to, Rope):
+            raise TypeError(f"to must be a rotary.Rope, got {type(to).__name__}")
+        if to.rotates_backward != self.rotates_backward:
+            raise ValueError(f"to.rotates_backward={to.rotates_backward} differs from this Rope's "
+                             f"{self.rotates_backward} (both must turn pairs the same way)")
+        return self._move(k, positions, offset, layout, inplace,
+                          lambda *args: self._impl.switch(args[0], args[1], to._impl, *args[2:]))
+
+    def _move(self, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, run: Any) -> Any:
+        """rerotate's and switch's argument handling: run(k, k_out, positions, streams, offset,
+        layout, inverse) on 4-D views."""
+        _check_tensor(k, "k")
+        inplace = _bool_arg(inplace, "inplace")
+        packed = k.ndim == 3 or layout == "thd"
+        if packed:
+            if layout not in ("bshd", "thd"):
+                raise ValueError(f"layout={_show(layout)} is for 4-D tensors: a 3-D k is packed [tokens, heads, "
+                                 "head_dim], layout 'thd' (or the default 'bshd')")
+            if k.ndim != 3:
+                raise ValueError("k must have 3 dimensions ([tokens, heads, head_dim]) with layout='thd', "
+                                 f"got {k.ndim}")
+            positions = self._packed_positions(positions)
+        pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
+        out = None if inplace else _empty_like(k)
+        k4, out4 = (k[None], None if out is None else out[None]) if packed else (k, out)
+        run(k4, out4, pos, streams, offset, "bshd" if packed else layout, self.rotates_backward)
+        return k if inplace else out
+
     @staticmethod
     def _outputs(out: Any, q: Any, k: Any, inplace: bool) -> tuple:
         """apply's ``out`` as (q_out, k_out), checked for kind and count (shapes, dtypes, strides and
@@ -634,6 +766,56 @@ def layer_types(path_or_dict: Any) -> list[str]:
     """
     text, path = _config_source(path_or_dict)
     return list(_rotary.layer_types_text(text) if text is not None else _rotary.layer_types_file(path))
+
+
+def doctor(path_or_dict: Any, context: Optional[int] = None, layer_type: Optional[str] = None) -> dict[str, Any]:
+    """Where a model's RoPE loses precision over its context, and the rotary setting that avoids each loss.
+
+    The library's report (``rotary doctor --json`` prints the same): transformers' float32 angle
+    ``fl32(fl32(inv_freq) * fl32(p))`` against the exact ``p * inv_freq`` (the angle's own error, not
+    reduced mod 2π, as ``rotary info``'s drift line): the first position and pair where it strays by
+    more than 1e-3 rad, and each pair's error at the last position; the first position whose bf16
+    cos/sin equal those of the next on some pair; each pair's wrap distance ``ceil(2π/inv_freq)``
+    (He & Xu's c3) and the pairs that wrap inside the context; LongRoPE's and dynamic NTK's switch at
+    the original length, YaRN's ramp and Llama 3's bands. xPos is not examined (rotary has no xPos).
+
+    Parameters
+    ----------
+    path_or_dict : str, os.PathLike or dict
+        A Hugging Face ``config.json`` or its dict.
+    context : int, optional
+        Positions 0 .. context-1, in [1, 2^31]; default the model's own context length (its
+        ``max_position_embeddings``, or YaRN's and Llama 3's factor times the original length when
+        no larger length is stated).
+    layer_type : str, optional
+        One RoPE of a model whose layer types differ, as in ``Rope.from_hf_config``.
+
+    Returns
+    -------
+    dict
+        ``{"context", "context_source", "positions", "schedule", "float32_drift": {"threshold_rad",
+        "first_position" (None: it never strays), "first_pair", "first_position_per_pair",
+        "last_position", "max_rad_at_context", "worst_pair_at_context", "max_ulps_at_context",
+        "rad_at_context_per_pair"}, "bf16_resolution": {"first_position", "pair"},
+        "wrap_distance": [per pair, None for inv_freq 0], "wrapping_pairs", "hazards": [{"kind",
+        "position", "detail"}]}``; each hazard's detail says what was found and how to avoid it.
+
+    Raises
+    ------
+    TypeError
+        path_or_dict neither a path nor a dict, context not an int, layer_type not a str.
+    ValueError
+        context outside [1, 2^31] (or needed: the config states no length), an unknown layer_type,
+        a config the library refuses or cannot read.
+    """
+    context = None if context is None else _int_arg(context, "context")
+    layer_type = "" if layer_type is None else layer_type
+    text, path = _config_source(path_or_dict)
+    if text is not None:
+        report = _rotary.doctor_text(text, context, layer_type)
+    else:
+        report = _rotary.doctor_file(path, context, layer_type)
+    return json.loads(report)
 
 
 def permute_for_pairing(weight: Any, num_heads: int, to: str = "half", rotary_dim: Optional[int] = None) -> Any:

@@ -2,8 +2,8 @@
 ``python3 -m rotary.plot --preset NAME|--config FILE [--compare FILE] --out DIR``.
 
 Every figure describes the model it is given: its schedule, its factor, its original context length
-L and its own maximum length (``model_lengths``: the rule ``rotary info`` follows for its float32
-drift line). ``--compare FILE`` draws a second config on the same axes, each series naming its model.
+L and its own maximum length (``model_lengths``: the library's rule, rotary::context_length, which
+``rotary info``'s float32 drift line and ``rotary doctor`` follow). ``--compare FILE`` draws a second config on the same axes, each series naming its model.
 Each figure has a data function returning a ``Figure`` (named series, tested on their numbers);
 ``draw`` writes any of them as a PNG (matplotlib, Agg backend).
 
@@ -11,6 +11,8 @@ Figure 2 sets the model's first pair against the monotone schedule of He & Xu, "
 of RoPE for LLMs": one constant scales every frequency so that the angle difference (j - i)·θ mod 2π
 grows with the distance j - i over the whole window (their requirement c3). The paper:
 https://arxiv.org/search/?query=%22A+Simple+Derivation+of+RoPE%22&searchtype=title
+
+Figure 6 draws the precision doctor's findings (``rotary.doctor``, ``rotary doctor``) pair by pair.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import Rope
+from . import Rope, _rotary
 
 # The monotone schedule's source, as every label and caption cites it.
 HE_XU = 'He & Xu, "A Simple Derivation of RoPE for LLMs"'
@@ -57,10 +59,6 @@ class Model:
     context_source: str
 
 
-# Schedules whose factor stretches the stated original length L into the model's own length.
-_STRETCHED = ("yarn", "llama3")
-# The longest length model_lengths gives (an exact double and int64, far beyond any position).
-_LONGEST = 2 ** 62
 # Positions are < 2^31 (rotary.max_position_limit in C++).
 _POSITION_LIMIT = 2 ** 31
 # A model whose config states no length at all is drawn over this many positions.
@@ -72,40 +70,25 @@ def _settings(rope: Rope) -> dict[str, Any]:
     return dict(rope._impl.__getstate__()[6])
 
 
-def _number(x: float) -> str:
-    """x as C++'s fmt "{}" writes a double: shortest round trip, no ".0" (4, 1.5, 1e+20)."""
-    text = repr(float(x))
-    return text[:-2] if text.endswith(".0") else text
-
-
 def model_lengths(rope: Rope, max_position_embeddings: int = 0) -> tuple[Optional[float], int, int, str]:
     """(factor, original length L, the model's own length, how the config states it) of a Rope resolved
     from a config whose ``max_position_embeddings`` is given (0: none).
 
-    The rule ``rotary info`` follows for its drift line: monotone's ``max_length``; for ``yarn`` and
-    ``llama3``, whose factor s stretches L, s·L when no larger maximum is stated (Qwen2.5:
-    max_position_embeddings = L = 32768, factor 4: 131072), else the largest length stated (Llama-3.1:
-    max_position_embeddings 131072 > L = 8192; LongRoPE's max_position). ``linear`` states no L: its
-    max_position_embeddings is the model's length (Gemma 3 states 131072 with factor 8). The factor of
-    ``longrope`` is the ratio of its lengths. A length of 0 means the settings state none.
+    The model's own length is the library's (rotary::context_length, as ``rotary info``'s drift line
+    and ``rotary doctor`` take it): monotone's ``max_length``; for ``yarn`` and ``llama3``, whose
+    factor s stretches L, s·L when no larger maximum is stated (Qwen2.5: max_position_embeddings = L =
+    32768, factor 4: 131072), else the largest length stated (Llama-3.1: max_position_embeddings
+    131072 > L = 8192; LongRoPE's max_position). ``linear`` states no L: its max_position_embeddings
+    is the model's length (Gemma 3 states 131072 with factor 8). The factor of ``longrope`` is the
+    ratio of its lengths. A length of 0 means the settings state none.
     """
+    context, source = _rotary.context_length(rope._impl, int(max_position_embeddings))
+    if rope.schedule == "monotone":
+        return None, context, context, source
     settings = _settings(rope)
     factor = settings.get("factor")
-    if rope.schedule == "monotone":
-        window = int(settings["max_length"])
-        return None, window, window, "max_length"
     max_position = int(settings.get("max_position") or 0)
-    original = int(settings.get("original_max_position") or max_position)  # Spec::original_length
-    stated = max(int(max_position_embeddings), max_position)
-    if rope.schedule in _STRETCHED and factor is not None and factor > 1 and 0 < original and stated <= original:
-        context = math.floor(min(factor * original, _LONGEST))  # the product may overflow to inf
-        return factor, original, context, f"factor {_number(factor)} x original length {original}"
-    context = max(stated, original)
-    if context == max_position_embeddings:
-        source = "max_position_embeddings"
-    else:
-        source = "max_position" if context == max_position else "original length"
-    original = original or context
+    original = int(settings.get("original_max_position") or max_position) or context  # Spec::original_length
     if factor is None and rope.schedule == "longrope" and context > original:
         factor = context / original
     return factor, original, context, source
@@ -151,7 +134,6 @@ def load_model(preset: Optional[str] = None, config: Optional[str] = None) -> Mo
 
     rope = resolve()  # a config is read by the library first, with its size limit and its errors
     if preset is not None:
-        from . import _rotary
         name, settings = preset, json.loads(_rotary.preset_text(preset))["config"]
     else:
         name = os.path.splitext(os.path.basename(config))[0]
@@ -279,7 +261,6 @@ def float32_drift(model: Model) -> tuple[int, float, int, float]:
     """transformers' float32 pipeline at the model's last position (rotary's last, 2^31 - 1, when the
     model's lies beyond), as ``rotary info`` gives it: (position, worst angle error in radians, its
     pair, worst cos/sin error in float32 ulps)."""
-    from . import _rotary
     position = min(model.context, _POSITION_LIMIT) - 1
     angle, pair, ulps = _rotary.float32_drift(model.rope._impl, position)
     return position, angle, pair, ulps
@@ -479,12 +460,52 @@ def float32_figure(models: Sequence[Model]) -> Figure:
                   vlines=vlines, xscale=("log", {}), yscale=("log", {}))
 
 
+def doctor_report(model: Model) -> dict[str, Any]:
+    """The precision doctor's report for the model's settings over its own context (rotary's 2^31
+    positions at most): ``rotary.doctor``'s dict, the library's, as ``rotary doctor --json`` prints it."""
+    return json.loads(_rotary.doctor_rope(model.rope._impl, min(model.context, _POSITION_LIMIT)))
+
+
+def doctor_figure(models: Sequence[Model]) -> Figure:
+    """Figure 6: the precision doctor pair by pair, in tokens, against each model's context: each
+    pair's wrap distance ceil(2π/θ_i) (pairs under the context line wrap inside it, where He & Xu's c3
+    fails), the first position where transformers' float32 angle strays more than 1e-3 rad from the
+    exact one (pairs that never stray within the context are left out; the label gives the worst
+    error at the last position), and the first position a bf16 cos/sin cache cannot tell from the
+    next."""
+    series, hlines = [], []
+    for k, m in enumerate(models):
+        mine, reference = _colors(k)
+        report = doctor_report(m)
+        drift, bf16 = report["float32_drift"], report["bf16_resolution"]
+        wrap = np.array([np.nan if w is None else w for w in report["wrap_distance"]], dtype=np.float64)
+        series.append(Series(f"{m.name}: wrap distance ceil(2π/θ_i) ({len(report['wrapping_pairs'])} of {len(wrap)} "
+                             f"pairs wrap inside the context)", np.arange(len(wrap), dtype=np.float64), wrap,
+                             {"color": reference, "lw": 1.2}))
+        first = drift["first_position_per_pair"]
+        straying = [j for j, p in enumerate(first) if p is not None]
+        series.append(Series(f"{m.name}: first position where transformers' float32 angle strays > "
+                             f"{drift['threshold_rad']:g} rad ({drift['max_rad_at_context']:.3g} rad at the last "
+                             f"position {drift['last_position']})", np.array(straying, dtype=np.float64),
+                             np.array([first[j] for j in straying], dtype=np.float64),
+                             {"color": mine, "s": 12, "zorder": 3}, scatter=True))
+        hlines.append(Line(m.context, f"{m.name}: context {m.context} ({m.context_source})",
+                           {"color": mine, "ls": ":", "lw": 0.8}))
+        if bf16["first_position"] is not None:
+            p = bf16["first_position"]
+            hlines.append(Line(p, f"{m.name}: a bf16 cos/sin cache cannot tell position {p} from {p + 1} (pair "
+                               f"{bf16['pair']})", {"color": mine, "ls": "-.", "lw": 0.8}))
+    return Figure("6_precision_doctor.png", f"Precision doctor: where each pair wraps and where transformers' "
+                  f"float32 angles stray, against the context ({_names(models)})", "pair index i",
+                  "tokens (distance or position)", series, hlines=hlines, yscale=("log", {}))
+
+
 def figures(models: Sequence[Model]) -> list[Figure]:
-    """The five figures' data for one model, or several on the same axes."""
+    """The six figures' data for one model, or several on the same axes."""
     if not models:
         raise ValueError("figures needs at least one model")
     return [decay_figure(models), wrap_figure(models), wavelength_figure(models), schedule_figure(models),
-            float32_figure(models)]
+            float32_figure(models), doctor_figure(models)]
 
 
 # ---- figures: drawing ----
@@ -519,7 +540,7 @@ def draw(figure: Figure, path: str, dpi: int = 110) -> None:
 
 
 def plot_all(models: Sequence[Model], out_dir: str, dpi: int = 110) -> list[str]:
-    """Draw the five figures of the models (one, or several on the same axes) into out_dir; the paths."""
+    """Draw the six figures of the models (one, or several on the same axes) into out_dir; the paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for figure in figures(models):

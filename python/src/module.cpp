@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "text.hpp"
+#include "rotary/doctor.hpp"
+#include "rotary/rerotate.hpp"
 #include "rotary/rotary.hpp"
 #include "rotary/spec_fields.hpp"
 
@@ -727,6 +729,51 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   apply(rope.schedule(), args);
 }
 
+// ---- rerotate, switch ------------------------------------------------------------------------------
+
+// The cached keys of Rope.rerotate / Rope.switch as RotatedKeys (k_out None: in place), handed to
+// `move` with the GIL released for large calls. `inverse`: the Rope turns pairs by -angle.
+template <typename Move>
+void move_keys(const py::object& k, const py::object& k_out, const py::object& positions, const py::object& streams,
+               const py::object& offset, const py::object& layout, const py::object& inverse, Move move) {
+  const Layout lay = layout_arg(layout);
+  Borrowed bk(k, "k", k_out.is_none() ? Access::write : Access::read), bk_out(k_out, "k_out", Access::write);
+  RotatedKeys keys{.k = bk.view(lay), .k_out = bk_out.view(lay)};
+  keys.rotated = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
+  PositionsArg pos;
+  if (positions.is_none()) {
+    pos.positions = Positions::sequential(int_arg(offset, "offset", "must keep positions in [0, 2^31)"));
+  } else {
+    pos = positions_arg(positions, streams);
+  }
+  keys.positions = pos.positions;
+  constexpr int64_t kReleaseGilElements = int64_t{1} << 16;  // as apply_py
+  if (!keys.k.is_set() || keys.k.is_empty() || keys.k.elements() <= kReleaseGilElements) {
+    move(keys);
+    return;
+  }
+  py::gil_scoped_release release;
+  move(keys);
+}
+
+void rerotate_py(const PyRope& rope, const py::object& k, const py::object& k_out, const py::object& delta,
+                 const py::object& positions, const py::object& streams, const py::object& offset,
+                 const py::object& layout, const py::object& inverse) {
+  std::vector<int64_t> deltas;
+  for (const py::handle d : py::reinterpret_borrow<py::sequence>(delta)) {
+    deltas.push_back(int_arg(d, "delta", "must be in (-2^31, 2^31)"));
+  }
+  move_keys(k, k_out, positions, streams, offset, layout, inverse,
+            [&](const RotatedKeys& keys) { rerotate(rope.schedule(), keys, deltas); });
+}
+
+void switch_py(const PyRope& rope, const py::object& k, const py::object& k_out, const PyRope& to,
+               const py::object& positions, const py::object& streams, const py::object& offset,
+               const py::object& layout, const py::object& inverse) {
+  move_keys(k, k_out, positions, streams, offset, layout, inverse,
+            [&](const RotatedKeys& keys) { switch_schedule(rope.schedule(), to.schedule(), keys); });
+}
+
 py::tuple table_py(const PyRope& r, const py::object& positions, const py::object& angles) {
   const AngleMode mode = angle_mode_arg(angles);
   const PositionsArg pos = positions_arg(positions, py::int_(1));
@@ -827,7 +874,11 @@ PYBIND11_MODULE(_rotary, m) {
       .def("table", &table_py, py::arg("positions"), py::arg("angles") = "exact")
       .def("apply", &apply_py, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"),
-           py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"));
+           py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"))
+      .def("rerotate", &rerotate_py, py::arg("k"), py::arg("k_out"), py::arg("delta"), py::arg("positions"),
+           py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"))
+      .def("switch", &switch_py, py::arg("k"), py::arg("k_out"), py::arg("to"), py::arg("positions"),
+           py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"));
 
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
@@ -841,6 +892,23 @@ PYBIND11_MODULE(_rotary, m) {
   m.def("float32_drift", [](const PyRope& r, const py::object& position) {
     const Float32Drift d = hf_float32_drift(r.schedule(), int_arg(position, "position"));
     return py::make_tuple(d.max_angle_error, d.worst_pair, d.max_ulps);
+  });
+  // rotary.doctor (rotary/doctor.hpp): the report as JSON text, from config text, a file or a Rope's settings;
+  // the model's own context length, the rule rotary.plot draws each model over.
+  m.def("doctor_text", [](const py::object& text, const py::object& context, const py::object& layer_type) {
+    const std::optional<int64_t> n = optional_int_arg(context, "context");
+    return to_json(doctor(read_hf_config(str_arg(text, "config text"), read_options(layer_type, py::bool_(false))), n));
+  });
+  m.def("doctor_file", [](const py::object& path, const py::object& context, const py::object& layer_type) {
+    const std::optional<int64_t> n = optional_int_arg(context, "context");
+    return to_json(doctor(read_hf_config_file(str_arg(path, "path"), read_options(layer_type, py::bool_(false))), n));
+  });
+  m.def("doctor_rope", [](const PyRope& r, const py::object& context) {
+    return to_json(doctor(r.spec(), {.context = optional_int_arg(context, "context")}));
+  });
+  m.def("context_length", [](const PyRope& r, const py::object& max_position_embeddings) {
+    const ContextLength c = context_length(r.spec(), int_arg(max_position_embeddings, "max_position_embeddings"));
+    return py::make_tuple(c.length, c.source);
   });
   m.def("shown", [](const py::object& value) { return shown(value); },
         "repr(value) cut to at most ~100 characters for an error message, control bytes escaped.");

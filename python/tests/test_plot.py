@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+import rotary
 from rotary import Rope, _rotary, plot
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "conformance" / "configs"
@@ -164,10 +165,33 @@ def test_float32_figure_marks_the_models_last_position():
     assert plot.float32_positions([plot.Model("x", Rope(8), None, 1, 2 ** 40, "")])[-1] == 2 ** 31 - 1
 
 
+def test_doctor_figure_draws_the_doctors_report(llama31):
+    figure = plot.doctor_figure([llama31])
+    report = rotary.doctor(config("meta-llama--Llama-3.1-8B"), context=131072)
+    assert plot.doctor_report(llama31) == report  # the library's report at the model's own context
+    wrap, strays = figure.series
+    np.testing.assert_array_equal(wrap.y, np.ceil(2 * math.pi / llama31.rope.inv_freq))  # ceil(2π/θ_i)
+    assert wrap.y[0] == 7
+    wrapping = int(np.sum(wrap.y <= 131071))
+    assert f"({wrapping} of 64 pairs wrap inside the context)" in wrap.label and wrapping == len(report["wrapping_pairs"])
+    first = report["float32_drift"]["first_position_per_pair"]
+    assert list(strays.x) == [j for j, p in enumerate(first) if p is not None] and 0 not in strays.x
+    assert strays.y.min() == report["float32_drift"]["first_position"] and strays.y.max() < 131072
+    bf16 = report["bf16_resolution"]["first_position"]
+    assert [line.at for line in figure.hlines] == [131072, bf16]
+    assert figure.hlines[0].label == "meta-llama--Llama-3.1-8B: context 131072 (max_position_embeddings)"
+    assert f"cannot tell position {bf16} from {bf16 + 1}" in figure.hlines[1].label
+    # Pairs that never turn (proportional RoPE's tail) have no wrap distance: a gap, not a zero.
+    tail = plot.Model("tail", Rope(16, schedule="proportional", partial_rotary_factor=0.25), None, 3000, 3000, "")
+    y = plot.doctor_figure([tail]).series[0].y
+    assert np.isfinite(y[:2]).all() and np.isnan(y[2:]).all()
+
+
 def test_compare_puts_both_models_in_every_figure(llama31, qwen25):
     figures = plot.figures([llama31, qwen25])
     assert [f.file for f in figures] == ["1_long_term_decay.png", "2_angle_difference_wrap.png", "3_wavelengths.png",
-                                         "4_schedule_ratios.png", "5_float32_angle_error.png"]
+                                         "4_schedule_ratios.png", "5_float32_angle_error.png",
+                                         "6_precision_doctor.png"]
     for figure in figures:
         labels = " ".join(s.label for s in figure.series)
         assert "meta-llama--Llama-3.1-8B" in labels and "Qwen--Qwen2.5-7B-Instruct" in labels, figure.file
@@ -187,7 +211,7 @@ def test_main_draws_a_config_and_its_comparison(tmp_path, capsys):
                       config("mistralai--Mistral-7B-v0.1"), "--out", str(out)]) == 0
     files = sorted(p.name for p in out.iterdir())
     assert files == ["1_long_term_decay.png", "2_angle_difference_wrap.png", "3_wavelengths.png",
-                     "4_schedule_ratios.png", "5_float32_angle_error.png"]
+                     "4_schedule_ratios.png", "5_float32_angle_error.png", "6_precision_doctor.png"]
     assert all((out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in files)
     assert capsys.readouterr().out.split() == [str(out / name) for name in files]
 

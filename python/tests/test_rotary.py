@@ -234,7 +234,7 @@ def test_plot_data_and_files(tmp_path):
     assert abs(plot.exact_angle_mod_2pi(355, 1.0) - (355 - 114 * math.pi)) < 1e-12  # 113 pi + 3e-5 wraps to -pi + 3e-5
     assert plot.main(["--preset", "llama-3.1-8b", "--out", str(tmp_path)]) == 0
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) == 5
+    assert len(files) == 6  # five analysis figures and the precision doctor
     for name in files:
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
