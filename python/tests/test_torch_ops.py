@@ -585,9 +585,12 @@ def test_eager_overhead_per_decode_call_is_printed():
     rope = Rope.from_preset("llama-3.1-8b")
     q, k = torch.randn(1, 1, 32, 128), torch.randn(1, 1, 8, 128)
     position_ids = torch.tensor([[4321]])
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     assert all(torch.equal(a, b) for a, b in zip(apply_rope(rope, q, k, offset=4321), rope.apply(q, k, offset=4321)))
     rows = {
         "q.clone()": lambda: q.clone(),
+        "q.clone(), k.clone() (an out-of-place call's allocations)": lambda: (q.clone(), k.clone()),
+        "Rope.apply(q, k, offset=, out=(q_out, k_out))": lambda: rope.apply(q, k, offset=4321, out=(q_out, k_out)),
         "Rope.apply(q, k, offset=)": lambda: rope.apply(q, k, offset=4321),
         "apply_rope(rope, q, k, offset=)": lambda: apply_rope(rope, q, k, offset=4321),
         "apply_rope_(rope, q, k, offset=)": lambda: apply_rope_(rope, q, k, offset=4321),
@@ -598,7 +601,7 @@ def test_eager_overhead_per_decode_call_is_printed():
     times = _per_call_us(rows)
     print("\neager decode call, q [1,1,32,128] + k [1,1,8,128] float32, us per call (median, best of 15 rounds):")
     for name, (median, best) in times.items():
-        print(f"  {name:40s} {median:7.2f} {best:7.2f}")
+        print(f"  {name:58s} {median:7.2f} {best:7.2f}")
     for name in ("apply_rope(rope, q, k, offset=)", "apply_rope(rope, q, k, positions=)"):
         raw = name.replace("apply_rope(rope, ", "Rope.apply(")
         print(f"  {name} over {raw}: {times[name][0] - times[raw][0]:+.2f} (median) "
