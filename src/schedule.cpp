@@ -149,6 +149,18 @@ const std::vector<double>& longrope_factors(const Spec& spec, std::optional<int6
   return long_context ? spec.long_factor : spec.short_factor;
 }
 
+// Pixtral's axial_even_odd order: f's even elements to axis 0 (the first `half`), its odd ones to
+// axis 1 (both the double frequencies and transformers' float32 powers are laid out this way).
+template <typename T>
+std::vector<T> even_then_odd(const std::vector<T>& f, size_t half) {
+  std::vector<T> out(f.size());
+  for (size_t k = 0; k < half; ++k) {
+    out[k] = f[2 * k];
+    out[half + k] = f[2 * k + 1];
+  }
+  return out;
+}
+
 // The frequencies before the schedule scales them: base^(-2j/r) over the rotated slice, unless the
 // stream layout or the schedule spaces them otherwise.
 std::vector<double> unscaled_inv_freq(const Spec& spec, double base, int64_t rotary_dim) {
@@ -163,14 +175,7 @@ std::vector<double> unscaled_inv_freq(const Spec& spec, double base, int64_t rot
       return out;
     }
     case StreamLayout::axial_even_odd: {  // Pixtral: f_2k to axis 0, f_(2k+1) to axis 1
-      const std::vector<double> f = default_inv_freq(base, rotary_dim);
-      std::vector<double> out(f.size());
-      const auto half = static_cast<size_t>(sections[0]);
-      for (size_t k = 0; k < half; ++k) {
-        out[k] = f[2 * k];
-        out[half + k] = f[2 * k + 1];
-      }
-      return out;
+      return even_then_odd(default_inv_freq(base, rotary_dim), static_cast<size_t>(sections[0]));
     }
     default:
       break;
@@ -228,14 +233,7 @@ std::vector<float> hf_powers_of(const Spec& spec, float base, int64_t rotary_dim
       return out;
     }
     case StreamLayout::axial_even_odd: {
-      const std::vector<float> f = hf_powers(base, rotary_dim, rotary_dim / 2);
-      std::vector<float> out(f.size());
-      const auto half = static_cast<size_t>(spec.sections[0]);
-      for (size_t k = 0; k < half; ++k) {
-        out[k] = f[2 * k];
-        out[half + k] = f[2 * k + 1];
-      }
-      return out;
+      return even_then_odd(hf_powers(base, rotary_dim, rotary_dim / 2), static_cast<size_t>(spec.sections[0]));
     }
     default:
       break;

@@ -73,22 +73,11 @@ struct Buffer {
   void* data() { return bytes.data() + (guard + misalign) * size_of(dtype); }
   void set(int64_t i, float v) {
     unsigned char* p = static_cast<unsigned char*>(data()) + i * size_of(dtype);
-    switch (dtype) {
-      case DType::f32: std::memcpy(p, &v, 4); break;
-      case DType::f64: { const double d = v; std::memcpy(p, &d, 8); break; }
-      case DType::f16: { const uint16_t h = detail::f32_to_f16(v); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const uint16_t h = detail::f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
-    }
+    test::store_element(dtype, p, v);
   }
   double get(int64_t i) const {
     const unsigned char* p = bytes.data() + (guard + misalign + i) * size_of(dtype);
-    switch (dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
-      case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
-    }
-    return 0;
+    return test::load_element(dtype, p);
   }
   bool is_poison_at_offset(int64_t byte_index) const {
     const uint64_t p = poison_bits(dtype);

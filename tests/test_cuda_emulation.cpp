@@ -70,22 +70,11 @@ struct Arena {
   unsigned char* at(int64_t element) { return bytes.data() + (kGuard + element) * size_of(dtype); }
   void set(int64_t element, float v) {
     unsigned char* p = at(element);
-    switch (dtype) {
-      case DType::f32: std::memcpy(p, &v, 4); break;
-      case DType::f64: { const double d = v; std::memcpy(p, &d, 8); break; }
-      case DType::f16: { const uint16_t h = detail::f32_to_f16(v); std::memcpy(p, &h, 2); break; }
-      case DType::bf16: { const uint16_t h = detail::f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
-    }
+    test::store_element(dtype, p, v);
   }
   double get(int64_t element) const {
     const unsigned char* p = bytes.data() + (kGuard + element) * size_of(dtype);
-    switch (dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
-      case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
-    }
-    return 0;
+    return test::load_element(dtype, p);
   }
 };
 

@@ -93,13 +93,7 @@ struct Store {
   }
   double get(int64_t i) const {
     const unsigned char* p = &bytes[static_cast<size_t>(i * size_of(dtype))];
-    switch (dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
-      case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
-    }
-    return 0;
+    return test::load_element(dtype, p);
   }
   bool same_bits(const Store& other, int64_t i) const {
     return std::memcmp(&bytes[static_cast<size_t>(i * size_of(dtype))],
@@ -1139,13 +1133,7 @@ struct AngleTensor {
   double read(int64_t i0, int64_t i1, int64_t i2) const {
     const int64_t i = base + i0 * strides[0] + i1 * strides[1] + i2 * strides[2];
     const unsigned char* p = &bytes[static_cast<size_t>(i * size_of(dtype))];
-    switch (dtype) {
-      case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
-      case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
-    }
-    return 0;
+    return test::load_element(dtype, p);
   }
   const void* data() const { return &bytes[static_cast<size_t>(base * size_of(dtype))]; }
 };

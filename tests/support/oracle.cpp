@@ -3,7 +3,9 @@
 #include <mpfr.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "half.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::test {
@@ -103,6 +105,25 @@ std::vector<double> random_doubles(size_t n, uint64_t seed) {
   std::vector<double> out(n);
   for (double& x : out) x = normal(rng);
   return out;
+}
+
+void store_element(DType dtype, void* p, float v) {
+  switch (dtype) {
+    case DType::f32: std::memcpy(p, &v, 4); break;
+    case DType::f64: { const double d = v; std::memcpy(p, &d, 8); break; }
+    case DType::f16: { const uint16_t h = detail::f32_to_f16(v); std::memcpy(p, &h, 2); break; }
+    case DType::bf16: { const uint16_t h = detail::f32_to_bf16(v); std::memcpy(p, &h, 2); break; }
+  }
+}
+
+double load_element(DType dtype, const void* p) {
+  switch (dtype) {
+    case DType::f32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::f64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::f16: { uint16_t v; std::memcpy(&v, p, 2); return detail::f16_to_f32(v); }
+    case DType::bf16: { uint16_t v; std::memcpy(&v, p, 2); return detail::bf16_to_f32(v); }
+  }
+  return 0;
 }
 
 }  // namespace rotary::test

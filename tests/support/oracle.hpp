@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "rotary/tensor.hpp"
+
 namespace rotary::test {
 
 /// cos and sin of position * inv_freq (exact real product), times factor, from MPFR at 256 bits,
@@ -26,6 +28,11 @@ double table_error_ulps(float stored, int64_t position, double inv_freq, double 
 /// Numerators p < limit of the continued-fraction convergents of (π/2)/inv_freq: the positions
 /// whose angle p * inv_freq falls closest to a multiple of π/2.
 std::vector<int64_t> near_quarter_turns(double inv_freq, int64_t limit);
+
+/// One element of storage type `dtype` at p: v written (f16/bf16 rounded to nearest even, f64
+/// widened), and read back widened to double. The conversions are the library's (src/half.hpp).
+void store_element(DType dtype, void* p, float v);
+double load_element(DType dtype, const void* p);
 
 /// Runs fn, expects rotary::Error whose message contains `needle`.
 void expect_error(const std::function<void()>& fn, const std::string& needle);
