@@ -5,6 +5,7 @@
 #include "cpu/cpu.hpp"
 #include "half.hpp"
 #include "kernel.hpp"
+#include "math/xpos.hpp"
 #include "rotary/angle.hpp"
 
 namespace rotary::detail {
@@ -159,6 +160,44 @@ DoubleRow double_angle_row(const Plan& plan, int64_t token, int64_t t, const Ang
   }
   if (plan.inverse) {
     for (int64_t j = 0; j < pairs; ++j) scratch.ds[j] = -scratch.ds[j];
+  }
+  return {scratch.dc, scratch.ds};
+}
+
+namespace {
+
+// Pair j's σ for operand op at the token's positions p.
+double xpos_sigma(const Schedule& schedule, const std::array<double, max_streams>& p, int64_t j, bool key) {
+  return xpos_scale(schedule.xpos_log_zeta[static_cast<size_t>(j)], p[static_cast<size_t>(schedule.stream_of(j))],
+                    schedule.xpos_center, schedule.xpos_scale_base, key);
+}
+
+}  // namespace
+
+FloatRow xpos_float_row(const Plan& plan, int64_t token, int64_t t, FloatRow row, const Operand& op,
+                        const AngleScratch& scratch) {
+  const Schedule& schedule = *plan.schedule;
+  const std::array<double, max_streams> p = stream_positions(plan, token, t);
+  for (int64_t j = 0; j < schedule.pairs(); ++j) {
+    const double sigma = xpos_sigma(schedule, p, j, op.key);
+    const float c = row.c[j];
+    const float s = row.s[j];
+    scratch.c[j] = xpos_scaled(c, sigma);
+    scratch.s[j] = xpos_scaled(s, sigma);
+  }
+  return {scratch.c, scratch.s};
+}
+
+DoubleRow xpos_double_row(const Plan& plan, int64_t token, int64_t t, DoubleRow row, const Operand& op,
+                          const AngleScratch& scratch) {
+  const Schedule& schedule = *plan.schedule;
+  const std::array<double, max_streams> p = stream_positions(plan, token, t);
+  for (int64_t j = 0; j < schedule.pairs(); ++j) {
+    const double sigma = xpos_sigma(schedule, p, j, op.key);
+    const double c = row.c[j];
+    const double s = row.s[j];
+    scratch.dc[j] = ieee::mul(c, sigma);
+    scratch.ds[j] = ieee::mul(s, sigma);
   }
   return {scratch.dc, scratch.ds};
 }

@@ -1,6 +1,8 @@
 #include "rotary/apply.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -73,10 +75,32 @@ void check_position_value(double position, int64_t index, int stream, int stream
   }
 }
 
+// xPos: every position within xpos_reach of the centre, else ζ^((p - c)/γ) leaves float range.
+// lowest/highest: the call's extreme positions; where(p) names the entry holding p.
+template <class Where>
+void check_xpos_extent(const Schedule& schedule, double lowest, double highest, Where where) {
+  const double reach = xpos_reach(schedule);
+  const double c = schedule.xpos_center;
+  const bool low_out = c - lowest > reach;
+  const bool high_out = highest - c > reach;
+  if (!low_out && !high_out) return;
+  const double p = high_out ? highest : lowest;
+  const std::string advice =
+      highest - lowest <= 2 * reach
+          ? fmt::format("xpos_center={} serves this call's positions [{}, {}]", (lowest + highest) / 2,
+                        lowest, highest)
+          : fmt::format("no one xpos_center serves this call's positions [{}, {}] (they span more than "
+                        "2*{:.1f}): split the call, or shift cached keys back with rerotate",
+                        lowest, highest, reach);
+  throw Error(fmt::format("{} is beyond xPos's reach: |position - xpos_center={}| must be <= {:.1f} with "
+                          "xpos_scale_base={} (further, zeta^((p - c)/gamma) leaves float range); {}",
+                          where(p), c, reach, schedule.xpos_scale_base, advice));
+}
+
 // batch and seq are >= 0 (checked); their product may still leave int64 for an empty view.
 // angle_rows: rows of per_position caller angles, else -1.
 void check_positions(const Positions& positions, const Schedule& schedule, int64_t batch,
-                     int64_t seq, const Table* table, int64_t angle_rows) {
+                     int64_t seq, const Table* table, int64_t angle_rows, bool read_entries) {
   using Kind = Positions::Kind;
   if (positions.streams < 1 || positions.streams > max_streams) {
     throw Error(fmt::format("positions streams={} must be in [1, {}]", positions.streams, max_streams));
@@ -96,7 +120,15 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
         throw Error(fmt::format("offset={} with seq={} must keep positions in [0, 2^31)",
                                 positions.offset, seq));
       }
-      if ((table == nullptr && angle_rows < 0) || batch == 0) return;
+      if (batch == 0 || seq == 0) return;
+      if (schedule.xpos()) {
+        check_xpos_extent(schedule, static_cast<double>(positions.offset),
+                          static_cast<double>(positions.offset + seq - 1), [&](double p) {
+                            return fmt::format("position {} (offset={} + {})", p, positions.offset,
+                                               static_cast<int64_t>(p) - positions.offset);
+                          });
+      }
+      if (table == nullptr && angle_rows < 0) return;
       for (int64_t s = 0; s < seq; ++s) {
         check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows);
       }
@@ -117,11 +149,29 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
                                 positions.streams > 1 ? " per stream" : "", tokens, seq));
       }
       if (tokens > 0 && positions.data == nullptr) throw Error("positions data is null");
+      if (!read_entries || tokens == 0) return;
       const int64_t per_stream = positions.count;
+      double lowest = max_position_limit;
+      double highest = 0;
       for (int k = 0; k < positions.streams; ++k) {
         for (int64_t i = 0; i < per_stream; ++i) {
-          check_position_value(positions.value(i, i, k), i, k, positions.streams, table, angle_rows);
+          const double p = positions.value(i, i, k);
+          check_position_value(p, i, k, positions.streams, table, angle_rows);
+          lowest = std::min(lowest, p);
+          highest = std::max(highest, p);
         }
+      }
+      if (schedule.xpos()) {
+        check_xpos_extent(schedule, lowest, highest, [&](double p) {
+          for (int k = 0; k < positions.streams; ++k) {
+            for (int64_t i = 0; i < per_stream; ++i) {
+              if (positions.value(i, i, k) != p) continue;
+              return positions.streams > 1 ? fmt::format("positions[{}][{}]={}", k, i, p)
+                                           : fmt::format("positions[{}]={}", i, p);
+            }
+          }
+          return fmt::format("position {}", p);
+        });
       }
       return;
     }
@@ -179,13 +229,19 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
          std::bit_cast<uint64_t>(mine.attention_factor) == std::bit_cast<uint64_t>(schedule.attention_factor) &&
          mine.rotary_offset == schedule.rotary_offset && mine.blocks == schedule.blocks &&
          mine.streams == schedule.streams && mine.pair_stream == schedule.pair_stream &&
+         std::bit_cast<uint64_t>(mine.xpos_scale_base) == std::bit_cast<uint64_t>(schedule.xpos_scale_base) &&
+         std::bit_cast<uint64_t>(mine.xpos_center) == std::bit_cast<uint64_t>(schedule.xpos_center) &&
+         mine.xpos_log_zeta == schedule.xpos_log_zeta &&
          mine.inv_freq.size() == schedule.inv_freq.size() &&
          std::memcmp(mine.inv_freq.data(), schedule.inv_freq.data(), mine.inv_freq.size() * sizeof(double)) == 0;
 }
 
 }  // namespace
 
-void validate(const Schedule& schedule, const ApplyArgs& args) {
+namespace {
+
+// validate's body; read_entries false skips the per-token position entries' values.
+void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_entries) {
   const bool table_matches = args.table != nullptr && same_schedule(*args.table, schedule);
   if (!table_matches) validate(schedule);
   if (!args.q.is_set()) throw Error("q is not set (q is TensorView{}: data null, shape all 0)");
@@ -266,7 +322,23 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
       }
     }
   }
-  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows);
+  if (schedule.xpos() && args.angles != nullptr) {
+    throw Error("angles (the caller's cos/sin) cannot serve an xPos schedule: xPos scales q and k apart "
+                "(use a table or exact angles)");
+  }
+  if (args.q_is_key && has_k) throw Error("q_is_key is set but so is k (q_is_key: a call on keys alone)");
+  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
+                  read_entries);
+}
+
+}  // namespace
+
+void validate_shapes(const Schedule& schedule, const ApplyArgs& args) {
+  validate_call(schedule, args, /*read_entries=*/false);
+}
+
+void validate(const Schedule& schedule, const ApplyArgs& args) {
+  validate_call(schedule, args, /*read_entries=*/true);
 }
 
 void apply(const Schedule& schedule, const ApplyArgs& args) {
@@ -296,6 +368,7 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
     op.in_strides = in.strides;
     op.out_strides = target.strides;
     op.in_place = !out.is_set() || same_view(out, in);
+    op.key = plan.operand_count == 1 || args.q_is_key;
     plan.operands[static_cast<size_t>(plan.operand_count++)] = op;
   };
   add(args.q, args.q_out);

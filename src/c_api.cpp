@@ -426,6 +426,14 @@ int rotary_schedule_from_preset_ex(const char* name, const char* layer_type, int
   });
 }
 
+int rotary_schedule_with_xpos(const rotary_schedule* schedule, double scale_base, double center,
+                              rotary_schedule** out) {
+  return new_schedule(out, [&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    return rotary_schedule{rotary::with_xpos(s.schedule, scale_base, center), s.rotates_backward};
+  });
+}
+
 void rotary_schedule_free(rotary_schedule* schedule) { delete schedule; }
 
 int rotary_schedule_layout(const rotary_schedule* s) {

@@ -89,6 +89,32 @@ void check_frequencies(const Schedule& schedule) {
   }
 }
 
+void check_xpos(const Schedule& schedule) {
+  if (!schedule.xpos()) return;
+  const double gamma = schedule.xpos_scale_base;
+  if (!std::isfinite(gamma) || gamma <= 0) {
+    throw Error(fmt::format("xpos_scale_base={} must be finite and > 0 (0: no xPos)", gamma));
+  }
+  if (!std::isfinite(schedule.xpos_center)) {
+    throw Error(fmt::format("xpos_center={} must be finite", schedule.xpos_center));
+  }
+  if (static_cast<int64_t>(schedule.xpos_log_zeta.size()) != schedule.pairs()) {
+    throw Error(fmt::format("xpos_log_zeta has {} values but rotary_dim/2={}", schedule.xpos_log_zeta.size(),
+                            schedule.pairs()));
+  }
+  for (size_t j = 0; j < schedule.xpos_log_zeta.size(); ++j) {
+    const double l = schedule.xpos_log_zeta[j];
+    if (!(l < 0) || !std::isfinite(l)) {
+      throw Error(fmt::format("xpos_log_zeta[{}]={} must be finite and < 0", j, l));
+    }
+  }
+  const double g = schedule.attention_factor;
+  if (!(g >= xpos_min_attention_factor && g <= xpos_max_attention_factor)) {
+    throw Error(fmt::format("attention_factor={} must be in [2^-10, 2^12] with xPos (cos and sin times it "
+                            "and the xPos scale must stay normal float32 values)", g));
+  }
+}
+
 }  // namespace
 
 std::string_view to_string(Layout layout) {
@@ -104,6 +130,7 @@ void validate(const Schedule& schedule) {
   check_channels(schedule);
   check_streams(schedule);
   check_frequencies(schedule);
+  check_xpos(schedule);
 }
 
 }  // namespace rotary

@@ -319,6 +319,32 @@ void add_schedule_hazards(const Spec& spec, const DoctorReport& r, std::vector<H
   }
 }
 
+// xPos: positions further than xpos_reach from the centre are refused by apply.
+void add_xpos_hazard(const DoctorReport& r, std::vector<Hazard>& out) {
+  const Schedule& schedule = r.schedule;
+  if (!schedule.xpos()) return;
+  const double reach = xpos_reach(schedule);
+  const double c = schedule.xpos_center;
+  const auto last = static_cast<double>(r.positions - 1);
+  const double lowest = std::ceil(c - reach);   // the first position served
+  const double highest = std::floor(c + reach);  // the last
+  if (lowest <= 0 && highest >= last) return;
+  const auto first_refused = static_cast<int64_t>(lowest > 0 ? 0.0 : highest + 1);
+  const std::string served = lowest > last || highest < 0
+                                 ? std::string("none of the context")
+                                 : fmt::format("positions {} to {}", std::max(lowest, 0.0), std::min(highest, last));
+  const std::string fix =
+      last <= 2 * reach
+          ? fmt::format("xpos_center={} serves the whole context", last / 2)
+          : fmt::format("no one centre serves {} positions (more than 2*{:.0f}): shift cached keys back with "
+                        "rerotate as the sequence grows (a context shift), or raise xpos_scale_base",
+                        r.positions, reach);
+  out.push_back({"xpos_range", first_refused,
+                 fmt::format("xPos (xpos_scale_base={}, xpos_center={}) reaches |position - centre| <= {:.1f}: apply "
+                             "serves {} and refuses the rest (the scale zeta^((p - c)/gamma) would leave float range); {}",
+                             schedule.xpos_scale_base, c, reach, served, fix)});
+}
+
 int64_t checked_context(const Spec& spec, const DoctorOptions& options, std::string& source) {
   if (options.context) {
     if (*options.context < 1 || *options.context > max_position_limit) {
@@ -356,6 +382,7 @@ DoctorReport doctor(const Spec& spec, const DoctorOptions& options) {
   add_bf16_hazard(r, r.hazards);
   add_wrap_hazard(r, r.hazards);
   add_schedule_hazards(spec, r, r.hazards);
+  add_xpos_hazard(r, r.hazards);
   return r;
 }
 

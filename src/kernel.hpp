@@ -16,6 +16,7 @@ struct Operand {
   std::array<int64_t, 4> in_strides{};
   std::array<int64_t, 4> out_strides{};
   bool in_place = true;
+  bool key = false;  ///< xPos: scaled as a key (ζ^-(p - c)/γ), else as a query
 };
 
 /// A validated call. Every pointer is non-null for non-empty operands; every position is in range
@@ -79,6 +80,14 @@ FloatRow float_angle_row(const Plan& plan, int64_t token, int64_t t, const Angle
                          bool vectorised);
 DoubleRow double_angle_row(const Plan& plan, int64_t token, int64_t t, const AngleScratch& scratch,
                            bool vectorised);
+
+/// xPos (schedule.xpos()): `row` scaled for operand `op` (a query's or a key's σ per pair, from the
+/// token's positions: src/math/xpos.hpp), into scratch.c/s (row may point there: each value is read
+/// before it is written). Not for caller angles (validate refuses them with xPos).
+FloatRow xpos_float_row(const Plan& plan, int64_t token, int64_t t, FloatRow row, const Operand& op,
+                        const AngleScratch& scratch);
+DoubleRow xpos_double_row(const Plan& plan, int64_t token, int64_t t, DoubleRow row, const Operand& op,
+                          const AngleScratch& scratch);
 
 /// The scalar oracle: loops written from the formulas, double arithmetic, single-threaded.
 void reference_apply(const Plan& plan);

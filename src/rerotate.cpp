@@ -9,6 +9,7 @@
 
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
+#include "math/xpos.hpp"
 
 namespace rotary {
 namespace {
@@ -71,6 +72,37 @@ void check_moved_positions(const Schedule& schedule, const ApplyArgs& args, std:
       throw Error(fmt::format("{}={} + {}={} leaves [0, 2^31)", where, at, delta_name(delta, s), d));
     }
   }
+  if (!schedule.xpos()) return;
+  // xPos: the moved keys' scale must stay in range: every p + delta within reach of the centre.
+  const double reach = xpos_reach(schedule);
+  const double c = schedule.xpos_center;
+  for (int s = 0; s < schedule.streams; ++s) {
+    const int64_t d = delta[delta.size() == 1 ? 0 : static_cast<size_t>(s)];
+    const int stream = p.streams == 1 ? 0 : s;
+    const int64_t count = p.kind == Positions::Kind::sequential ? seq : p.count;
+    for (int64_t i = 0; i < count; ++i) {
+      const double at = p.kind == Positions::Kind::sequential ? static_cast<double>(p.offset + i)
+                                                               : p.value(i, i, stream);
+      const double moved = at + static_cast<double>(d);
+      if (std::fabs(moved - c) <= reach) continue;
+      const std::string where = p.kind == Positions::Kind::sequential
+                                    ? fmt::format("position {} of token {} (offset={})", at, i, p.offset)
+                                : p.streams > 1 ? fmt::format("positions[{}][{}]={}", stream, i, at)
+                                                : fmt::format("positions[{}]={}", i, at);
+      throw Error(fmt::format("{} + {}={} = {} is beyond xPos's reach: |position - xpos_center={}| must be <= {:.1f} "
+                              "with xpos_scale_base={} (shift by less, or in the other direction)",
+                              where, delta_name(delta, s), d, moved, c, reach, schedule.xpos_scale_base));
+    }
+  }
+}
+
+// The schedule without xPos: what the passes below rotate with (their angles carry the scale).
+Schedule without_xpos(const Schedule& schedule) {
+  Schedule plain = schedule;
+  plain.xpos_scale_base = 0;
+  plain.xpos_center = 0;
+  plain.xpos_log_zeta.clear();
+  return plain;
 }
 
 // validate(schedule) with the schedule's role in the message.
@@ -94,6 +126,8 @@ void check_compatible(const Schedule& from, const Schedule& to) {
   check_same(from.blocks, to.blocks, "blocks");
   check_same(from.rotary_offset, to.rotary_offset, "rotary_offset");
   check_same(from.streams, to.streams, "streams");
+  check_same(from.xpos_scale_base, to.xpos_scale_base, "xpos_scale_base");
+  check_same(from.xpos_center, to.xpos_center, "xpos_center");
   for (int64_t j = 0; j < from.pairs(); ++j) {
     if (from.stream_of(j) != to.stream_of(j)) {
       throw Error(fmt::format("schedules differ in pair_stream: pair {} reads stream {} in from, {} in to", j,
@@ -107,7 +141,10 @@ void check_compatible(const Schedule& from, const Schedule& to) {
 void rerotate(const Schedule& schedule, const RotatedKeys& keys, std::span<const int64_t> delta) {
   validate(schedule);
   check_delta(schedule, delta);
-  ApplyArgs args = keys_args(schedule, keys, Direction::forward);
+  // Under xPos the keys' scale moves too: pair j times ζ_j^(-Δ/γ), folded into the angles below,
+  // which a schedule without xPos applies as given.
+  const Schedule plain = without_xpos(schedule);
+  ApplyArgs args = keys_args(plain, keys, Direction::forward);
   // One row of cos/sin per pair, broadcast over every token (stride 0): the angle does not depend
   // on the key's position, only on its stream's delta.
   const int64_t pairs = schedule.pairs();
@@ -117,17 +154,41 @@ void rerotate(const Schedule& schedule, const RotatedKeys& keys, std::span<const
                             .shape = {1, keys.k.seq(), pairs}, .cos_strides = {0, 0, 1},
                             .sin_strides = {0, 0, 1}};
   args.angles = &angles;
-  validate(schedule, args);
+  validate(plain, args);
   check_moved_positions(schedule, args, delta);
-  const bool turned_back = keys.rotated == Direction::inverse;
-  for (int64_t j = 0; j < pairs; ++j) {
-    const int64_t d = delta[delta.size() == 1 ? 0 : static_cast<size_t>(schedule.stream_of(j))];
-    const CosSin e = exact_cos_sin(d < 0 ? -d : d, schedule.inv_freq[static_cast<size_t>(j)]);
-    // Rounding is symmetric, so float(-x) == -float(x): turning back is sin negated.
-    cos[static_cast<size_t>(j)] = static_cast<float>(e.cos);
-    sin[static_cast<size_t>(j)] = static_cast<float>((d < 0) != turned_back ? -e.sin : e.sin);
+  // xPos: the scale ζ_j^(-Δ/γ) of a long jump can leave float range (up to e^160 across the whole
+  // reach) although the moved keys do not: it is then split over n passes, each e^(t/n) with
+  // |t/n| <= xpos_max_log; the first pass also turns, the others only scale (sin 0).
+  int passes = 1;
+  if (schedule.xpos()) {
+    for (int64_t j = 0; j < pairs; ++j) {
+      const auto d = static_cast<double>(delta[delta.size() == 1 ? 0 : static_cast<size_t>(schedule.stream_of(j))]);
+      const double t = std::fabs(schedule.xpos_log_zeta[static_cast<size_t>(j)] * d / schedule.xpos_scale_base);
+      passes = std::max(passes, static_cast<int>(std::ceil(t / xpos_max_log)));
+    }
   }
-  apply(schedule, args);
+  const bool turned_back = keys.rotated == Direction::inverse;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int64_t j = 0; j < pairs; ++j) {
+      const int64_t d = delta[delta.size() == 1 ? 0 : static_cast<size_t>(schedule.stream_of(j))];
+      const double scale =
+          schedule.xpos() ? detail::xpos_scale(schedule.xpos_log_zeta[static_cast<size_t>(j)],
+                                               static_cast<double>(d) / passes, 0.0, schedule.xpos_scale_base,
+                                               /*key=*/true)
+                          : 1.0;
+      CosSin e{1.0, 0.0};
+      if (pass == 0) e = exact_cos_sin(d < 0 ? -d : d, schedule.inv_freq[static_cast<size_t>(j)]);
+      // Rounding is symmetric, so float(-x) == -float(x): turning back is sin negated.
+      cos[static_cast<size_t>(j)] = static_cast<float>(e.cos * scale);
+      sin[static_cast<size_t>(j)] = static_cast<float>(((d < 0) != turned_back ? -e.sin : e.sin) * scale);
+    }
+    // Later passes continue on the output (in place there).
+    if (pass > 0 && keys.k_out.is_set()) {
+      args = keys_args(plain, keys, Direction::forward, /*on_output=*/true);
+      args.angles = &angles;
+    }
+    apply(plain, args);
+  }
 }
 
 void switch_schedule(const Schedule& from, const Schedule& to, const RotatedKeys& keys) {
@@ -140,7 +201,8 @@ void switch_schedule(const Schedule& from, const Schedule& to, const RotatedKeys
                             to.attention_factor, from.attention_factor, ratio));
   }
   // The two passes' schedules: the frequency differences split by sign, so each pair turns in one.
-  Schedule up = from;
+  // Without xPos: the keys keep the scale they have (both schedules' is the same, checked above).
+  Schedule up = without_xpos(from);
   up.inv_freq_hf32.clear();
   up.attention_factor = ratio;
   Schedule down = up;

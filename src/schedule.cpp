@@ -347,6 +347,38 @@ std::vector<float> hf_float32_inv_freq(const Spec& spec, std::optional<int64_t> 
 
 }  // namespace
 
+// ζ_j = (2j + 0.4 r)/(1.4 r) = (10j + 2r)/(7r) = 1 + (10j - 5r)/(7r), the quotient of two exact
+// integers rounded once. Its relative error grows in ln by 1/|ln ζ| (log) or by
+// x/((1 + x) ln(1 + x)) (log1p of x = ζ - 1): log below ζ = 1/2, log1p above, keeps both <= 1/ln 2.
+std::vector<double> xpos_log_zeta(int64_t rotary_dim) {
+  std::vector<double> log_zeta(static_cast<size_t>(rotary_dim / 2));
+  const auto r = static_cast<double>(rotary_dim);
+  for (size_t j = 0; j < log_zeta.size(); ++j) {
+    const bool small = 20 * static_cast<int64_t>(j) <= 3 * rotary_dim;  // ζ <= 1/2: 2(10j + 2r) <= 7r
+    log_zeta[j] = small ? std::log((10.0 * static_cast<double>(j) + 2.0 * r) / (7.0 * r))
+                : std::log1p((10.0 * static_cast<double>(j) - 5.0 * r) / (7.0 * r));
+  }
+  return log_zeta;
+}
+
+Schedule with_xpos(Schedule schedule, double scale_base, double center) {
+  if (!(scale_base >= 0) || !std::isfinite(scale_base)) {
+    throw Error(fmt::format("xpos_scale_base={} must be finite and > 0 (0: no xPos)", scale_base));
+  }
+  schedule.xpos_scale_base = scale_base;
+  schedule.xpos_center = scale_base == 0 ? 0.0 : center;
+  schedule.xpos_log_zeta = scale_base == 0 ? std::vector<double>{} : xpos_log_zeta(schedule.rotary_dim);
+  validate(schedule);
+  return schedule;
+}
+
+double xpos_reach(const Schedule& schedule) {
+  if (!schedule.xpos()) return 0;
+  double largest = 0;
+  for (const double l : schedule.xpos_log_zeta) largest = std::max(largest, std::fabs(l));
+  return largest > 0 ? xpos_max_log * schedule.xpos_scale_base / largest : 0;
+}
+
 std::vector<double> default_inv_freq(double base, int64_t rotary_dim) {
   std::vector<double> inv_freq(static_cast<size_t>(rotary_dim / 2));
   for (size_t i = 0; i < inv_freq.size(); ++i) {
@@ -452,6 +484,11 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
                             spec.mscale.value_or(0.0), spec.mscale_all_dim.value_or(0.0)));
   }
   out.attention_factor = attention_factor;
+  if (spec.xpos_scale_base) {
+    out.xpos_scale_base = *spec.xpos_scale_base;
+    out.xpos_center = spec.xpos_center.value_or(0.0);
+    out.xpos_log_zeta = xpos_log_zeta(r);
+  }
   validate(out);
   out.inv_freq_hf32 = hf_float32_inv_freq(spec, seq_len, out.inv_freq);
   return out;

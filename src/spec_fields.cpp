@@ -203,6 +203,16 @@ void check_rotary_offset(const Spec& spec, std::string_view) {
   }
 }
 
+// xPos: a common field, checked whether set or not (common fields' rules always run).
+void check_xpos_scale_base(const Spec& spec, std::string_view name) {
+  if (spec.xpos_scale_base) check_positive<&Spec::xpos_scale_base>(spec, name);
+}
+void check_xpos_center(const Spec& spec, std::string_view name) {
+  if (!spec.xpos_center) return;
+  require_finite(*spec.xpos_center, name);
+  if (!spec.xpos_scale_base) throw Error(fmt::format("{} is set but xpos_scale_base is not", name));
+}
+
 void check_blocks(const Spec& spec, std::string_view) {
   const int64_t blocks = spec.blocks;
   if (blocks < 1) throw Error(fmt::format("blocks={} must be >= 1", blocks));
@@ -354,6 +364,13 @@ std::vector<SpecField> make_spec_fields() {
       {"stream_layout", choice, common, false, "which position stream drives each pair (default single)", "",
        stream_layout_names(), get_member<&Spec::stream_layout>, is_set_member<&Spec::stream_layout>, set_member<&Spec::stream_layout>,
        check_stream_layout},
+      {"xpos_scale_base", number, common, false,
+       "xPos scale base gamma > 0: q and k scaled by zeta^(+-(p - c)/gamma) (default: no xPos)", "", {},
+       get_member<&Spec::xpos_scale_base>, is_set_member<&Spec::xpos_scale_base>, set_member<&Spec::xpos_scale_base>,
+       check_xpos_scale_base},
+      {"xpos_center", number, common, false, "xPos centre c, finite (default 0)", "", {},
+       get_member<&Spec::xpos_center>, is_set_member<&Spec::xpos_center>, set_member<&Spec::xpos_center>,
+       check_xpos_center},
       {"sections", integers, streams, false, "pairs per position stream, each > 0 (mrope_section)",
        "mrope_section", {}, get_member<&Spec::sections>, is_set_member<&Spec::sections>, set_member<&Spec::sections>, check_sections},
   };

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "rotary/apply.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
@@ -469,6 +470,42 @@ TEST(Doctor, OneMillionTokensTiming) {
     std::cout << fmt::format("[ timing ] doctor({}, context 2^20): {:.1f} ms\n", preset, ms);
     EXPECT_EQ(r.positions, int64_t{1} << 20);
   }
+}
+
+// xPos: the reach is 80 gamma / |ln(2/7)| (pair 0's zeta = 2/7, rotary_dim-independent), written out
+// here from the formula; apply itself refuses the position the doctor names and serves the one before.
+TEST(Doctor, XposRangeNamesTheFirstRefusedPositionAndACentreThatServes) {
+  const double gamma = 64;
+  const double reach = 80 * gamma / std::fabs(std::log(2.0 / 7.0));
+  Spec spec{.head_dim = 16, .xpos_scale_base = gamma};
+  const int64_t context = 10000;
+  ASSERT_LT(reach, context);
+  const DoctorReport r = doctor(spec, {.context = context});
+  const Hazard* h = find(r, "xpos_range");
+  ASSERT_NE(h, nullptr);
+  const auto first_refused = static_cast<int64_t>(std::floor(reach)) + 1;
+  EXPECT_EQ(h->position, first_refused);
+  EXPECT_NE(h->detail.find("no one centre serves 10000 positions"), std::string::npos) << h->detail;
+  EXPECT_NE(to_text(r).find("xpos_range at " + std::to_string(first_refused)), std::string::npos);
+
+  const Schedule schedule = make_schedule(spec);
+  std::vector<float> q(16, 1.0f);
+  const auto call = [&](int64_t position) {
+    const int64_t p = position;
+    ApplyArgs args{.q = TensorView{.data = q.data(), .dtype = DType::f32, .shape = {1, 1, 1, 16}, .strides = {16, 16, 16, 1}},
+                   .positions = Positions::per_token(std::span<const int64_t>(&p, 1))};
+    apply(schedule, args);
+  };
+  EXPECT_NO_THROW(call(first_refused - 1));
+  EXPECT_ROTARY_ERROR(call(first_refused), "beyond xPos's reach");
+
+  // A context within 2 * reach: a centre at its middle serves it all, and the hazard says so.
+  const DoctorReport shorter = doctor(spec, {.context = 5000});
+  const Hazard* s = find(shorter, "xpos_range");
+  ASSERT_NE(s, nullptr);
+  EXPECT_NE(s->detail.find("xpos_center=2499.5 serves the whole context"), std::string::npos) << s->detail;
+  spec.xpos_center = 2499.5;
+  EXPECT_EQ(find(doctor(spec, {.context = 5000}), "xpos_range"), nullptr);
 }
 
 }  // namespace

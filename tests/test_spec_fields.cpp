@@ -49,8 +49,8 @@ TEST(SpecFields, EverySpecMemberIsDescribedOnce) {
   [[maybe_unused]] const auto& [head_dim, rotary_dim, base, pairing, schedule, factor, original_max_position, max_position,
                beta_fast, beta_slow, mscale, mscale_all_dim, truncate, attention_factor, low_freq_factor,
                high_freq_factor, short_factor, long_factor, max_length, monotone_scale, partial_rotary_factor,
-               rotary_offset, blocks, stream_layout, sections] = spec;
-  constexpr size_t kMembers = 25;
+               rotary_offset, blocks, stream_layout, sections, xpos_scale_base, xpos_center] = spec;
+  constexpr size_t kMembers = 27;
   EXPECT_EQ(spec_fields().size(), kMembers);
   std::set<std::string_view> names;
   for (const SpecField& field : spec_fields()) {

@@ -59,6 +59,13 @@ struct CallerAngles {
 /// Channels outside the rotated slice [rotary_offset, rotary_offset + rotary_dim) pass through:
 /// left alone in place, copied bit for bit out of place (unless copy_tail is false).
 ///
+/// xPos (schedule.xpos()): q's pair j also scales by σ = e^t and k's by e^-t, t = ln ζ_j (p - c)/γ
+/// (schedule.hpp), computed in double without libm (the same bits on every backend); each angle
+/// value (cos or sin times g, as a Table holds it) times σ is rounded once more to float, so the
+/// f32 bound below becomes about 2^-22 σ g (|a| + |b|). The inverse keeps σ (it is the transpose).
+/// σ reaches e^80 at the reach's ends: f16 data overflows to inf once σ |x| > 65504 (for |x| ~ 1,
+/// from |p - c| ~ 8.85 γ), as flash-attn's f16 xPos does; keep xPos data in bf16, f32 or f64.
+///
 /// Arithmetic: float32 for f32, f16 and bf16. cos and sin times g are rounded once to float (the
 /// values a Table holds), then each output is one fused multiply-add in which the larger of the
 /// two products is fused and only the smaller is rounded first:
@@ -88,6 +95,8 @@ struct ApplyArgs {
                                  ///< null: computed exactly on the fly, once per token
   const CallerAngles* angles = nullptr;  ///< or the caller's cos/sin (table must then be null)
   bool copy_tail = true;         ///< out of place: copy the channels outside the rotated slice
+  bool q_is_key = false;         ///< xPos: scale q as a key (a call on keys alone; k unset);
+                                 ///< without xPos it changes nothing
   int threads = 0;               ///< 0: all OpenMP threads, else at most max_threads; results
                                  ///< are bit-identical for any value
   Backend backend = Backend::automatic;
@@ -103,9 +112,18 @@ struct ApplyArgs {
 /// batch*seq or seq (one row broadcast over the batch), every position in [0, 2^31) (a whole number
 /// in the table, or below the rows of per_position caller angles, when one is given); caller
 /// angles: not together with a table, shape and width as CallerAngles says, not overlapping an
-/// output; the table was built from an equal schedule; threads in [0, max_threads];
+/// output, not with an xPos schedule; xPos: every position within xpos_reach(schedule) of
+/// xpos_center (the message suggests a centre that serves the call); q_is_key only without k;
+/// the table was built from an equal schedule; threads in [0, max_threads];
 /// direction and backend named enumerators.
 void validate(const Schedule& schedule, const ApplyArgs& args);
+
+/// validate's checks that read no per-token position entry (shapes, strides, dtypes, aliasing,
+/// enumerators, the positions' kind, streams, count and pointer, sequential offsets and their
+/// range, table and xPos reach included): the host's part of a call whose positions live in device
+/// memory (rotary::cuda::apply checks the entries on the device). validate = validate_shapes plus
+/// every per-token entry's rules.
+void validate_shapes(const Schedule& schedule, const ApplyArgs& args);
 
 /// Rotates. Validates first (see validate); on error nothing was written. Does not allocate: each
 /// thread keeps its token's angles on the stack (heap only when rotary_dim > 1024). Thread-safe for

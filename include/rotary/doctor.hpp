@@ -65,8 +65,9 @@ struct Bf16Resolution {
 ///   dynamic_ntk_switch transformers' dynamic NTK base starts growing past L (position: L)
 ///   yarn_ramp          YaRN's original length and the pairs it keeps, blends and interpolates (position: L)
 ///   llama3_bands       the same for Llama 3's frequency bands (position: L)
-/// `detail` is one line: what was found and the rotary setting that avoids it. xPos range limits are
-/// not examined (rotary has no xPos).
+///   xpos_range         xPos positions further than xpos_reach from xpos_center, which apply refuses
+///                      (position: the first refused one)
+/// `detail` is one line: what was found and the rotary setting that avoids it.
 struct Hazard {
   std::string kind;
   std::optional<int64_t> position{};

@@ -30,6 +30,12 @@ struct RotatedKeys {
 /// delta: one value for every stream, or one per stream of the schedule (M-RoPE: t, h, w), any
 /// signs; each in (-2^31, 2^31).
 ///
+/// xPos (schedule.xpos()): the keys' scale moves with them, pair j times ζ_j^(-Δ_s/γ) folded into
+/// the cos and sin (rounded once with them); a jump whose factor would leave float range (beyond
+/// about xpos_reach) is split over passes of at most e^xpos_max_log each, the first turning. Every
+/// p + Δ must lie within xpos_reach of xpos_center (a context shift that brings keys back towards
+/// the centre is how a long stream stays in xPos's range).
+///
 /// One apply call with the caller's angles (CallerAngles per_token, one row broadcast over the
 /// tokens): cos and sin of |Δ_s| * inv_freq[j] from exact_cos_sin, rounded once to float32, sin
 /// negated for Δ_s < 0 (or for keys rotated inverse), so each pair is rounded once whatever the
@@ -50,7 +56,8 @@ void rerotate(const Schedule& schedule, const RotatedKeys& keys, std::span<const
 /// Moves keys rotated under schedule `from` at positions p to what schedule `to` gives at the same
 /// positions (LongRoPE's short -> long factors once the context passes the original length, a
 /// dynamic-NTK base change): pair j turns by p * (θB_j - θA_j) and scales by gB / gA (θ: inv_freq,
-/// g: attention_factor), in at most two apply calls on disjoint sets of turning pairs:
+/// g: attention_factor; the schedules' xPos settings must be equal, and the keys keep their xPos
+/// scale), in at most two apply calls on disjoint sets of turning pairs:
 ///   pass 1: inv_freq max(θB_j - θA_j, 0), attention_factor gB / gA, forward;
 ///   pass 2 (only when some θB_j < θA_j): inv_freq max(θA_j - θB_j, 0), factor 1, inverse
 ///   (directions swapped for keys rotated inverse). Pass 1 is skipped when gB == gA and no

@@ -150,6 +150,14 @@ int rotary_schedule_from_spec(const rotary_spec* spec, int64_t seq_len, rotary_s
 int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len, rotary_schedule** out);
 /** From a built-in preset, e.g. "llama-3.1-8b" (see rotary_preset_name). */
 int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out);
+/** A copy of `schedule` with xPos (Sun et al. 2022; rotary::with_xpos, schedule.hpp): pair j of a
+ *  query at position p scales by zeta_j^((p - center)/scale_base), of a key by its inverse,
+ *  zeta_j = (2j + 0.4 r)/(1.4 r). scale_base finite and > 0 (torchscale: 512; 0 turns xPos off),
+ *  center finite. rotary_apply then scales q as queries and k as keys (to rotate keys alone, pass
+ *  them as k beside a q with 0 heads) and refuses positions further from the centre than the
+ *  scale's float range allows. On failure *out is NULL. */
+int rotary_schedule_with_xpos(const rotary_schedule* schedule, double scale_base, double center,
+                              rotary_schedule** out);
 /** From settings with the extension (NULL ext: as rotary_schedule_from_spec). */
 int rotary_schedule_from_spec_ext(const rotary_spec* spec, const rotary_spec_ext* ext, int64_t seq_len,
                                   rotary_schedule** out);

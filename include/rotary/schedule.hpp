@@ -51,8 +51,17 @@ struct Schedule {
   int streams = 1;                 ///< position streams the pairs read, in [1, max_streams]
   std::vector<int> pair_stream;    ///< empty (every pair reads stream 0) or pairs() entries, each
                                    ///< in [0, streams)
+  /// xPos (Sun et al. 2022): pair j of a token at position p (its stream's) scales by
+  /// σ = ζ_j^((p - c)/γ) in a query and ζ_j^(-(p - c)/γ) in a key, on top of the rotation and the
+  /// attention factor, so q_m·k_n decays as ζ_j^((m - n)/γ) whatever the centre c. 0: no xPos.
+  double xpos_scale_base = 0;        ///< γ: 0, or finite and > 0
+  double xpos_center = 0;            ///< c, finite
+  std::vector<double> xpos_log_zeta;  ///< ln ζ_j, ζ_j = (2j + 0.4 r) / (1.4 r): pairs() values,
+                                      ///< finite and < 0, when xpos_scale_base > 0 (make_schedule
+                                      ///< fills them; xpos_log_zeta(rotary_dim) computes them)
 
   int64_t pairs() const { return rotary_dim / 2; }
+  bool xpos() const { return xpos_scale_base != 0; }
   Layout layout() const {
     return blocks > 1 ? Layout::block_half
                       : pairing == Pairing::interleaved ? Layout::interleaved : Layout::half;
@@ -78,6 +87,26 @@ inline constexpr double max_inv_freq = 1048576.0;
 
 /// The unscaled frequencies base^(-2i/r), i in [0, r/2), in double.
 std::vector<double> default_inv_freq(double base, int64_t rotary_dim);
+
+/// xPos's ln ζ_j = ln((2j + 0.4 r) / (1.4 r)), j in [0, r/2), in double.
+std::vector<double> xpos_log_zeta(int64_t rotary_dim);
+
+/// The largest |t| = |ln ζ_j (p - c)/γ| an xPos call may reach: σ = e^±t then stays within
+/// [e^-80, e^80] = [2^-115.4, 2^115.4], so σ times a cos or sin times an attention factor in
+/// [xpos_min_attention_factor, xpos_max_attention_factor] is a normal float32.
+inline constexpr double xpos_max_log = 80.0;
+inline constexpr double xpos_min_attention_factor = 0x1p-10;
+inline constexpr double xpos_max_attention_factor = 0x1p12;
+
+/// `schedule` with xPos: xpos_scale_base = scale_base (> 0; 0 turns xPos off), xpos_center = center,
+/// xpos_log_zeta computed; validated (throws rotary::Error naming the value). The same as setting
+/// Spec::xpos_scale_base and xpos_center, for a schedule from a config or preset.
+Schedule with_xpos(Schedule schedule, double scale_base, double center = 0);
+
+/// xPos's reach: the largest |p - c| a position may have, xpos_max_log * γ / max_j |ln ζ_j|
+/// (pair 0's ζ = 2/7 is the smallest). apply refuses positions further from the centre. 0 when the
+/// schedule has no xPos.
+double xpos_reach(const Schedule& schedule);
 
 /// The descriptor of a Spec: inv_freq and attention_factor computed in double exactly as DESIGN.md
 /// §2 writes them; rotary_offset and blocks copied; streams and pair_stream from stream_layout and
@@ -114,7 +143,9 @@ Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len = std::n
 /// named Pairing, blocks >= 1 (> 1 only with half pairing and rotary_dim divisible by 2 * blocks),
 /// streams in [1, max_streams], pair_stream empty or pairs() entries in [0, streams), rotary_dim/2
 /// inv_freq values each finite, >= 0 and <= max_inv_freq, attention_factor in
-/// [min_attention_factor, max_attention_factor] (a normal float32). Throws rotary::Error naming the
+/// [min_attention_factor, max_attention_factor] (a normal float32); with xPos (xpos_scale_base != 0):
+/// xpos_scale_base finite and > 0, xpos_center finite, pairs() xpos_log_zeta values each finite
+/// and < 0, attention_factor in [xpos_min_attention_factor, xpos_max_attention_factor]. Throws rotary::Error naming the
 /// first broken rule, e.g. "pair_stream[5]=3 must be in [0, streams=3)".
 void validate(const Schedule& schedule);
 

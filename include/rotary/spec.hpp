@@ -72,7 +72,8 @@ enum class StreamLayout { single, sections, interleaved_sections, alternating_se
 /// |              | original_max_position|max_position         |                                            |
 /// | monotone     | max_length                                 | monotone_scale                             |
 /// | proportional | partial_rotary_factor                      | factor                                     |
-/// Every schedule takes attention_factor, rotary_offset, blocks and stream_layout (+ sections).
+/// Every schedule takes attention_factor, rotary_offset, blocks, stream_layout (+ sections) and
+/// xpos_scale_base (+ xpos_center).
 struct Spec {
   int64_t head_dim = 0;                 ///< width of one head, > 0
   int64_t rotary_dim = 0;               ///< rotated leading channels; 0 means head_dim; even, <= head_dim
@@ -107,6 +108,12 @@ struct Spec {
                                         ///< rotary_dim divisible by 2 * blocks
   StreamLayout stream_layout = StreamLayout::single;
   std::vector<int64_t> sections{};      ///< pairs per stream (StreamLayout), empty for single
+
+  // xPos (Sun et al. 2022): a query's pair j at position p scales by ζ_j^((p - c)/γ), a key's by
+  // ζ_j^(-(p - c)/γ), ζ_j = (2j + 0.4 r)/(1.4 r), so q_m·k_n decays as ζ^((m - n)/γ) (schedule.hpp).
+  std::optional<double> xpos_scale_base{};  ///< γ, finite and > 0 (torchscale's scale_base, 512);
+                                            ///< unset: no xPos
+  std::optional<double> xpos_center{};      ///< c, finite (default 0); only with xpos_scale_base
 
   /// rotary_dim with 0 resolved to head_dim.
   int64_t resolved_rotary_dim() const { return rotary_dim == 0 ? head_dim : rotary_dim; }

@@ -238,7 +238,12 @@ class Rope:
         ``rotary_offset`` (first rotated channel), ``blocks`` (> 1: block_half layout),
         ``stream_layout`` (``single``, ``sections``, ``interleaved_sections``,
         ``alternating_sections``, ``axial``, ``axial_even_odd``) with ``sections`` (pairs per
-        position stream, e.g. Qwen2-VL's ``mrope_section`` ``[16, 24, 24]``). Numbers may be
+        position stream, e.g. Qwen2-VL's ``mrope_section`` ``[16, 24, 24]``), and
+        ``xpos_scale_base`` (xPos, Sun et al. 2022: a query's pair ``j`` at position ``p`` scales
+        by ``zeta_j**((p - c) / xpos_scale_base)``, a key's by its inverse, ``zeta_j = (2j +
+        0.4 r) / (1.4 r)``; torchscale's default is 512) with ``xpos_center`` ``c`` (default 0).
+        With xPos, ``apply(q, k)`` scales ``q`` as queries and ``k`` as keys; to rotate keys
+        alone pass them as ``k`` beside a ``q`` with 0 heads. Numbers may be
         Python or numpy scalars (``bool`` is not a number); lists of numbers may be lists, tuples
         or 1-D arrays.
 
@@ -250,6 +255,8 @@ class Rope:
         The descriptor the settings come to: ``layout`` (``half``, ``interleaved`` or
         ``block_half``), the first rotated channel, the blocks of ``block_half``, the position
         streams ``apply`` reads and the stream of each pair (int32 ``[rotary_dim/2]``).
+    xpos_scale_base, xpos_center
+        xPos's gamma (None: no xPos) and centre.
     notes, rope_layers, rotates_backward, layer_type, layer_types, vision
         What resolving a config found (see ``from_hf_config``).
 
@@ -392,6 +399,9 @@ class Rope:
                       doc="How channels form pairs: 'half', 'interleaved' or 'block_half'.")
     rotary_offset = property(lambda self: self._impl.rotary_offset, doc="First rotated channel of a head.")
     blocks = property(lambda self: self._impl.blocks, doc="Blocks of the block_half layout (1 otherwise).")
+    xpos_scale_base = property(lambda self: self._impl.xpos_scale_base,
+                               doc="xPos scale base gamma, or None (no xPos).")
+    xpos_center = property(lambda self: self._impl.xpos_center, doc="xPos centre c (0 without xPos).")
     streams = property(lambda self: self._impl.streams, doc="Position streams the pairs read (M-RoPE: 3).")
     stream_layout = property(lambda self: self._impl.stream_layout)
     sections = property(lambda self: list(self._impl.sections))
@@ -734,7 +744,9 @@ class Rope:
 
     def __repr__(self) -> str:
         return (f"Rope(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base}, "
-                f"pairing='{self.pairing}', schedule='{self.schedule}', attention_factor={self.attention_factor})")
+                f"pairing='{self.pairing}', schedule='{self.schedule}', attention_factor={self.attention_factor}"
+                + (f", xpos_scale_base={self.xpos_scale_base}, xpos_center={self.xpos_center}"
+                   if self.xpos_scale_base is not None else "") + ")")
 
 
 def _config_source(path_or_dict: Any) -> tuple[Optional[str], Optional[str]]:
@@ -777,12 +789,14 @@ def doctor(path_or_dict: Any, context: Optional[int] = None, layer_type: Optiona
     more than 1e-3 rad, and each pair's error at the last position; the first position whose bf16
     cos/sin equal those of the next on some pair; each pair's wrap distance ``ceil(2π/inv_freq)``
     (He & Xu's c3) and the pairs that wrap inside the context; LongRoPE's and dynamic NTK's switch at
-    the original length, YaRN's ramp and Llama 3's bands. xPos is not examined (rotary has no xPos).
+    the original length, YaRN's ramp and Llama 3's bands; with xPos, the positions beyond its reach
+    (``xpos_range``).
 
     Parameters
     ----------
-    path_or_dict : str, os.PathLike or dict
-        A Hugging Face ``config.json`` or its dict.
+    path_or_dict : str, os.PathLike, dict or Rope
+        A Hugging Face ``config.json`` or its dict, or a ``Rope`` (its settings; ``context`` is then
+        needed unless they state a length, e.g. ``max_position``).
     context : int, optional
         Positions 0 .. context-1, in [1, 2^31]; default the model's own context length (its
         ``max_position_embeddings``, or YaRN's and Llama 3's factor times the original length when
@@ -803,12 +817,16 @@ def doctor(path_or_dict: Any, context: Optional[int] = None, layer_type: Optiona
     Raises
     ------
     TypeError
-        path_or_dict neither a path nor a dict, context not an int, layer_type not a str.
+        path_or_dict neither a path, a dict nor a Rope, context not an int, layer_type not a str.
     ValueError
         context outside [1, 2^31] (or needed: the config states no length), an unknown layer_type,
         a config the library refuses or cannot read.
     """
     context = None if context is None else _int_arg(context, "context")
+    if isinstance(path_or_dict, Rope):
+        if layer_type is not None:
+            raise ValueError("layer_type is for a config; a Rope has one set of settings")
+        return json.loads(_rotary.doctor_rope(path_or_dict._impl, context))
     layer_type = "" if layer_type is None else layer_type
     text, path = _config_source(path_or_dict)
     if text is not None:

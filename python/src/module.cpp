@@ -862,6 +862,10 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("layout", [](const PyRope& r) { return std::string(to_string(r.schedule().layout())); })
       .def_property_readonly("rotary_offset", [](const PyRope& r) { return r.schedule().rotary_offset; })
       .def_property_readonly("blocks", [](const PyRope& r) { return r.schedule().blocks; })
+      .def_property_readonly("xpos_scale_base", [](const PyRope& r) -> py::object {
+        return r.schedule().xpos() ? py::object(py::float_(r.schedule().xpos_scale_base)) : py::none();
+      })
+      .def_property_readonly("xpos_center", [](const PyRope& r) { return r.schedule().xpos_center; })
       .def_property_readonly("streams", [](const PyRope& r) { return r.schedule().streams; })
       .def_property_readonly("stream_layout", [](const PyRope& r) { return std::string(to_string(r.spec().stream_layout)); })
       .def_property_readonly("sections", [](const PyRope& r) { return r.spec().sections; })

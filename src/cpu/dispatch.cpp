@@ -74,16 +74,19 @@ bool any_contiguous(const Plan& plan) {
   return false;
 }
 
+// xpos_operand: the operand whose xPos scale the row takes (null: no xPos).
 TokenAngles prepare_angles(const Plan& plan, int64_t token, int64_t t, const Scratch& scratch,
-                           bool build_layout) {
+                           bool build_layout, const Operand* xpos_operand) {
   TokenAngles angles;
   if (plan.dtype == DType::f64) {
-    const DoubleRow row = double_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+    DoubleRow row = double_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+    if (xpos_operand != nullptr) row = xpos_double_row(plan, token, t, row, *xpos_operand, scratch.angles);
     angles.dc = row.c;
     angles.ds = row.s;
     return angles;
   }
-  const FloatRow row = float_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+  FloatRow row = float_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
+  if (xpos_operand != nullptr) row = xpos_float_row(plan, token, t, row, *xpos_operand, scratch.angles);
   angles.c = row.c;
   angles.s = row.s;
   if (build_layout) {
@@ -197,12 +200,17 @@ void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, bo
     const int64_t part = block % split;
     const int64_t b = token / plan.seq;
     const int64_t t = token % plan.seq;
-    const TokenAngles angles = prepare_angles(plan, token, t, scratch, build_layout);
+    const bool xpos = plan.schedule->xpos();
+    TokenAngles angles;
+    if (!xpos) angles = prepare_angles(plan, token, t, scratch, build_layout, nullptr);
     for (int o = 0; o < plan.operand_count; ++o) {
       const Operand& op = plan.operands[static_cast<size_t>(o)];
       const int64_t h0 = part * op.heads / split;
       const int64_t h1 = (part + 1) * op.heads / split;
-      if (h1 > h0) rotate_block(plan, op, b, t, h0, h1 - h0, angles, stream);
+      if (h1 <= h0) continue;
+      // xPos: the row scaled for this operand (a query's or a key's σ), built per operand.
+      if (xpos) angles = prepare_angles(plan, token, t, scratch, build_layout, &op);
+      rotate_block(plan, op, b, t, h0, h1 - h0, angles, stream);
     }
   }
   if (stream) stream_fence();

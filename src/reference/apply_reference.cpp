@@ -93,19 +93,22 @@ void run(const Plan& plan) {
   for (int64_t b = 0; b < plan.batch; ++b) {
     for (int64_t t = 0; t < plan.seq; ++t) {
       const int64_t token = b * plan.seq + t;
-      const Value* cos_row = nullptr;
-      const Value* sin_row = nullptr;
-      if constexpr (std::is_same_v<Value, double>) {
-        const DoubleRow row = double_angle_row(plan, token, t, scratch, /*vectorised=*/false);
-        cos_row = row.c;
-        sin_row = row.s;
-      } else {
-        const FloatRow row = float_angle_row(plan, token, t, scratch, /*vectorised=*/false);
-        cos_row = row.c;
-        sin_row = row.s;
-      }
       for (int o = 0; o < plan.operand_count; ++o) {
         const Operand& op = plan.operands[o];
+        // The token's row (built again per operand under xPos, which scales it in scratch).
+        const Value* cos_row = nullptr;
+        const Value* sin_row = nullptr;
+        if constexpr (std::is_same_v<Value, double>) {
+          DoubleRow row = double_angle_row(plan, token, t, scratch, /*vectorised=*/false);
+          if (plan.schedule->xpos()) row = xpos_double_row(plan, token, t, row, op, scratch);
+          cos_row = row.c;
+          sin_row = row.s;
+        } else {
+          FloatRow row = float_angle_row(plan, token, t, scratch, /*vectorised=*/false);
+          if (plan.schedule->xpos()) row = xpos_float_row(plan, token, t, row, op, scratch);
+          cos_row = row.c;
+          sin_row = row.s;
+        }
         for (int64_t h = 0; h < op.heads; ++h) {
           const int64_t in_offset = b * op.in_strides[0] + t * op.in_strides[1] + h * op.in_strides[2];
           const int64_t out_offset = b * op.out_strides[0] + t * op.out_strides[1] + h * op.out_strides[2];

@@ -845,6 +845,59 @@ static void test_layer_type_and_vision(void) {
                "vision=2");
 }
 
+/* xPos, written out from Sun et al.: pair i of q at position p scales by zeta_i^((p - c)/gamma), of
+ * k by zeta_i^(-(p - c)/gamma), zeta_i = (2i + 0.4 r)/(1.4 r), on top of the rotation. */
+static void test_xpos(void) {
+  const rope r = {32, 32, 10000.0, 0};
+  const double gamma = 64, center = 100;
+  const int64_t position = 700, half = 16;
+  rotary_schedule* plain = schedule_of(&r);
+  rotary_schedule* xpos = NULL;
+  float* q = random_floats(32);
+  float* k = random_floats(32);
+  float* q_in = copy_floats(q, 32);
+  float* k_in = copy_floats(k, 32);
+  rotary_apply_args args;
+  int64_t i, role;
+  CHECK(rotary_schedule_with_xpos(plain, gamma, center, &xpos) == ROTARY_OK);
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 1, 1, 32, &args.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k, ROTARY_F32, 1, 1, 1, 32, &args.k) == ROTARY_OK);
+  args.offset = position;
+  CHECK(rotary_apply(xpos, &args) == ROTARY_OK);
+  for (role = 0; role < 2; ++role) {
+    const float* in = role == 0 ? q_in : k_in;
+    const float* out = role == 0 ? q : k;
+    for (i = 0; i < half; ++i) {
+      const double zeta = (2.0 * (double)i + 0.4 * 32.0) / (1.4 * 32.0);
+      const double t = ((double)position - center) / gamma;
+      const double sigma = pow(zeta, role == 0 ? t : -t);
+      const double phi = (double)position * pow(r.base, -2.0 * (double)i / 32.0);
+      const double a = in[i], b = in[i + half];
+      const double limit = 2 * kF32PairBound * sigma * (fabs(a) + fabs(b)) + kReferenceSlack;
+      CHECK(fabs(out[i] - sigma * (a * cos(phi) - b * sin(phi))) <= limit);
+      CHECK(fabs(out[i + half] - sigma * (a * sin(phi) + b * cos(phi))) <= limit);
+    }
+  }
+  /* Beyond the reach 80 gamma / |ln(2/7)| ~ 4087 from the centre: refused, nothing written. */
+  memcpy(q, q_in, 32 * sizeof *q);
+  memset(&args.k, 0, sizeof args.k);
+  args.offset = 4300;
+  EXPECT_ERROR(rotary_apply(xpos, &args), "beyond xPos's reach");
+  CHECK(memcmp(q, q_in, 32 * sizeof *q) == 0);
+  rotary_schedule_free(xpos);
+  xpos = (rotary_schedule*)1;
+  EXPECT_ERROR(rotary_schedule_with_xpos(plain, -1.0, 0.0, &xpos), "xpos_scale_base=-1");
+  CHECK(xpos == NULL);
+  EXPECT_ERROR(rotary_schedule_with_xpos(plain, 512.0, NAN, &xpos), "xpos_center=nan");
+  EXPECT_ERROR(rotary_schedule_with_xpos(NULL, 512.0, 0.0, &xpos), "schedule");
+  free(q);
+  free(k);
+  free(q_in);
+  free(k_in);
+  rotary_schedule_free(plain);
+}
+
 int main(void) {
   test_half_in_place_then_inverse();
   test_interleaved_out_of_place_int32_positions();
@@ -864,6 +917,7 @@ int main(void) {
   test_mrope_streams_and_position_kinds();
   test_stream_errors();
   test_layer_type_and_vision();
+  test_xpos();
   if (failures != 0) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;
