@@ -45,6 +45,7 @@ run: build python-install
 bench: build python-install
 	mkdir -p out
 	$(BUILD)/rotary bench --json --threads 1,2 --reps 15 | tee out/bench.json
+	$(BUILD)/rotary bench --json --threads 1,2 --reps 15 --cases rerotate,switch | tee out/bench-keys.json
 	$(VENV_PYTHON) bench/compare_peers.py | tee out/compare_peers.txt
 
 # The venv, filled once per change of the requirements file (quick when nothing changed).

@@ -466,5 +466,40 @@ TEST(Cli, DoctorRefusesBadInput) {
   expect_one_line_error(run({"doctor", "--layer-type", "x", "--head-dim", "8"}), "--layer-type needs --config");
 }
 
+// `rotary bench --cases rerotate,switch` times the long-context operations as apply's cases are
+// timed: one row per case, dtype, pairing and placement, with the angles the operation uses, finite
+// ratios to a memcpy of the same bytes and prefill's target (0.60 in place). One placement, dtype
+// and pairing, 3 repetitions: the cases' shapes are fixed (a 4096-token cache, 96 MiB of buffers),
+// and the scalar reference's timing alone takes about a second per row.
+TEST(Cli, BenchTimesRerotateAndSwitch) {
+  const Result r = run({"bench", "--cases", "switch,rerotate", "--dtypes", "f32", "--pairings", "half", "--placement",
+                        "inplace", "--threads", "1", "--reps", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_EQ(rows[0]["case"], "rerotate");
+  EXPECT_EQ(rows[0]["angles"], "caller");
+  EXPECT_EQ(rows[1]["case"], "switch");
+  EXPECT_EQ(rows[1]["angles"], "on_the_fly");
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["dtype"], "f32");
+    EXPECT_EQ(row["pairing"], "half");
+    EXPECT_EQ(row["inplace"], true);
+    EXPECT_EQ(row["threads"], 1);
+    for (const char* field : {"median_ns", "memcpy_median_ns", "ratio_to_memcpy", "gbps", "speedup_vs_reference",
+                              "touch_ratio_to_memcpy", "compute_floor_ratio"}) {
+      ASSERT_TRUE(row.contains(field)) << field << " missing in " << row;
+      const double v = row[field].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << field << "=" << v << " in " << row;
+    }
+    EXPECT_EQ(row["target"].get<double>(), 0.60) << row;
+    EXPECT_EQ(row["target_against"], "memcpy");
+    EXPECT_FALSE(row.contains("ratio_to_single_stream")) << row;
+  }
+  expect_one_line_error(run({"bench", "--cases", "rerotate,shift"}),
+                        "--cases='shift' must be one of prefill_q, prefill_k, decode, batched_decode, mrope, "
+                        "rerotate, switch");
+}
+
 }  // namespace
 }  // namespace rotary

@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <span>
 #include <tuple>
 
 #include "../src/text.hpp"
@@ -21,19 +24,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What a case times: apply; apply under M-RoPE, against the same call with one stream; or a
+// long-context operation on cached keys (include/rotary/rerotate.hpp).
+enum class Op { apply, mrope, rerotate, switch_schedule };
+
 // Llama-3.1-8B shapes: 32 query heads, 8 key/value heads, head_dim 128. Decode cases rotate q and
 // k in one call (32 + 8 heads). `mrope` is prefill q under Qwen2-VL's 3-stream M-RoPE (half
-// pairing only), timed against the same call with a single stream.
+// pairing only), timed against the same call with a single stream. `rerotate` and `switch` move
+// the keys of a 4096-token KV cache, [1, 4096, 8, 128] (held where q's heads are): `rerotate` from
+// positions 1024 .. 5119 by delta -1024 (StreamingLLM evicting the first 1024 tokens; Llama 3.1's
+// schedule), `switch` from LongRoPE's short factors to its long ones at positions 0 .. 4095 (the
+// context passing the original 4096).
 struct Case {
   const char* name;
   int64_t batch, seq, heads_q, heads_k;
-  bool mrope;
+  Op op;
+  bool on_keys() const { return op == Op::rerotate || op == Op::switch_schedule; }
 };
-constexpr Case kCases[] = {{"prefill_q", 1, 4096, 32, 0, false},
-                           {"prefill_k", 1, 4096, 8, 0, false},
-                           {"decode", 1, 1, 32, 8, false},
-                           {"batched_decode", 64, 1, 32, 8, false},
-                           {"mrope", 1, 4096, 32, 0, true}};
+constexpr Case kCases[] = {{"prefill_q", 1, 4096, 32, 0, Op::apply},
+                           {"prefill_k", 1, 4096, 8, 0, Op::apply},
+                           {"decode", 1, 1, 32, 8, Op::apply},
+                           {"batched_decode", 64, 1, 32, 8, Op::apply},
+                           {"mrope", 1, 4096, 32, 0, Op::mrope},
+                           {"rerotate", 1, 4096, 8, 0, Op::rerotate},
+                           {"switch", 1, 4096, 8, 0, Op::switch_schedule}};
 constexpr int64_t kHeadDim = 128;
 constexpr int64_t kDecodePosition = 131071;
 // Qwen2-VL's mrope_section: pairs [0, 16) read the temporal stream, [16, 40) height, [40, 64) width.
@@ -41,6 +55,13 @@ constexpr int64_t kMropeSection[] = {16, 24, 24};
 // The M-RoPE sequence: a text prefix (t = h = w = s), then video frames of a square grid.
 constexpr int64_t kMropeText = 1024;
 constexpr int64_t kMropeGrid = 32;
+// rerotate: the cache's first position and the shift (one delta for the one stream).
+constexpr int64_t kRerotateFirst = 1024;
+constexpr int64_t kRerotateDelta[] = {-1024};
+// switch: LongRoPE as Phi-3.5-mini sets it (base 10^4, L = 4096, M = 131072), its factors' ranges
+// (short 1 .. 2.84, long 1.08 .. 64.84 over the pairs) spread over head_dim 128's 64 pairs.
+constexpr int64_t kLongropeOriginal = 4096;
+constexpr int64_t kLongropeMax = 131072;
 // Working sets, the same for the kernel and for memcpy. Decode-sized operations (at most 2 MiB)
 // rotate among 4 to 16 buffers holding at most 8 MiB of inputs and outputs: they stay resident in
 // the last-level cache, as q and k are when the projection that wrote them has just finished, yet
@@ -119,6 +140,23 @@ Schedule llama31(Pairing pairing) {
                             .high_freq_factor = 4.0});
 }
 
+// LongRoPE as kLongropeOriginal's comment says, its factors rising geometrically over the pairs:
+// every pair turns slower under the long ones (switch then runs one pass). `long_context`: the long
+// factors, a sequence past L.
+Schedule longrope(Pairing pairing, bool long_context) {
+  constexpr size_t kPairs = kHeadDim / 2;
+  std::vector<double> short_factor(kPairs), long_factor(kPairs);
+  for (size_t j = 0; j < kPairs; ++j) {
+    const double x = static_cast<double>(j) / static_cast<double>(kPairs - 1);
+    short_factor[j] = std::pow(2.84, x);
+    long_factor[j] = 1.08 * std::pow(64.84 / 1.08, x);
+  }
+  const Spec spec{.head_dim = kHeadDim, .pairing = pairing, .schedule = ScheduleType::longrope,
+                  .original_max_position = kLongropeOriginal, .max_position = kLongropeMax,
+                  .short_factor = std::move(short_factor), .long_factor = std::move(long_factor)};
+  return make_schedule(spec, long_context ? std::optional<int64_t>(kLongropeOriginal + 1) : std::nullopt);
+}
+
 // Qwen2-VL's text rotary (base 10^6, half pairing); `streams` 3: M-RoPE by mrope_section, 1: the
 // same frequencies with one stream.
 Schedule qwen2_vl(int streams) {
@@ -150,6 +188,44 @@ std::vector<int64_t> mrope_positions(int64_t seq) {
   return p;
 }
 
+// The schedules of a case's call: Llama 3.1's (apply, rerotate), Qwen2-VL's 3 streams (mrope), or
+// LongRoPE's short factors, the keys', and `to`, its long ones (switch).
+struct CaseSchedules {
+  Schedule main, to;
+};
+CaseSchedules schedules_of(const Case& c, Pairing pairing) {
+  if (c.op == Op::mrope) return {qwen2_vl(3), {}};
+  if (c.op == Op::switch_schedule) return {longrope(pairing, false), longrope(pairing, true)};
+  return {llama31(pairing), {}};
+}
+
+// The first token's position: decode's kDecodePosition, rerotate's kRerotateFirst, else 0.
+int64_t first_position(const Case& c) {
+  return c.op == Op::rerotate ? kRerotateFirst : c.seq == 1 ? kDecodePosition : 0;
+}
+
+// The tokens' positions: batched_decode's drawn below kDecodePosition, the others consecutive from
+// the first.
+std::vector<int64_t> case_positions(const Case& c, std::mt19937_64& rng) {
+  std::vector<int64_t> positions(static_cast<size_t>(c.batch * c.seq));
+  if (std::string(c.name) == "batched_decode") {
+    std::uniform_int_distribution<int64_t> any(0, kDecodePosition);
+    for (auto& p : positions) p = any(rng);
+    return positions;
+  }
+  std::iota(positions.begin(), positions.end(), first_position(c));
+  return positions;
+}
+
+// The angles a case's rows use: apply's those --angles chooses; rerotate's its own cos/sin of
+// delta * inv_freq, one row for every token (apply's CallerAngles: "caller"); switch computes the
+// angles of the frequency differences on the fly.
+std::vector<std::string> angles_of(const Case& c, const std::vector<std::string>& chosen) {
+  if (c.op == Op::rerotate) return {"caller"};
+  if (c.op == Op::switch_schedule) return {"on_the_fly"};
+  return chosen;
+}
+
 template <class T>
 bool contains(const std::vector<T>& list, const T& value) {
   return std::find(list.begin(), list.end(), value) != list.end();
@@ -170,9 +246,11 @@ struct Target {
   double limit;
   const char* against;  // "memcpy" or "single_stream"
 };
+// rerotate and switch stream a prefill-sized cache through one apply call (switch under this
+// LongRoPE: one pass), so they get prefill's limits: the memory limit apply is held to.
 Target target_of(const Case& c, DType dtype, bool table, bool inplace) {
   const std::string name = c.name;
-  if (c.mrope) return {1.05, "single_stream"};
+  if (c.op == Op::mrope) return {1.05, "single_stream"};
   if (name == "decode") return {table ? 2.0 : 3.0, "memcpy"};
   if (name == "batched_decode") return {dtype == DType::f32 ? 1.5 : 2.0, "memcpy"};
   return {inplace ? 0.60 : 1.05, "memcpy"};
@@ -259,19 +337,63 @@ Buffers make_buffers(const Case& c, DType dtype, std::mt19937_64& rng) {
   return b;
 }
 
-// The kernel's cost per element when memory costs (almost) nothing: q and k of 4 decode tokens
-// (80 KiB at f32), cache-resident, rotated over and over in one buffer on one thread. Scaled to a
-// case's elements and threads and divided by its memcpy time, it is the ratio the kernel would
-// reach if every byte came from the cache: its compute floor.
-double compute_ns_per_element(DType dtype, Pairing pairing, bool use_table, bool inplace, int reps) {
-  constexpr int64_t kTokens = 4, kHeadsQ = 32, kHeadsK = 8, kCalls = 200;
-  const Schedule schedule = llama31(pairing);
-  std::vector<int64_t> positions(kTokens);
-  std::iota(positions.begin(), positions.end(), kDecodePosition);
-  const Table table = Table::at(schedule, positions);
+// One way to call the case's operation: its schedule (switch: the keys' schedule, and `to`),
+// positions and table.
+struct Variant {
+  const Schedule* schedule;
+  Positions positions;
+  const Table* table;
+  const Schedule* to = nullptr;
+};
+
+// The case's operation on one buffer: apply to the q (and k) at `in`, or rerotate / switch the keys
+// there; in place, or into `dst`.
+void run_op(const Case& c, DType dtype, unsigned char* in, unsigned char* dst, bool inplace, int threads,
+            Backend backend, const Variant& v) {
+  auto view = [&](unsigned char* data, int64_t heads) {
+    return TensorView::bshd(data, dtype, c.batch, c.seq, heads, kHeadDim);
+  };
+  if (c.on_keys()) {
+    RotatedKeys keys{.k = view(in, c.heads_q), .positions = v.positions, .threads = threads, .backend = backend};
+    if (!inplace) keys.k_out = view(dst, c.heads_q);
+    if (c.op == Op::rerotate) {
+      rerotate(*v.schedule, keys, kRerotateDelta);
+    } else {
+      switch_schedule(*v.schedule, *v.to, keys);
+    }
+    return;
+  }
+  const int64_t q_bytes = c.batch * c.seq * c.heads_q * kHeadDim * size_of(dtype);
+  ApplyArgs a{.q = view(in, c.heads_q), .positions = v.positions, .table = v.table, .threads = threads,
+              .backend = backend};
+  if (c.heads_k > 0) a.k = view(in + q_bytes, c.heads_k);
+  if (!inplace) {
+    a.q_out = view(dst, c.heads_q);
+    if (c.heads_k > 0) a.k_out = view(dst + q_bytes, c.heads_k);
+  }
+  apply(*v.schedule, a);
+}
+
+// The operation's cost per element when memory costs (almost) nothing: apply on q and k of 4 decode
+// tokens (80 KiB at f32; M-RoPE's too), or rerotate / switch on the keys of 20 tokens (as many
+// elements) at the case's first positions, cache-resident, over and over in one buffer on one
+// thread. Scaled to a case's elements and threads and divided by its memcpy time, it is the ratio
+// the operation would reach if every byte came from the cache: its compute floor. rerotate and
+// switch cost a few microseconds per call whatever the size (rerotate's 64 exact cos/sin, both
+// copying and validating schedules), a quarter of 20 tokens' time but nothing beside a case's
+// milliseconds: their cost per element is the time of 20 tokens less that of 1, over 19 tokens'
+// elements.
+double compute_ns_per_element(const Case& c, DType dtype, Pairing pairing, bool use_table, bool inplace, int reps) {
+  constexpr int64_t kCalls = 200;
+  const Case small = c.on_keys() ? Case{c.name, 1, 20, 8, 0, c.op} : Case{c.name, 1, 4, 32, 8, Op::apply};
+  const Case single_token{c.name, 1, 1, small.heads_q, small.heads_k, small.op};
+  const CaseSchedules schedules = schedules_of(small, pairing);
+  std::vector<int64_t> positions(static_cast<size_t>(small.seq));
+  std::iota(positions.begin(), positions.end(), c.on_keys() ? first_position(c) : kDecodePosition);
+  const Table table = Table::at(schedules.main, positions);
   const int64_t es = size_of(dtype);
-  const int64_t elements = kTokens * (kHeadsQ + kHeadsK) * kHeadDim;
-  const int64_t q_bytes = kTokens * kHeadsQ * kHeadDim * es;
+  const int64_t elements = small.seq * (small.heads_q + small.heads_k) * kHeadDim;
+  const int64_t token_elements = (small.heads_q + small.heads_k) * kHeadDim;
   std::vector<unsigned char> in_storage(static_cast<size_t>(elements * es) + kBufferAlignment);
   std::vector<unsigned char> out_storage(in_storage.size());
   unsigned char* in = Buffers::aligned(in_storage);
@@ -285,176 +407,145 @@ double compute_ns_per_element(DType dtype, Pairing pairing, bool use_table, bool
       std::memcpy(in + i * 2, &one, 2);
     }
   }
-  ApplyArgs a{.q = TensorView::bshd(in, dtype, 1, kTokens, kHeadsQ, kHeadDim),
-              .k = TensorView::bshd(in + q_bytes, dtype, 1, kTokens, kHeadsK, kHeadDim),
-              .positions = Positions::per_token(positions),
-              .table = use_table ? &table : nullptr,
-              .threads = 1};
-  if (!inplace) {
-    a.q_out = TensorView::bshd(out, dtype, 1, kTokens, kHeadsQ, kHeadDim);
-    a.k_out = TensorView::bshd(out + q_bytes, dtype, 1, kTokens, kHeadsK, kHeadDim);
-  }
+  const Variant v{&schedules.main, Positions::per_token(positions), use_table ? &table : nullptr, &schedules.to};
+  const Variant v_one{&schedules.main, Positions::per_token(std::span(positions).first(1)), nullptr, &schedules.to};
+  auto time_calls = [&](const Case& shape, const Variant& variant) {
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < kCalls; ++k) run_op(shape, dtype, in, out, inplace, 1, Backend::automatic, variant);
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(kCalls);
+  };
   std::vector<double> per_element;
   for (int r = 0; r < reps + 2; ++r) {  // the first two warm up
-    const auto start = Clock::now();
-    for (int64_t k = 0; k < kCalls; ++k) apply(schedule, a);
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    if (r >= 2) per_element.push_back(ns / static_cast<double>(kCalls * elements));
+    const double ns = time_calls(small, v);
+    if (!c.on_keys()) {
+      if (r >= 2) per_element.push_back(ns / static_cast<double>(elements));
+      continue;
+    }
+    const double fixed = time_calls(single_token, v_one);
+    if (r >= 2) per_element.push_back((ns - fixed) / static_cast<double>(elements - token_elements));
   }
   return median(per_element);
 }
 
-// One way to call apply: its schedule, positions and table.
-struct Variant {
-  const Schedule* schedule;
-  Positions positions;
-  const Table* table;
+// Compute floors by operation (apply for mrope too), dtype, pairing, angles and placement: measured
+// once, at the first row that needs one.
+using FloorCache = std::map<std::tuple<Op, std::string, std::string, std::string, bool>, double>;
+
+// What the rows of one case, dtype, pairing, angles and placement share.
+struct RowSetup {
+  const Case& c;
+  DType dtype;
+  const std::string &dtype_name, &pairing_name, &angles;
+  bool inplace;
+  Buffers& buf;
+  Variant main, single;  // single: for mrope, the same call with one stream
 };
 
-}  // namespace
-
-int run_bench(const BenchOptions& o, std::ostream& out) {
-  check_list(o.cases, {"prefill_q", "prefill_k", "decode", "batched_decode", "mrope"}, "--cases");
-  check_list(o.dtypes, {"f32", "bf16", "f16"}, "--dtypes");
-  check_list(o.pairings, {"half", "interleaved"}, "--pairings");
-  check_list(o.angles, {"table", "on_the_fly"}, "--angles");
-  check_list(o.placement, {"inplace", "outofplace"}, "--placement");
-  if (o.reps < 3 || o.reps > 1000) throw Error(fmt::format("--reps={} must be in [3, 1000]", o.reps));
-  std::vector<int> thread_counts = o.threads;
-  const int all = omp_get_max_threads();
-  if (thread_counts.empty()) {
-    thread_counts = {1};
-    if (all > 1) thread_counts.push_back(all);
-  }
-  for (int t : thread_counts) check_threads(t, "--threads");
-
-  std::vector<Row> rows;
-  std::map<std::tuple<std::string, std::string, bool, bool>, double> compute_cost;  // ns per element
-  std::mt19937_64 rng(o.seed);
-  for (const Case& c : kCases) {
-    if (!contains(o.cases, std::string(c.name))) continue;
-    if (c.mrope && !contains(o.pairings, std::string("half"))) continue;
-    const int64_t tokens = c.batch * c.seq;
-    std::vector<int64_t> positions(static_cast<size_t>(tokens));
-    if (std::string(c.name) == "batched_decode") {
-      std::uniform_int_distribution<int64_t> any(0, kDecodePosition);
-      for (auto& p : positions) p = any(rng);
-    } else {
-      const int64_t first = c.seq == 1 ? kDecodePosition : 0;
-      for (int64_t t = 0; t < tokens; ++t) positions[static_cast<size_t>(t)] = first + t;
+// Times the setup's call against a memcpy of the same bytes (in place also the touch floor; mrope
+// also the single-stream call), interleaved, on each thread count: one row each.
+void bench_rows(const RowSetup& s, const BenchOptions& o, const std::vector<int>& thread_counts, FloorCache& floors,
+                std::vector<Row>& rows) {
+  const Case& c = s.c;
+  Buffers& buf = s.buf;
+  const int64_t op_bytes = buf.op_bytes;
+  const bool mrope = c.op == Op::mrope;
+  // One repetition: ops_per_rep operations cycling through the buffers (at least 64, so that a
+  // decode repetition lasts tens of microseconds); time per operation.
+  const int64_t ops_per_rep = std::max<int64_t>(buf.count, op_bytes <= kCachedOperationBytes ? 64 : 1);
+  auto time_kernel = [&](int threads, Backend backend, const Variant& v) {
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < ops_per_rep; ++k) {
+      run_op(c, s.dtype, buf.in(k % buf.count), buf.out(k % buf.count), s.inplace, threads, backend, v);
     }
-    const std::vector<int64_t> stream_positions = c.mrope ? mrope_positions(c.seq) : std::vector<int64_t>{};
-    for (const std::string& dtype_name : o.dtypes) {
-      const DType dtype = dtype_name == "f32" ? DType::f32 : dtype_name == "bf16" ? DType::bf16 : DType::f16;
-      Buffers buf = make_buffers(c, dtype, rng);
-      const int64_t op_bytes = buf.op_bytes;
-      for (const std::string& pairing_name : o.pairings) {
-        if (c.mrope && pairing_name != "half") continue;
-        // The measured call, and (M-RoPE) the single-stream call it is compared with. M-RoPE
-        // tables cover the sequence's positions, 0 .. seq-1, as the single-stream one does.
-        const Schedule schedule = c.mrope ? qwen2_vl(3) : llama31(parse_pairing(pairing_name));
-        const Schedule single = qwen2_vl(1);
-        const Table table = c.mrope ? Table::range(schedule, 0, c.seq) : Table::at(schedule, positions);
-        const Table single_table = Table::range(single, 0, c.mrope ? c.seq : 1);
-        for (const std::string& angles : o.angles) {
-          const bool use_table = angles == "table";
-          const Variant main{&schedule,
-                             c.mrope ? Positions::per_token(stream_positions, 3) : Positions::per_token(positions),
-                             use_table ? &table : nullptr};
-          const Variant reference_stream{&single, Positions::per_token(positions), use_table ? &single_table : nullptr};
-          for (const std::string& placement : o.placement) {
-            const bool inplace = placement == "inplace";
-            auto args_for = [&](int64_t k, int threads, Backend backend, const Variant& v) {
-              unsigned char* in = buf.in(k);
-              unsigned char* dst = buf.out(k);
-              ApplyArgs a{.q = TensorView::bshd(in, dtype, c.batch, c.seq, c.heads_q, kHeadDim),
-                          .positions = v.positions,
-                          .table = v.table,
-                          .threads = threads,
-                          .backend = backend};
-              if (c.heads_k > 0) a.k = TensorView::bshd(in + buf.q_bytes, dtype, c.batch, c.seq, c.heads_k, kHeadDim);
-              if (!inplace) {
-                a.q_out = TensorView::bshd(dst, dtype, c.batch, c.seq, c.heads_q, kHeadDim);
-                if (c.heads_k > 0) {
-                  a.k_out = TensorView::bshd(dst + buf.q_bytes, dtype, c.batch, c.seq, c.heads_k, kHeadDim);
-                }
-              }
-              return a;
-            };
-            // One repetition: ops_per_rep operations cycling through the buffers (at least 64, so
-            // that a decode repetition lasts tens of microseconds); time per operation.
-            const int64_t ops_per_rep = std::max<int64_t>(buf.count, op_bytes <= kCachedOperationBytes ? 64 : 1);
-            auto time_kernel = [&](int threads, Backend backend, const Variant& v) {
-              const auto start = Clock::now();
-              for (int64_t k = 0; k < ops_per_rep; ++k) apply(*v.schedule, args_for(k % buf.count, threads, backend, v));
-              return std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                     static_cast<double>(ops_per_rep);
-            };
-            auto time_copy = [&](int threads) {
-              const auto start = Clock::now();
-              for (int64_t k = 0; k < ops_per_rep; ++k) {
-                const int64_t b = k % buf.count;
-                parallel_copy(buf.out(b), buf.in(b), op_bytes, threads);
-              }
-              return std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                     static_cast<double>(ops_per_rep);
-            };
-            auto time_touch = [&](int threads) {
-              const auto start = Clock::now();
-              for (int64_t k = 0; k < ops_per_rep; ++k) parallel_touch(buf.in(k % buf.count), op_bytes, threads);
-              return std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
-                     static_cast<double>(ops_per_rep);
-            };
-            // The scalar reference, single-threaded (fewer repetitions for the long cases).
-            std::vector<double> reference_ns;
-            const int reference_reps = op_bytes >= (int64_t{8} << 20) ? 3 : 5;
-            time_kernel(1, Backend::reference, main);
-            for (int r = 0; r < reference_reps; ++r) reference_ns.push_back(time_kernel(1, Backend::reference, main));
-            const double reference = median(reference_ns);
-            for (int threads : thread_counts) {
-              const int effective = threads == 0 ? all : threads;
-              std::vector<double> kernel_ns, copy_ns, single_ns, touch_ns;
-              for (int w = 0; w < 2; ++w) {  // warm-up
-                time_kernel(effective, Backend::automatic, main);
-                if (c.mrope) time_kernel(effective, Backend::automatic, reference_stream);
-                time_copy(effective);
-              }
-              for (int r = 0; r < o.reps; ++r) {  // interleaved
-                kernel_ns.push_back(time_kernel(effective, Backend::automatic, main));
-                if (c.mrope) single_ns.push_back(time_kernel(effective, Backend::automatic, reference_stream));
-                copy_ns.push_back(time_copy(effective));
-                if (inplace) touch_ns.push_back(time_touch(effective));
-              }
-              Row row{c.name, dtype_name, pairing_name, angles, inplace, effective, median(kernel_ns), 0,
-                      median(copy_ns), 0, 0, c.mrope ? median(single_ns) : 0.0,
-                      inplace ? median(touch_ns) : 0.0, 0, target_of(c, dtype, use_table, inplace), 0, false};
-              const auto key = std::make_tuple(dtype_name, pairing_name, use_table, inplace);
-              if (!compute_cost.count(key)) {
-                compute_cost[key] = compute_ns_per_element(dtype, parse_pairing(pairing_name), use_table, inplace, o.reps);
-              }
-              const double case_elements = static_cast<double>(op_bytes / size_of(dtype));
-              // The threads apply runs (one below kParallelBytes moved, as memcpy here).
-              const int used = 2 * op_bytes < kParallelBytes ? 1 : effective;
-              row.compute_floor = compute_cost[key] * case_elements / used / row.memcpy_median_ns;
-              row.gbps = 2.0 * static_cast<double>(op_bytes) / row.median_ns;
-              row.ratio_to_memcpy = row.median_ns / row.memcpy_median_ns;
-              row.speedup_vs_reference = reference / row.median_ns;
-              row.ratio = c.mrope ? row.median_ns / row.single_stream_median_ns : row.ratio_to_memcpy;
-              row.pass = row.ratio <= row.target.limit;
-              rows.push_back(row);
-            }
-          }
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(ops_per_rep);
+  };
+  auto time_copy = [&](int threads) {
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < ops_per_rep; ++k) {
+      const int64_t b = k % buf.count;
+      parallel_copy(buf.out(b), buf.in(b), op_bytes, threads);
+    }
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(ops_per_rep);
+  };
+  auto time_touch = [&](int threads) {
+    const auto start = Clock::now();
+    for (int64_t k = 0; k < ops_per_rep; ++k) parallel_touch(buf.in(k % buf.count), op_bytes, threads);
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(ops_per_rep);
+  };
+  // The scalar reference, single-threaded (fewer repetitions for the long cases).
+  std::vector<double> reference_ns;
+  const int reference_reps = op_bytes >= (int64_t{8} << 20) ? 3 : 5;
+  time_kernel(1, Backend::reference, s.main);
+  for (int r = 0; r < reference_reps; ++r) reference_ns.push_back(time_kernel(1, Backend::reference, s.main));
+  const double reference = median(reference_ns);
+  const bool use_table = s.angles == "table";
+  const Pairing pairing = parse_pairing(s.pairing_name);
+  for (int threads : thread_counts) {
+    const int effective = threads == 0 ? omp_get_max_threads() : threads;
+    std::vector<double> kernel_ns, copy_ns, single_ns, touch_ns;
+    for (int w = 0; w < 2; ++w) {  // warm-up
+      time_kernel(effective, Backend::automatic, s.main);
+      if (mrope) time_kernel(effective, Backend::automatic, s.single);
+      time_copy(effective);
+    }
+    for (int r = 0; r < o.reps; ++r) {  // interleaved
+      kernel_ns.push_back(time_kernel(effective, Backend::automatic, s.main));
+      if (mrope) single_ns.push_back(time_kernel(effective, Backend::automatic, s.single));
+      copy_ns.push_back(time_copy(effective));
+      if (s.inplace) touch_ns.push_back(time_touch(effective));
+    }
+    Row row{c.name, s.dtype_name, s.pairing_name, s.angles, s.inplace, effective, median(kernel_ns), 0,
+            median(copy_ns), 0, 0, mrope ? median(single_ns) : 0.0,
+            s.inplace ? median(touch_ns) : 0.0, 0, target_of(c, s.dtype, use_table, s.inplace), 0, false};
+    const auto key = std::make_tuple(c.on_keys() ? c.op : Op::apply, s.dtype_name, s.pairing_name, s.angles, s.inplace);
+    if (!floors.count(key)) floors[key] = compute_ns_per_element(c, s.dtype, pairing, use_table, s.inplace, o.reps);
+    const double case_elements = static_cast<double>(op_bytes / size_of(s.dtype));
+    // The threads apply runs (one below kParallelBytes moved, as memcpy here).
+    const int used = 2 * op_bytes < kParallelBytes ? 1 : effective;
+    row.compute_floor = floors[key] * case_elements / used / row.memcpy_median_ns;
+    row.gbps = 2.0 * static_cast<double>(op_bytes) / row.median_ns;
+    row.ratio_to_memcpy = row.median_ns / row.memcpy_median_ns;
+    row.speedup_vs_reference = reference / row.median_ns;
+    row.ratio = mrope ? row.median_ns / row.single_stream_median_ns : row.ratio_to_memcpy;
+    row.pass = row.ratio <= row.target.limit;
+    rows.push_back(row);
+  }
+}
+
+// Every row of one case: its dtypes, pairings, angles and placements.
+void bench_case(const Case& c, const BenchOptions& o, const std::vector<int>& thread_counts, std::mt19937_64& rng,
+                FloorCache& floors, std::vector<Row>& rows) {
+  const bool mrope = c.op == Op::mrope;
+  const std::vector<int64_t> positions = case_positions(c, rng);
+  const std::vector<int64_t> stream_positions = mrope ? mrope_positions(c.seq) : std::vector<int64_t>{};
+  for (const std::string& dtype_name : o.dtypes) {
+    const DType dtype = dtype_name == "f32" ? DType::f32 : dtype_name == "bf16" ? DType::bf16 : DType::f16;
+    Buffers buf = make_buffers(c, dtype, rng);
+    for (const std::string& pairing_name : o.pairings) {
+      if (mrope && pairing_name != "half") continue;
+      // The measured call, and (M-RoPE) the single-stream call it is compared with. M-RoPE
+      // tables cover the sequence's positions, 0 .. seq-1, as the single-stream one does.
+      const CaseSchedules schedules = schedules_of(c, parse_pairing(pairing_name));
+      const Schedule single = qwen2_vl(1);
+      const Table table = mrope ? Table::range(schedules.main, 0, c.seq) : Table::at(schedules.main, positions);
+      const Table single_table = Table::range(single, 0, mrope ? c.seq : 1);
+      for (const std::string& angles : angles_of(c, o.angles)) {
+        const bool use_table = angles == "table";
+        const Variant main{&schedules.main,
+                           mrope ? Positions::per_token(stream_positions, 3) : Positions::per_token(positions),
+                           use_table ? &table : nullptr, &schedules.to};
+        const Variant single_stream{&single, Positions::per_token(positions), use_table ? &single_table : nullptr};
+        for (const std::string& placement : o.placement) {
+          const RowSetup setup{c, dtype, dtype_name, pairing_name, angles, placement == "inplace", buf, main,
+                               single_stream};
+          bench_rows(setup, o, thread_counts, floors, rows);
         }
       }
     }
   }
+}
 
-  if (o.json) {
-    std::string text = "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) text += json_row(rows[i]) + (i + 1 < rows.size() ? ",\n" : "\n");
-    out << text << "]\n";
-    return 0;
-  }
+void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostream& out) {
   out << fmt::format("rotary bench — Llama-3.1-8B shapes, head_dim 128 (decode: q and k, 32 + 8 heads; "
                      "mrope: Qwen2-VL 3-stream M-RoPE prefill q against the same call with one stream); "
                      "medians of {} interleaved repetitions; GB/s counts bytes read + written; memcpy of "
@@ -463,6 +554,16 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
                      "loading and storing every byte back with no arithmetic, against memcpy; compute: the kernel's "
                      "time per element on cache-resident data, scaled to the case, against memcpy\n",
                      o.reps);
+  const bool on_keys = std::any_of(rows.begin(), rows.end(), [](const Row& r) {
+    return r.case_name == "rerotate" || r.case_name == "switch";
+  });
+  if (on_keys) {
+    out << fmt::format("rerotate: keys [1, 4096, 8, 128] at positions {}-{} moved by delta {} (Llama 3.1; angles: its "
+                       "own cos/sin of delta * inv_freq); switch: the same keys at 0-4095 from LongRoPE's short "
+                       "factors to its long ones (L {}, M {}; angles on the fly); both stream from DRAM, with "
+                       "prefill's targets\n",
+                       kRerotateFirst, kRerotateFirst + 4095, kRerotateDelta[0], kLongropeOriginal, kLongropeMax);
+  }
   out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:>3} {:>11} {:>8} {:>11} {:>9} {:>9} {:>6} {:>7} {:>7} {:>6} {}\n",
                      "case", "dtype", "pairing", "angles", "placement", "thr", "median_us", "GB/s", "memcpy_us",
                      "/memcpy", "x scalar", "floor", "compute", "ratio", "target", "pass");
@@ -479,6 +580,41 @@ int run_bench(const BenchOptions& o, std::ostream& out) {
   }
   out << fmt::format("{} of {} rows meet their targets (ratio: to memcpy; mrope: to the single stream)\n",
                      passed, rows.size());
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& o, std::ostream& out) {
+  std::vector<std::string> case_names;
+  for (const Case& c : kCases) case_names.emplace_back(c.name);
+  check_list(o.cases, case_names, "--cases");
+  check_list(o.dtypes, {"f32", "bf16", "f16"}, "--dtypes");
+  check_list(o.pairings, {"half", "interleaved"}, "--pairings");
+  check_list(o.angles, {"table", "on_the_fly"}, "--angles");
+  check_list(o.placement, {"inplace", "outofplace"}, "--placement");
+  if (o.reps < 3 || o.reps > 1000) throw Error(fmt::format("--reps={} must be in [3, 1000]", o.reps));
+  std::vector<int> thread_counts = o.threads;
+  if (thread_counts.empty()) {
+    thread_counts = {1};
+    if (omp_get_max_threads() > 1) thread_counts.push_back(omp_get_max_threads());
+  }
+  for (int t : thread_counts) check_threads(t, "--threads");
+
+  std::vector<Row> rows;
+  FloorCache floors;
+  std::mt19937_64 rng(o.seed);
+  for (const Case& c : kCases) {
+    if (!contains(o.cases, std::string(c.name))) continue;
+    if (c.op == Op::mrope && !contains(o.pairings, std::string("half"))) continue;
+    bench_case(c, o, thread_counts, rng, floors, rows);
+  }
+  if (o.json) {
+    std::string text = "[\n";
+    for (size_t i = 0; i < rows.size(); ++i) text += json_row(rows[i]) + (i + 1 < rows.size() ? ",\n" : "\n");
+    out << text << "]\n";
+    return 0;
+  }
+  print_table(rows, o, out);
   return 0;
 }
 

@@ -478,7 +478,7 @@ struct Commands {
 
   void add_bench() {
     bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
-    bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode,mrope (default all)");
+    bench->add_option("--cases", bench_cases, "prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch");
     bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
     bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
     bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");

@@ -192,17 +192,31 @@ void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_
   }
 }
 
+// per_token caller angles whose row strides are 0: every token reads the same row.
+bool broadcast_caller_row(const Plan& plan) {
+  if (plan.angles == nullptr || plan.angles->index != CallerAngles::Index::per_token) return false;
+  const CallerAngles& a = *plan.angles;
+  return a.cos_strides[0] == 0 && a.cos_strides[1] == 0 && a.sin_strides[0] == 0 && a.sin_strides[1] == 0;
+}
+
 void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, bool stream,
                 const Scratch& scratch) {
   const bool build_layout = plan.dtype != DType::f64 && any_contiguous(plan);
+  // The caller's cos/sin broadcast over every token (rerotate's one row): built once.
+  const bool same_row = broadcast_caller_row(plan) && first < last;
+  TokenAngles one_row;
+  if (same_row) {
+    const int64_t token = first / split;
+    one_row = prepare_angles(plan, token, token % plan.seq, scratch, build_layout, nullptr);
+  }
   for (int64_t block = first; block < last; ++block) {
     const int64_t token = block / split;
     const int64_t part = block % split;
     const int64_t b = token / plan.seq;
     const int64_t t = token % plan.seq;
     const bool xpos = plan.schedule->xpos();
-    TokenAngles angles;
-    if (!xpos) angles = prepare_angles(plan, token, t, scratch, build_layout, nullptr);
+    TokenAngles angles = one_row;
+    if (!xpos && !same_row) angles = prepare_angles(plan, token, t, scratch, build_layout, nullptr);
     for (int o = 0; o < plan.operand_count; ++o) {
       const Operand& op = plan.operands[static_cast<size_t>(o)];
       const int64_t h0 = part * op.heads / split;
