@@ -41,6 +41,22 @@ KernelOperand kernel_operand(const TensorView& in, const TensorView& out) {
   return op;
 }
 
+KernelCallerAngles kernel_angles(const CallerAngles& a) {
+  KernelCallerAngles out;
+  out.cos = a.cos;
+  out.sin = a.sin;
+  out.dtype = a.dtype;
+  out.per_position = a.index == CallerAngles::Index::per_position;
+  out.broadcast = !out.per_position && a.shape[0] == 1;
+  out.column_step = a.columns == CallerAngles::Columns::repeated ? 2 : 1;
+  out.rows = out.per_position ? a.shape[1] : 0;
+  for (size_t d = 0; d < 3; ++d) {
+    out.cos_strides[d] = a.cos_strides[d];
+    out.sin_strides[d] = a.sin_strides[d];
+  }
+  return out;
+}
+
 }  // namespace
 
 TableRange table_range(const Table& table) {
@@ -59,9 +75,8 @@ TableRange table_range(const Table& table) {
 }
 
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table) {
-  if (args.angles != nullptr) {
-    throw Error("angles (the caller's cos/sin) are not supported by this backend yet: use a table "
-                "or exact angles");
+  if (args.angles != nullptr && table != nullptr) {
+    throw Error("angles and table are both set (give one source of angles)");
   }
   KernelArgs k;
   k.dtype = args.q.dtype;
@@ -87,7 +102,10 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.pair_stream = schedule.pair_stream.empty() ? nullptr : schedule.pair_stream.data();
   k.streams = schedule.streams;
   k.attention_factor = schedule.attention_factor;
-  if (table != nullptr) {
+  if (args.angles != nullptr) {
+    k.angle_source = KernelAngleSource::caller;
+    k.angles = kernel_angles(*args.angles);
+  } else if (table != nullptr) {
     k.angle_source = KernelAngleSource::table;
     k.table = *table;
   }

@@ -41,12 +41,13 @@ struct KernelPositions {
 };
 
 /// Where cos and sin come from.
-///   table: rows of a contiguous table, row r = position table_first + r, `pairs` floats each,
-///          cos and sin times the attention factor (Table's values), indexed without any search
-///   exact: computed on the fly from inv_freq (detail::cos_sin_of_product, src/math/exact_angle.hpp)
-///          times attention_factor, rounded once to float (f32/f16/bf16) or kept in double (f64)
-/// (The caller's cos/sin tensors, CallerAngles, are not a kernel source yet.)
-enum class KernelAngleSource : int32_t { table, exact };
+///   table:  rows of a contiguous table, row r = position table_first + r, `pairs` floats each,
+///           cos and sin times the attention factor (Table's values), indexed without any search
+///   exact:  computed on the fly from inv_freq (detail::cos_sin_of_product, src/math/exact_angle.hpp)
+///           times attention_factor, rounded once to float (f32/f16/bf16) or kept in double (f64)
+///   caller: the caller's cos/sin tensors (CallerAngles, as KernelCallerAngles spells them),
+///           already times the attention factor
+enum class KernelAngleSource : int32_t { table, exact, caller };
 
 /// A table's rows as one contiguous range of positions: first, first + 1, ..., first + rows - 1.
 struct TableRange {
@@ -56,10 +57,34 @@ struct TableRange {
   int64_t rows = 0;
 };
 
+/// The caller's cos/sin (rotary::CallerAngles) as plain data. Pair j of token (b, s) reads element
+///   first * strides[0] + row * strides[1] + j * column_step * strides[2]
+/// of cos and of sin, with
+///   per_token:    first = b (0 when broadcast: one [1, seq, width] row set for every batch row),
+///                 row = s
+///   per_position: first = 0, row = the token's position in the pair's stream (a whole number
+///                 below rows)
+/// column_step is 2 for repeated columns ([c_0 c_0 c_1 c_1 ...]), else 1 (pairs, and halves, whose
+/// second half repeats the first). The value is widened as the CPU's caller_row does: loaded, made
+/// a double, then cast to the compute type (float, or double for f64 data).
+struct KernelCallerAngles {
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  DType dtype = DType::f32;
+  bool per_position = false;
+  bool broadcast = false;  ///< per_token: shape [1, seq, width]
+  int64_t column_step = 1;
+  int64_t rows = 0;        ///< per_position: rows of the tensors
+  int64_t cos_strides[3] = {};
+  int64_t sin_strides[3] = {};
+};
+
 /// Bits of KernelArgs::error, set by a kernel for a token whose position it cannot use. Such a
 /// token is skipped: nothing of it is read or written.
-inline constexpr uint32_t kPositionOutOfRange = 1;  ///< not in [0, 2^31) (NaN included)
-inline constexpr uint32_t kPositionNotInTable = 2;  ///< table source: fractional, or not a row
+inline constexpr uint32_t kPositionOutOfRange = 1;   ///< not in [0, 2^31) (NaN included)
+inline constexpr uint32_t kPositionNotInTable = 2;   ///< table source: fractional, or not a row
+inline constexpr uint32_t kPositionNotInAngles = 4;  ///< per_position caller angles: fractional,
+                                                     ///< or not below their rows
 
 /// One apply call for a kernel. Pair j (j < rotary_dim / 2) of a head rotates channels
 ///   a = rotary_offset + (j / block_pairs) * block_width + (j % block_pairs) * pair_step,  b = a + partner
@@ -91,6 +116,7 @@ struct KernelArgs {
   double attention_factor = 1.0;      ///< exact source (tables hold it already)
   KernelAngleSource angle_source = KernelAngleSource::exact;
   TableRange table{};                 ///< table source
+  KernelCallerAngles angles{};        ///< caller source
   bool inverse = false;
   bool copy_tail = true;
   uint32_t* error = nullptr;  ///< optional: kPosition* bits or'ed in for skipped tokens
@@ -101,9 +127,10 @@ struct KernelArgs {
 TableRange table_range(const Table& table);
 
 /// The kernel arguments of a call that passed rotary::validate(schedule, args), with the angles
-/// from `table` (null: exact on the fly; args.table is not read). The result points into schedule,
-/// args' views and positions and table: they must outlive its use. Throws rotary::Error for what the
-/// kernels cannot do yet: caller angles (args.angles).
+/// from args.angles (the caller's cos/sin), else from `table` (null: exact on the fly; args.table
+/// is not read). The result points into schedule, args' views, positions and angles, and table:
+/// they must outlive its use. Throws rotary::Error "angles and table are both set" when args.angles
+/// and `table` are.
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table);
 
 /// The same with args.table as the angle source (its table_range; null: exact on the fly).

@@ -36,6 +36,7 @@
 #include "rotary/apply.hpp"
 #include "support/oracle.hpp"
 #if ROTARY_TEST_CUDA_API
+#include "cuda/launch.hpp"
 #include "rotary/cuda.hpp"
 #endif
 
@@ -71,6 +72,14 @@ struct Arena {
   void set(int64_t element, float v) {
     unsigned char* p = at(element);
     test::store_element(dtype, p, v);
+  }
+  // v itself in an f64 arena (every bit of a double), else v rounded to the arena's dtype.
+  void set_double(int64_t element, double v) {
+    if (dtype == DType::f64) {
+      std::memcpy(at(element), &v, sizeof v);
+    } else {
+      set(element, static_cast<float>(v));
+    }
   }
   double get(int64_t element) const {
     const unsigned char* p = bytes.data() + (kGuard + element) * size_of(dtype);
@@ -118,6 +127,31 @@ Placed place(int order, int arena, int64_t b, int64_t s, int64_t h, int64_t d, i
   return p;
 }
 
+// The caller's cos or sin placed in an arena: element (i0, i1, column) at
+// offset + i0*strides[0] + i1*strides[1] + column*strides[2].
+struct PlacedAngles {
+  int arena = -1;
+  int64_t offset = 0;
+  std::array<int64_t, 3> strides{};
+  int64_t element(int64_t i0, int64_t i1, int64_t column) const {
+    return offset + i0 * strides[0] + i1 * strides[1] + column * strides[2];
+  }
+};
+
+const char* angle_order_name(int order) {
+  static const char* names[] = {"contiguous", "cos|sin rows in one buffer", "rows,columns reversed",
+                                "strided columns with gaps", "column-major, batch reversed"};
+  return names[order];
+}
+
+const char* columns_name(CallerAngles::Columns columns) {
+  switch (columns) {
+    case CallerAngles::Columns::pairs: return "pairs";
+    case CallerAngles::Columns::halves: return "halves";
+    default: return "repeated";
+  }
+}
+
 const char* order_name(int order) {
   static const char* names[] = {"bshd", "bhsd", "seq,d reversed", "strided d", "all negative", "fused-qkv"};
   return names[order];
@@ -142,12 +176,33 @@ struct Call {
   std::vector<double> pf64;
   bool table = false;
   int64_t table_first = 0, table_rows = 0;
+  // The caller's cos/sin (ApplyArgs::angles) instead of a table or exact angles.
+  bool caller = false;
+  CallerAngles::Index angle_index = CallerAngles::Index::per_token;
+  CallerAngles::Columns angle_columns = CallerAngles::Columns::halves;
+  DType angle_dtype = DType::f32;
+  bool angle_broadcast = false;     // per_token: [1, seq, width], one row set for every batch row
+  int64_t angle_rows = 0;           // per_position
+  int angle_order = 0;              // angle_order_name
+  bool angle_rows_alias = false;    // per_position: row stride 0 (every row one memory), so rows
+                                    // may reach 2^31 in a few bytes
   bool default_shape = true;
   LaunchShape shape;
   bool special_values = false;  // inputs from zeros, infinities, NaN, subnormals, overflow edges
 
   std::vector<int64_t> arena_sizes;
+  std::vector<DType> arena_types;
   Placed q, k, q_out, k_out;
+  PlacedAngles cos_at, sin_at;
+
+  bool per_position() const { return caller && angle_index == CallerAngles::Index::per_position; }
+  int64_t angle_width() const {
+    return angle_columns == CallerAngles::Columns::pairs ? schedule.pairs() : schedule.rotary_dim;
+  }
+  std::array<int64_t, 3> angle_shape() const {
+    if (per_position()) return {1, angle_rows, angle_width()};
+    return {angle_broadcast ? 1 : batch, seq, angle_width()};
+  }
 
   std::string describe() const {
     std::string s = std::string(to_string(dtype)) + " " + std::string(to_string(schedule.layout())) +
@@ -162,7 +217,14 @@ struct Call {
                     (copy_tail ? "" : " no tail copy") +
                     (direction == Direction::inverse ? " inverse" : " forward") +
                     " positions kind " + std::to_string(static_cast<int>(kind)) + (broadcast ? " broadcast" : "") +
-                    (table ? " table first " + std::to_string(table_first) : " exact");
+                    (table ? " table first " + std::to_string(table_first) : caller ? "" : " exact");
+    if (caller) {
+      const auto dims = angle_shape();
+      s += std::string(" caller angles ") + (per_position() ? "per_position " : "per_token ") +
+           columns_name(angle_columns) + " " + std::string(to_string(angle_dtype)) + " [" +
+           std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " + std::to_string(dims[2]) + "] " +
+           (angle_rows_alias ? "rows aliased" : angle_order_name(angle_order));
+    }
     if (!default_shape) {
       s += " launch " + std::to_string(shape.blocks) + "x" + std::to_string(shape.threads) +
            (shape.shared_angles ? " shared" : " per-item angles");
@@ -172,12 +234,50 @@ struct Call {
 };
 
 // Lays out the views of `c` (in arenas numbered from 0) from its shapes and orders.
+// The caller's cos and sin of `c` in arenas of their own (after the views'), cos as c.angle_order
+// says: 0 contiguous; 1 one buffer of rows [cos | sin] (vLLM's cos_sin_cache, sin beside cos);
+// 2 rows and columns reversed (negative strides); 3 columns 3 apart with gaps between rows;
+// 4 column-major, dimension 0 reversed. sin (but with order 1) in the next of 0, 2, 3, 4, so that
+// mixing up cos's and sin's strides shows. angle_rows_alias: row stride 0.
+void lay_out_angles(Call& c) {
+  const auto [d0, d1, w] = c.angle_shape();
+  auto add = [&](int64_t extent) {
+    c.arena_sizes.push_back(extent);
+    c.arena_types.push_back(c.angle_dtype);
+    return static_cast<int>(c.arena_sizes.size()) - 1;
+  };
+  if (c.angle_rows_alias) {
+    c.cos_at = PlacedAngles{.arena = add(w), .strides = {0, 0, 1}};
+    c.sin_at = PlacedAngles{.arena = add(2 * w), .offset = 2 * w - 1, .strides = {0, 0, -2}};
+    return;
+  }
+  if (c.angle_order == 1) {
+    const int arena = add(d0 * d1 * 2 * w);
+    c.cos_at = PlacedAngles{.arena = arena, .strides = {d1 * 2 * w, 2 * w, 1}};
+    c.sin_at = PlacedAngles{.arena = arena, .offset = w, .strides = {d1 * 2 * w, 2 * w, 1}};
+    return;
+  }
+  auto place_one = [&](int order) {
+    switch (order) {
+      case 2: return PlacedAngles{.arena = add(d0 * d1 * w), .offset = (d1 - 1) * w + (w - 1), .strides = {d1 * w, -w, -1}};
+      case 3: return PlacedAngles{.arena = add(d0 * d1 * (3 * w + 2)), .strides = {d1 * (3 * w + 2), 3 * w + 2, 3}};
+      case 4: return PlacedAngles{.arena = add(d0 * d1 * w), .offset = (d0 - 1) * d1 * w, .strides = {-d1 * w, 1, d1}};
+      default: return PlacedAngles{.arena = add(d0 * d1 * w), .strides = {d1 * w, w, 1}};
+    }
+  };
+  c.cos_at = place_one(c.angle_order);
+  c.sin_at = place_one(c.angle_order == 0 ? 2 : c.angle_order == 4 ? 0 : c.angle_order + 1);
+}
+
 void lay_out(Call& c) {
   c.arena_sizes.clear();
+  c.arena_types.clear();
+  c.cos_at = c.sin_at = PlacedAngles{};
   auto own = [&](int order, int64_t heads) {
     int64_t extent = 0;
     const Placed p = place(order, static_cast<int>(c.arena_sizes.size()), c.batch, c.seq, heads, c.head_dim, extent);
     c.arena_sizes.push_back(extent);
+    c.arena_types.push_back(c.dtype);
     return p;
   };
   // q and k as slices of one fused QKV buffer [b, s, hq + 2 hk, d] (v never touched).
@@ -186,6 +286,7 @@ void lay_out(Call& c) {
     const std::array<int64_t, 4> strides = {c.seq * total * c.head_dim, total * c.head_dim, c.head_dim, 1};
     const int arena = static_cast<int>(c.arena_sizes.size());
     c.arena_sizes.push_back(c.batch * c.seq * total * c.head_dim);
+    c.arena_types.push_back(c.dtype);
     q = Placed{.arena = arena, .offset = 0, .shape = {c.batch, c.seq, c.heads_q, c.head_dim}, .strides = strides};
     k = Placed{.arena = arena, .offset = c.heads_q * c.head_dim,
                .shape = {c.batch, c.seq, c.heads_k, c.head_dim}, .strides = strides};
@@ -201,20 +302,42 @@ void lay_out(Call& c) {
   c.k_out = Placed{};
   if (c.out_order == 5 && !c.q_in_place && !c.k_in_place && c.heads_k > 0) {
     fused(c.q_out, c.k_out);
-    return;
+  } else {
+    if (!c.q_in_place) c.q_out = own(c.out_order == 5 ? 0 : c.out_order, c.heads_q);
+    if (!c.k_in_place && c.heads_k > 0) c.k_out = own(c.out_order == 5 ? 2 : (c.out_order + 3) % 5, c.heads_k);
   }
-  if (!c.q_in_place) c.q_out = own(c.out_order == 5 ? 0 : c.out_order, c.heads_q);
-  if (!c.k_in_place && c.heads_k > 0) c.k_out = own(c.out_order == 5 ? 2 : (c.out_order + 3) % 5, c.heads_k);
+  if (c.caller) lay_out_angles(c);
 }
 
 constexpr float kSpecials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, -3e-39f, 0x1p-126f,
                                6.0e-8f, -5.9e-5f, 65504.0f, -65000.0f, 3.3e38f, -3.0e38f, 1.0f, -2.5f};
 
+// The caller's cos and sin: every element a random double in [-1.25, 1.25] (an f64 tensor keeps
+// all its bits, so widening to float rounds), or a special value. The duplicate columns (halves,
+// repeated) get values of their own: reading one instead of the pair's column shows.
+void fill_angles(const Call& c, std::vector<Arena>& arenas, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> uniform_angle(-1.25, 1.25);
+  const auto [d0, d1, w] = c.angle_shape();
+  const int64_t rows = c.angle_rows_alias ? 1 : d1;
+  for (const PlacedAngles* p : {&c.cos_at, &c.sin_at}) {
+    Arena& arena = arenas[static_cast<size_t>(p->arena)];
+    for (int64_t i0 = 0; i0 < d0; ++i0)
+      for (int64_t i1 = 0; i1 < rows; ++i1)
+        for (int64_t column = 0; column < w; ++column) {
+          const double v = c.special_values && rng() % 4 == 0
+                               ? static_cast<double>(kSpecials[rng() % std::size(kSpecials)])
+                               : uniform_angle(rng);
+          arena.set_double(p->element(i0, i1, column), v);
+        }
+  }
+}
+
 // Arenas poisoned, the inputs' elements set to random normals (or special values).
 std::vector<Arena> make_arenas(const Call& c, uint64_t seed) {
   std::vector<Arena> arenas;
-  for (int64_t n : c.arena_sizes) arenas.emplace_back(c.dtype, n);
+  for (size_t i = 0; i < c.arena_sizes.size(); ++i) arenas.emplace_back(c.arena_types[i], c.arena_sizes[i]);
   std::mt19937_64 rng(seed);
+  if (c.caller) fill_angles(c, arenas, rng);
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (const Placed* v : {&c.q, &c.k}) {
     if (v->arena < 0) continue;
@@ -247,11 +370,24 @@ Positions positions_of(const Call& c) {
   }
 }
 
-ApplyArgs args_of(const Call& c, std::vector<Arena>& arenas, const Table* table) {
+// The caller's cos/sin of `c` in `arenas`.
+CallerAngles angles_of(const Call& c, std::vector<Arena>& arenas) {
+  return CallerAngles{.index = c.angle_index, .columns = c.angle_columns,
+                      .cos = arenas[static_cast<size_t>(c.cos_at.arena)].at(c.cos_at.offset),
+                      .sin = arenas[static_cast<size_t>(c.sin_at.arena)].at(c.sin_at.offset),
+                      .dtype = c.angle_dtype, .shape = c.angle_shape(), .cos_strides = c.cos_at.strides,
+                      .sin_strides = c.sin_at.strides};
+}
+
+// The call's arguments over `arenas`; with caller angles, `angles` receives them (it must outlive
+// the arguments).
+ApplyArgs args_of(const Call& c, std::vector<Arena>& arenas, const Table* table, CallerAngles* angles = nullptr) {
+  if (c.caller) *angles = angles_of(c, arenas);
   return ApplyArgs{.q = view_of(c, c.q, arenas), .k = view_of(c, c.k, arenas),
                    .q_out = view_of(c, c.q_out, arenas), .k_out = view_of(c, c.k_out, arenas),
                    .positions = positions_of(c), .direction = c.direction, .table = table,
-                   .copy_tail = c.copy_tail, .backend = Backend::reference};
+                   .angles = c.caller ? angles : nullptr, .copy_tail = c.copy_tail,
+                   .backend = Backend::reference};
 }
 
 // Every store of the emulated body, by address.
@@ -264,6 +400,7 @@ struct CountingProbe {
 std::string where(const Call& c, int arena, int64_t element) {
   const std::pair<const Placed*, const char*> views[] = {
       {&c.q, "q"}, {&c.k, "k"}, {&c.q_out, "q_out"}, {&c.k_out, "k_out"}};
+  if (arena == c.cos_at.arena || arena == c.sin_at.arena) return "an element of the caller's cos/sin";
   for (const auto& [v, name] : views) {
     if (v->arena != arena) continue;
     for (int64_t b = 0; b < v->shape[0]; ++b)
@@ -283,9 +420,9 @@ std::string where(const Call& c, int arena, int64_t element) {
 // payload and sign a NaN result carries is up to the compiler's operand order (and a GPU makes
 // canonical NaNs); every other value bit for bit.
 std::string first_difference(const Call& c, std::vector<Arena>& got, std::vector<Arena>& want) {
-  const auto es = static_cast<size_t>(size_of(c.dtype));
   for (size_t a = 0; a < want.size(); ++a) {
     if (got[a].bytes == want[a].bytes) continue;
+    const auto es = static_cast<size_t>(size_of(got[a].dtype));
     for (int64_t element = -kGuard; element < got[a].elements + kGuard; ++element) {
       if (std::memcmp(got[a].at(element), want[a].at(element), es) == 0) continue;
       if (std::isnan(got[a].get(element)) && std::isnan(want[a].get(element))) continue;
@@ -305,9 +442,10 @@ void check_call(const Call& c, uint64_t seed) {
   std::optional<Table> table;
   if (c.table) table.emplace(Table::range(c.schedule, c.table_first, c.table_rows));
   const Table* t = table ? &*table : nullptr;
-  apply(c.schedule, args_of(c, want, t));
+  CallerAngles want_angles, got_angles;
+  apply(c.schedule, args_of(c, want, t, &want_angles));
 
-  const ApplyArgs args = args_of(c, got, t);
+  const ApplyArgs args = args_of(c, got, t, &got_angles);
   validate(c.schedule, args);
   const KernelArgs kernel = detail::make_kernel_args(c.schedule, args);
   std::unordered_map<const void*, int> counts;
@@ -363,20 +501,29 @@ Schedule random_schedule(std::mt19937_64& rng) {
 }
 
 // Positions: whole numbers anywhere in [0, 2^31) — the ends, powers of two and their neighbours,
-// random — or rows of the table; float kinds hold fractional positions (exact angles) or whole
-// ones (a table, placed below 2^24 for float32).
+// random — or rows of the table or of per_position caller angles; float kinds hold fractional
+// positions (exact angles, per_token caller angles) or whole ones (rows: a table placed below 2^24
+// for float32, caller angles' rows used below 2^24).
 void random_positions(Call& c, std::mt19937_64& rng) {
   const int64_t limit = max_position_limit;
   c.kind = pick(rng, {Positions::Kind::sequential, Positions::Kind::per_token_i32, Positions::Kind::per_token_i64,
                       Positions::Kind::per_token_f32, Positions::Kind::per_token_f64});
+  const bool f32 = c.kind == Positions::Kind::per_token_f32;
+  // The rows the positions index, [first, first + rows), if any.
+  int64_t first = 0, rows = 0;
   if (c.table) {
     c.table_rows = c.seq + uniform(rng, 0, 5);
-    const int64_t top = (c.kind == Positions::Kind::per_token_f32 ? int64_t{1} << 24 : limit) - c.table_rows;
+    const int64_t top = (f32 ? int64_t{1} << 24 : limit) - c.table_rows;
     c.table_first = pick<int64_t>(rng, {0, 1, 4095, top, uniform(rng, 0, top)});
+    first = c.table_first;
+    rows = c.table_rows;
+  } else if (c.per_position()) {
+    rows = f32 ? std::min(c.angle_rows, int64_t{1} << 24) : c.angle_rows;
+    if (c.kind == Positions::Kind::sequential && rows < c.seq) c.kind = Positions::Kind::per_token_i64;
   }
   if (c.kind == Positions::Kind::sequential) {
-    c.offset = c.table ? uniform(rng, c.table_first, c.table_first + c.table_rows - c.seq)
-                       : pick<int64_t>(rng, {0, 1, limit - c.seq, uniform(rng, 0, limit - c.seq)});
+    c.offset = rows > 0 ? uniform(rng, first, first + rows - c.seq)
+                        : pick<int64_t>(rng, {0, 1, limit - c.seq, uniform(rng, 0, limit - c.seq)});
     return;
   }
   c.position_streams = rng() % 2 == 0 ? 1 : c.schedule.streams;
@@ -384,8 +531,8 @@ void random_positions(Call& c, std::mt19937_64& rng) {
   const int64_t n = (c.broadcast ? c.seq : c.batch * c.seq) * c.position_streams;
   for (int64_t i = 0; i < n; ++i) {
     int64_t p = 0;
-    if (c.table) {
-      p = c.table_first + uniform(rng, 0, c.table_rows - 1);
+    if (rows > 0) {
+      p = first + pick<int64_t>(rng, {0, rows - 1, uniform(rng, 0, rows - 1), uniform(rng, 0, rows - 1)});
     } else {
       const int e = static_cast<int>(uniform(rng, 0, 30));
       p = pick<int64_t>(rng, {0, 1, limit - 1, (int64_t{1} << e) - 1, int64_t{1} << e, (int64_t{1} << e) + 1,
@@ -394,10 +541,29 @@ void random_positions(Call& c, std::mt19937_64& rng) {
     c.p32.push_back(static_cast<int32_t>(p));
     c.p64.push_back(p);
     // exact angles: the float just below p (fractional under 2^24), any float below 2^31 being a
-    // position; a table: p itself, a whole float below 2^24
-    c.pf32.push_back(c.table ? static_cast<float>(p) : std::nextafter(static_cast<float>(p), 0.0f));
-    c.pf64.push_back(c.table ? static_cast<double>(p) : std::min(static_cast<double>(p) + 0.375, limit - 0.5));
+    // position; rows: p itself, a whole float below 2^24
+    c.pf32.push_back(rows > 0 ? static_cast<float>(p) : std::nextafter(static_cast<float>(p), 0.0f));
+    c.pf64.push_back(rows > 0 ? static_cast<double>(p) : std::min(static_cast<double>(p) + 0.375, limit - 0.5));
   }
+}
+
+// The caller's cos/sin: either index, any columns and dtype, broadcast or per-batch rows, 1 to
+// seq + 20 rows (fewer than seq too, with per-token positions), rows aliased up to 2^31, every
+// memory order.
+void random_caller_angles(Call& c, std::mt19937_64& rng) {
+  c.caller = true;
+  c.angle_index = rng() % 2 == 0 ? CallerAngles::Index::per_token : CallerAngles::Index::per_position;
+  c.angle_columns = pick(rng, {CallerAngles::Columns::pairs, CallerAngles::Columns::halves,
+                               CallerAngles::Columns::repeated});
+  c.angle_dtype = pick(rng, {DType::f32, DType::f16, DType::bf16, DType::f64});
+  c.angle_order = static_cast<int>(uniform(rng, 0, 4));
+  if (c.angle_index == CallerAngles::Index::per_token) {
+    c.angle_broadcast = c.batch == 1 || rng() % 3 == 0;
+    return;
+  }
+  c.angle_rows_alias = rng() % 8 == 0;
+  c.angle_rows = c.angle_rows_alias ? pick<int64_t>(rng, {max_position_limit, uniform(rng, 1, max_position_limit)})
+                                    : uniform(rng, 1, c.seq + 20);
 }
 
 Call random_call(std::mt19937_64& rng, DType dtype) {
@@ -416,7 +582,9 @@ Call random_call(std::mt19937_64& rng, DType dtype) {
   c.k_in_place = rng() % 2 == 0;
   c.copy_tail = rng() % 4 != 0;
   c.direction = rng() % 2 == 0 ? Direction::forward : Direction::inverse;
-  c.table = rng() % 2 == 0;
+  const int source = static_cast<int>(rng() % 3);  // a table, exact angles, the caller's
+  c.table = source == 0;
+  if (source == 2) random_caller_angles(c, rng);
   random_positions(c, rng);
   c.default_shape = rng() % 2 == 0;
   if (!c.default_shape) {
@@ -432,7 +600,7 @@ Call random_call(std::mt19937_64& rng, DType dtype) {
 // What a call exercises, for the sweep's coverage count.
 std::vector<std::string> features(const Call& c) {
   std::vector<std::string> f = {std::string(to_string(c.dtype)), std::string(to_string(c.schedule.layout())),
-                                c.table ? "table" : "exact",
+                                c.table ? "table" : c.caller ? "caller angles" : "exact",
                                 c.direction == Direction::inverse ? "inverse" : "forward",
                                 "positions kind " + std::to_string(static_cast<int>(c.kind)),
                                 std::string("in ") + order_name(c.in_order),
@@ -448,13 +616,23 @@ std::vector<std::string> features(const Call& c) {
   if (!c.default_shape && !c.shape.shared_angles) f.push_back("per-item angles");
   if (!c.default_shape && c.shape.blocks < c.batch * c.seq) f.push_back("grid-stride tokens");
   if (!c.default_shape && c.shape.threads % 32 != 0) f.push_back("odd block size");
+  if (c.caller) {
+    f.push_back(c.per_position() ? "angles per_position" : "angles per_token");
+    f.push_back(std::string("angles ") + columns_name(c.angle_columns));
+    f.push_back("angles " + std::string(to_string(c.angle_dtype)));
+    f.push_back(c.angle_rows_alias ? "angles rows aliased" : std::string("angles ") + angle_order_name(c.angle_order));
+    if (c.angle_broadcast) f.push_back("angles broadcast");
+    if (c.per_position() && c.schedule.streams > 1) f.push_back("angles per_position, streams");
+    if (c.per_position() && c.angle_rows < c.seq) f.push_back("angles fewer rows than seq");
+  }
   return f;
 }
 
 // The sweep: random descriptors (every layout, partial rotary at any offset, 1-4 streams), every
 // dtype, q and k with odd head counts in every memory order (negative strides, fused-QKV slices,
-// gaps), in and out of place, both directions, table and exact angles, every position kind across
-// [0, 2^31), and launch shapes from one thread to more blocks than tokens.
+// gaps), in and out of place, both directions, table, exact and the caller's angles (either
+// index, every columns form and dtype, any strides), every position kind across [0, 2^31), and
+// launch shapes from one thread to more blocks than tokens.
 TEST(CudaEmulation, RandomCallsMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(2026);
   constexpr int kCalls = 4000;
@@ -472,7 +650,13 @@ TEST(CudaEmulation, RandomCallsMatchTheReferenceBitForBit) {
                             "in strided d", "in all negative", "in fused-qkv", "out fused-qkv", "in place",
                             "out of place", "q and k", "q empty", "partial, tail copied", "partial, no tail copy",
                             "rotary_offset", "streams", "streams, one given", "broadcast positions",
-                            "per-item angles", "grid-stride tokens", "odd block size"};
+                            "per-item angles", "grid-stride tokens", "odd block size", "caller angles",
+                            "angles per_position", "angles per_token", "angles pairs", "angles halves",
+                            "angles repeated", "angles f32", "angles f16", "angles bf16", "angles f64",
+                            "angles contiguous", "angles cos|sin rows in one buffer", "angles rows,columns reversed",
+                            "angles strided columns with gaps", "angles column-major, batch reversed",
+                            "angles rows aliased", "angles broadcast", "angles per_position, streams",
+                            "angles fewer rows than seq"};
   for (const char* f : expected) EXPECT_GE(seen[f], 20) << f;
   std::string summary;
   for (const auto& [f, n] : seen) summary += f + " " + std::to_string(n) + ", ";
@@ -552,15 +736,28 @@ TEST(CudaEmulation, RealModelShapes) {
   std::mt19937_64 rng(11);
   for (const Model& m : models) {
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
-      for (bool table : {false, true}) {
+      // exact angles, a table, vLLM's per-position cos/sin cache (float32 [rows, rotary_dim],
+      // halves; M-RoPE reads row p of each pair's stream), transformers' per-token cos/sin in
+      // the model's dtype ([batch, seq, rotary_dim], halves, or repeated for interleaved pairs)
+      for (int source : {0, 1, 2, 3}) {
         for (Direction direction : {Direction::forward, Direction::inverse}) {
           Call c = model_call(m.spec, dtype, m.heads_q, m.heads_k);
           c.direction = direction;
           c.q_in_place = c.k_in_place = direction == Direction::forward;
           c.out_order = 5;
-          c.table = table;
+          c.table = source == 1;
+          c.caller = source >= 2;
           const int streams = c.schedule.streams;
-          if (table) {
+          if (source == 2) {
+            c.angle_index = CallerAngles::Index::per_position;
+            c.angle_rows = 1024;
+            per_token_positions(c, streams, [&](int64_t) { return pick<int64_t>(rng, {0, 1023, uniform(rng, 0, 1023)}); });
+          } else if (source == 3) {
+            c.angle_dtype = dtype;
+            c.angle_columns = m.spec.pairing == Pairing::interleaved ? CallerAngles::Columns::repeated
+                                                                      : CallerAngles::Columns::halves;
+            per_token_positions(c, streams, [&](int64_t) { return uniform(rng, 0, max_position_limit - 1); });
+          } else if (c.table) {
             c.table_first = max_position_limit - 64;  // the last rows of the context
             c.table_rows = 64;
             per_token_positions(c, streams, [&](int64_t) { return c.table_first + uniform(rng, 0, 63); });
@@ -620,6 +817,7 @@ TEST(CudaEmulation, EveryLaunchShapeGivesTheSameBytes) {
   c.k_in_place = true;
   c.copy_tail = true;
   c.table = false;
+  c.caller = false;
   per_token_positions(c, 3, [&](int64_t) { return uniform(rng, 0, max_position_limit - 1); });
   lay_out(c);
   c.default_shape = false;
@@ -641,23 +839,31 @@ TEST(CudaEmulation, EveryLaunchShapeGivesTheSameBytes) {
 // token whose position it cannot use (nothing of it read or written), sets its bit in the error
 // word, and rotates every other token as the reference does.
 TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
+  enum Source { exact, table, angles };  // angles: per_position, rows 0 .. 1007
   struct Bad {
-    bool table;
+    Source source;
     Positions::Kind kind;
     double value;
     uint32_t bit;
   };
   const double limit = static_cast<double>(max_position_limit);
   const Bad cases[] = {
-      {false, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
-      {false, Positions::Kind::per_token_i64, limit, detail::kPositionOutOfRange},
-      {false, Positions::Kind::per_token_i32, -2147483648.0, detail::kPositionOutOfRange},
-      {false, Positions::Kind::per_token_f64, NAN, detail::kPositionOutOfRange},
-      {false, Positions::Kind::per_token_f32, -0.5, detail::kPositionOutOfRange},
-      {true, Positions::Kind::per_token_i64, 999, detail::kPositionNotInTable},   // below the rows
-      {true, Positions::Kind::per_token_i64, 1008, detail::kPositionNotInTable},  // past the rows
-      {true, Positions::Kind::per_token_f64, 1001.5, detail::kPositionNotInTable},
-      {true, Positions::Kind::per_token_i64, -5, detail::kPositionOutOfRange},
+      {exact, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
+      {exact, Positions::Kind::per_token_i64, limit, detail::kPositionOutOfRange},
+      {exact, Positions::Kind::per_token_i32, -2147483648.0, detail::kPositionOutOfRange},
+      {exact, Positions::Kind::per_token_f64, NAN, detail::kPositionOutOfRange},
+      {exact, Positions::Kind::per_token_f32, -0.5, detail::kPositionOutOfRange},
+      {table, Positions::Kind::per_token_i64, 999, detail::kPositionNotInTable},   // below the rows
+      {table, Positions::Kind::per_token_i64, 1008, detail::kPositionNotInTable},  // past the rows
+      {table, Positions::Kind::per_token_f64, 1001.5, detail::kPositionNotInTable},
+      {table, Positions::Kind::per_token_i64, -5, detail::kPositionOutOfRange},
+      {angles, Positions::Kind::per_token_i64, 1008, detail::kPositionNotInAngles},  // rows
+      {angles, Positions::Kind::per_token_i32, 2147483647.0, detail::kPositionNotInAngles},
+      {angles, Positions::Kind::per_token_f64, 1001.5, detail::kPositionNotInAngles},
+      {angles, Positions::Kind::per_token_f32, 0.25, detail::kPositionNotInAngles},
+      {angles, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
+      {angles, Positions::Kind::per_token_i64, limit, detail::kPositionOutOfRange},
+      {angles, Positions::Kind::per_token_f64, NAN, detail::kPositionOutOfRange},
   };
   for (const Bad& bad : cases) {
     for (int stream : {0, 2}) {  // the bad entry in the first stream, or only in the last
@@ -665,9 +871,13 @@ TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
                                .sections = {8, 8, 8}},
                           DType::f32, 3, 1);
       c.q_in_place = false;  // q out of place (skipped: poison stays), k in place (input stays)
-      c.table = bad.table;
+      c.table = bad.source == table;
       c.table_first = 1000;
       c.table_rows = 8;
+      c.caller = bad.source == angles;
+      c.angle_index = CallerAngles::Index::per_position;
+      c.angle_columns = CallerAngles::Columns::pairs;
+      c.angle_rows = 1008;
       c.kind = bad.kind;
       c.position_streams = 3;
       const int64_t n = 3 * c.batch * c.seq;
@@ -684,13 +894,17 @@ TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
       std::vector<Arena> got = start;
       std::optional<Table> table;
       if (c.table) table.emplace(Table::range(c.schedule, c.table_first, c.table_rows));
-      apply(c.schedule, args_of(c, want, table ? &*table : nullptr));  // every position usable
+      CallerAngles want_angles, got_angles;
+      apply(c.schedule, args_of(c, want, table ? &*table : nullptr, &want_angles));  // every position usable
       const size_t at = static_cast<size_t>(stream * c.batch * c.seq + token);
-      c.p32[at] = static_cast<int32_t>(bad.value);
-      c.p64[at] = static_cast<int64_t>(bad.value);
-      c.pf32[at] = static_cast<float>(bad.value);
-      c.pf64[at] = bad.value;
-      KernelArgs kernel = detail::make_kernel_args(c.schedule, args_of(c, got, table ? &*table : nullptr));
+      switch (bad.kind) {  // only the kind in use: a NaN or 2^31 has no int32 (the cast would be UB)
+        case Positions::Kind::per_token_i32: c.p32[at] = static_cast<int32_t>(bad.value); break;
+        case Positions::Kind::per_token_i64: c.p64[at] = static_cast<int64_t>(bad.value); break;
+        case Positions::Kind::per_token_f32: c.pf32[at] = static_cast<float>(bad.value); break;
+        default: c.pf64[at] = bad.value; break;
+      }
+      KernelArgs kernel =
+          detail::make_kernel_args(c.schedule, args_of(c, got, table ? &*table : nullptr, &got_angles));
       uint32_t error = 0;
       kernel.error = &error;
       detail::cuda::emulate(kernel, detail::cuda::launch_shape(kernel));
@@ -760,14 +974,67 @@ TEST(KernelArgs, TablesMustBeOneContiguousRange) {
   EXPECT_ROTARY_ERROR(detail::table_range(Table::at(s, repeated)), "row 1 holds position 5 after position 5");
 }
 
-TEST(KernelArgs, CallerAnglesAreNotAKernelSourceYet) {
+// The caller's cos/sin as KernelCallerAngles spells them, and never together with a table.
+TEST(KernelArgs, CallerAnglesAreSpelledOut) {
   const Schedule s = make_schedule(Spec{.head_dim = 8});
-  std::vector<float> q(8), cs(8);
-  const CallerAngles angles{.cos = cs.data(), .sin = cs.data(), .shape = {1, 1, 8}, .cos_strides = {8, 8, 1},
-                            .sin_strides = {8, 8, 1}};
-  const ApplyArgs args{.q = TensorView::bshd(q.data(), DType::f32, 1, 1, 1, 8), .angles = &angles};
+  std::vector<float> q(16);
+  std::vector<uint16_t> cos(64), sin(64);
+  CallerAngles angles{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::repeated,
+                      .cos = cos.data(), .sin = sin.data() + 63, .dtype = DType::bf16, .shape = {1, 7, 8},
+                      .cos_strides = {0, 8, 1}, .sin_strides = {5, -8, -1}};
+  const ApplyArgs args{.q = TensorView::bshd(q.data(), DType::f32, 2, 1, 1, 8), .angles = &angles};
   validate(s, args);
-  EXPECT_ROTARY_ERROR(detail::make_kernel_args(s, args), "angles (the caller's cos/sin) are not supported");
+  KernelArgs k = detail::make_kernel_args(s, args);
+  EXPECT_EQ(k.angle_source, detail::KernelAngleSource::caller);
+  EXPECT_EQ(k.angles.cos, cos.data());
+  EXPECT_EQ(k.angles.sin, sin.data() + 63);
+  EXPECT_EQ(k.angles.dtype, DType::bf16);
+  EXPECT_TRUE(k.angles.per_position);
+  EXPECT_FALSE(k.angles.broadcast);
+  EXPECT_EQ(k.angles.column_step, 2);
+  EXPECT_EQ(k.angles.rows, 7);
+  EXPECT_EQ(std::vector<int64_t>(k.angles.cos_strides, k.angles.cos_strides + 3), (std::vector<int64_t>{0, 8, 1}));
+  EXPECT_EQ(std::vector<int64_t>(k.angles.sin_strides, k.angles.sin_strides + 3), (std::vector<int64_t>{5, -8, -1}));
+
+  angles.index = CallerAngles::Index::per_token;
+  angles.columns = CallerAngles::Columns::halves;
+  angles.shape = {1, 1, 8};  // one row set for both batch rows
+  k = detail::make_kernel_args(s, args);
+  EXPECT_FALSE(k.angles.per_position);
+  EXPECT_TRUE(k.angles.broadcast);
+  EXPECT_EQ(k.angles.column_step, 1);
+  angles.shape = {2, 1, 8};
+  angles.columns = CallerAngles::Columns::pairs;
+  angles.shape[2] = 4;
+  validate(s, args);
+  k = detail::make_kernel_args(s, args);
+  EXPECT_FALSE(k.angles.broadcast);
+  EXPECT_EQ(k.angles.column_step, 1);
+
+  const detail::TableRange range = detail::table_range(Table::range(s, 0, 4));
+  EXPECT_ROTARY_ERROR(detail::make_kernel_args(s, args, &range), "angles and table are both set");
+}
+
+// Per-position angles index rows by the position itself: rows up to 2^31 (here aliased, row
+// stride 0) take every position below 2^31, the last one included.
+TEST(CudaEmulation, PerPositionAnglesAcrossTheWholeRange) {
+  std::mt19937_64 rng(17);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    Call c = model_call(Spec{.head_dim = 128, .base = 5e6, .stream_layout = StreamLayout::interleaved_sections,
+                             .sections = {24, 20, 20}},  // Qwen3-VL
+                        dtype, 4, 2);
+    c.caller = true;
+    c.angle_index = CallerAngles::Index::per_position;
+    c.angle_dtype = pick(rng, {DType::f32, DType::f64});
+    c.angle_rows_alias = true;
+    c.angle_rows = max_position_limit;
+    per_token_positions(c, 3, [&](int64_t i) {
+      return i % 3 == 0 ? max_position_limit - 1 : uniform(rng, 0, max_position_limit - 1);
+    });
+    lay_out(c);
+    check_call(c, 21);
+    if (HasFatalFailure()) return;
+  }
 }
 
 #if ROTARY_TEST_CUDA_API
@@ -799,6 +1066,49 @@ TEST(CudaApi, ErrorsNameTheArgumentBeforeAnyCudaCall) {
                       "rotary_dim=4098 has more than cuda::max_pairs=2048 pairs");
   const std::vector<int64_t> gap = {0, 2};
   EXPECT_ROTARY_ERROR(cuda::DeviceTable(Table::at(s, gap)), "table positions are not one contiguous range");
+}
+
+// The caller's cos/sin in device memory: their shape, width, aliasing and the host-known
+// (sequential) positions are checked on the host, as rotary::validate checks them.
+TEST(CudaApi, CallerAnglesAreCheckedOnTheHost) {
+  const Schedule s = make_schedule(Spec{.head_dim = 128});
+  auto* device = reinterpret_cast<unsigned char*>(uintptr_t{0x7f0000000000});  // never dereferenced
+  const TensorView q = TensorView::bshd(device, DType::bf16, 2, 3, 4, 128);
+  const CallerAngles angles{.index = CallerAngles::Index::per_position, .cos = device + (1 << 20),
+                            .sin = device + (2 << 20), .dtype = DType::f32, .shape = {1, 4, 128},
+                            .cos_strides = {512, 128, 1}, .sin_strides = {512, 128, 1}};
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::sequential(2), .angles = &angles}, nullptr),
+                      "positions[2]=4 is beyond the 4 rows of the per_position cos/sin");
+  CallerAngles narrow = angles;
+  narrow.shape[2] = 64;
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .angles = &narrow}, nullptr),
+                      "angles width=64 must be 128 (rotary_dim=128, columns halves)");
+  CallerAngles aliased = angles;
+  aliased.sin = device;
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .angles = &aliased}, nullptr), "q (in place) overlaps angles.sin");
+  const cuda::DeviceTable empty(Table::range(s, 0, 0));  // no rows: nothing allocated
+  EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .angles = &angles}, nullptr, {.table = &empty}),
+                      "angles and Options::table are both set (give one source of angles)");
+}
+
+// check_positions' message names the rule of every bit the kernels set, and says so when the
+// word holds bits no kernel sets.
+TEST(CudaApi, CheckPositionsNamesEveryFlag) {
+  using detail::cuda::positions_message;
+  EXPECT_EQ(positions_message(cuda::position_out_of_range),
+            "positions: a per-token position was outside [0, 2^31) (those tokens were left unrotated)");
+  EXPECT_EQ(positions_message(cuda::position_not_in_table),
+            "positions: a per-token position was fractional or not a row of the table (those tokens were left "
+            "unrotated)");
+  EXPECT_EQ(positions_message(cuda::position_not_in_angles),
+            "positions: a per-token position was fractional or not below the rows of the per_position cos/sin "
+            "(those tokens were left unrotated)");
+  EXPECT_EQ(positions_message(cuda::position_out_of_range | cuda::position_not_in_angles),
+            "positions: a per-token position was outside [0, 2^31); fractional or not below the rows of the "
+            "per_position cos/sin (those tokens were left unrotated)");
+  EXPECT_EQ(positions_message(0x10 | cuda::position_out_of_range),
+            "positions: the error word holds 0x11, bits no kernel sets (was it zeroed before the calls?)");
+  EXPECT_ROTARY_ERROR(cuda::check_positions(nullptr, nullptr), "error is null");
 }
 #endif
 

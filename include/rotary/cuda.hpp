@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "rotary/apply.hpp"
+#include "rotary/error.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
 
@@ -15,6 +16,15 @@ namespace rotary::cuda {
 
 /// A cudaStream_t (nullptr: the legacy default stream).
 using Stream = CUstream_st*;
+
+/// What a failure of the CUDA runtime throws (no device, device memory exhausted, a copy or a
+/// launch that failed), as distinct from a broken rule (a plain rotary::Error): its message names
+/// the CUDA call and the runtime's error, e.g. "CUDA cudaMalloc (table cos) failed:
+/// cudaErrorNoDevice: no CUDA-capable device is detected".
+class RuntimeError : public Error {
+ public:
+  using Error::Error;
+};
 
 /// The most pairs (rotary_dim / 2) a CUDA call rotates: the kernels take inv_freq and the pairs'
 /// streams in their launch parameters (nothing to copy per call, so a call can be captured in a
@@ -28,7 +38,7 @@ class DeviceTable {
  public:
   /// Copies `table` to the current device and waits for the copy. Throws rotary::Error when the
   /// table's positions are not one contiguous range (a Table::at with gaps, repeats or another
-  /// order), or naming the CUDA runtime's error when allocating or copying fails.
+  /// order), RuntimeError when allocating or copying fails.
   explicit DeviceTable(const Table& table);
   ~DeviceTable();
   DeviceTable(DeviceTable&& other) noexcept;
@@ -54,8 +64,10 @@ class DeviceTable {
 };
 
 /// Bits a kernel ors into Options::error for a token it skipped (nothing of it read or written).
-inline constexpr uint32_t position_out_of_range = 1;  ///< not in [0, 2^31), NaN included
-inline constexpr uint32_t position_not_in_table = 2;  ///< fractional, or no row of the DeviceTable
+inline constexpr uint32_t position_out_of_range = 1;   ///< not in [0, 2^31), NaN included
+inline constexpr uint32_t position_not_in_table = 2;   ///< fractional, or no row of the DeviceTable
+inline constexpr uint32_t position_not_in_angles = 4;  ///< per_position ApplyArgs::angles: fractional,
+                                                       ///< or not below their rows
 
 /// What a CUDA call takes besides ApplyArgs.
 struct Options {
@@ -66,25 +78,31 @@ struct Options {
                               ///< position is skipped and its position_* bit or'ed in here
 };
 
-/// rotary::apply on a CUDA device: q, k, q_out, k_out and per-token positions in device memory,
-/// the kernels queued on `stream` (asynchronous; no host synchronisation, no allocation, so a call
-/// can be captured in a CUDA graph). Results are rotary::apply's bit for bit, NaNs compared as NaN
-/// (a GPU's arithmetic makes canonical NaNs): the same rotation (the larger product fused), exact
-/// angles from the same double-double reduction, or a DeviceTable's values.
+/// rotary::apply on a CUDA device: q, k, q_out, k_out, per-token positions and the caller's
+/// cos/sin (ApplyArgs::angles, its cos and sin pointers) in device memory, the kernels queued on
+/// `stream` (asynchronous; no host synchronisation, no allocation, so a call can be captured in a
+/// CUDA graph). Results are rotary::apply's bit for bit, NaNs compared as NaN (a GPU's arithmetic
+/// makes canonical NaNs): the same rotation (the larger product fused), exact angles from the same
+/// double-double reduction, a DeviceTable's values, or the caller's values widened as the CPU
+/// widens them (any dtype, columns, index and strides CallerAngles allows).
 ///
 /// Checked on the host before anything is queued, by rotary::validate's rules (errors naming the
-/// argument): shapes, strides, dtypes, aliasing, the positions' kind, streams and count, sequential
-/// offsets (and, with a table, that they are rows of it). Not supported yet, each an error:
-/// ApplyArgs::table (a host Table: pass a DeviceTable in options), ApplyArgs::angles (the caller's
-/// cos/sin), rotary_dim / 2 > max_pairs. ApplyArgs::threads and backend are not used. The memory
-/// must be on the current device; that is not checked (a wrong pointer is a CUDA error on the
-/// stream). Per-token positions are checked by the kernels (see Options::error).
-/// Throws rotary::Error, also when the launch fails (naming the CUDA error).
+/// argument): shapes, strides, dtypes, aliasing (the caller's cos/sin included), the positions'
+/// kind, streams and count, sequential offsets (with a table, that they are rows of it; with
+/// per_position angles, that they are below its rows). Errors too: ApplyArgs::table (a host Table:
+/// pass a DeviceTable in options), angles together with Options::table, rotary_dim / 2 >
+/// max_pairs. ApplyArgs::threads and backend are not used. The memory must be on the current
+/// device; that is not checked (a wrong pointer is a CUDA error on the stream). Per-token positions
+/// are checked by the kernels (see Options::error): in [0, 2^31), and, where they index rows (a
+/// DeviceTable, per_position angles), whole numbers whose row exists.
+/// Throws rotary::Error; RuntimeError when the launch fails.
 void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
 
 /// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
 /// (Options::error) and clears it; throws rotary::Error naming what the skipped tokens' positions
-/// broke when it was set. Synchronises, so not for a captured graph.
+/// broke when it was set (one rule per position_* bit), RuntimeError when a CUDA call fails (an
+/// earlier asynchronous error on the stream shows here too). Synchronises, so not for a captured
+/// graph.
 void check_positions(uint32_t* error, Stream stream);
 
 }  // namespace rotary::cuda

@@ -12,15 +12,39 @@
 #include "rotary/cuda.hpp"
 #include "rotary/error.hpp"
 
+namespace rotary::detail::cuda {
+
+void check(int status, const char* what) {
+  const auto error = static_cast<cudaError_t>(status);
+  if (error != cudaSuccess) {
+    throw rotary::cuda::RuntimeError(fmt::format("CUDA {} failed: {}: {}", what, cudaGetErrorName(error),
+                                                 cudaGetErrorString(error)));
+  }
+}
+
+std::string positions_message(uint32_t bits) {
+  using namespace rotary::cuda;
+  const uint32_t known = position_out_of_range | position_not_in_table | position_not_in_angles;
+  if ((bits & ~known) != 0) {
+    return fmt::format("positions: the error word holds {:#x}, bits no kernel sets (was it zeroed "
+                       "before the calls?)", bits);
+  }
+  std::string rules;
+  const auto add = [&](uint32_t bit, const char* rule) {
+    if ((bits & bit) != 0) rules += std::string(rules.empty() ? "" : "; ") + rule;
+  };
+  add(position_out_of_range, "outside [0, 2^31)");
+  add(position_not_in_table, "fractional or not a row of the table");
+  add(position_not_in_angles, "fractional or not below the rows of the per_position cos/sin");
+  return "positions: a per-token position was " + rules + " (those tokens were left unrotated)";
+}
+
+}  // namespace rotary::detail::cuda
+
 namespace rotary::cuda {
 namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw Error(fmt::format("CUDA {} failed: {}: {}", what, cudaGetErrorName(status),
-                            cudaGetErrorString(status)));
-  }
-}
+using detail::cuda::check;
 
 // rotary::validate reads per-token positions, which live in device memory here. Until validate
 // checks the positions' shape and their values apart (issue 12, item 1), it sees a stand-in of the
@@ -105,6 +129,9 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
   if (args.table != nullptr) {
     throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
   }
+  if (args.angles != nullptr && options.table != nullptr) {
+    throw Error("angles and Options::table are both set (give one source of angles)");
+  }
   std::vector<int64_t> zeros;
   validate(schedule, host_checkable(args, zeros));
   if (schedule.pairs() > max_pairs) {
@@ -130,13 +157,7 @@ void check_positions(uint32_t* error, Stream stream) {
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (bits == 0) return;
   check(cudaMemsetAsync(error, 0, sizeof bits, stream), "cudaMemsetAsync");
-  std::string rules;
-  if ((bits & position_out_of_range) != 0) rules += "outside [0, 2^31)";
-  if ((bits & position_not_in_table) != 0) {
-    rules += std::string(rules.empty() ? "" : "; ") + "fractional or not a row of the table";
-  }
-  throw Error("positions: a per-token position was " + rules +
-              " (those tokens were left unrotated)");
+  throw Error(detail::cuda::positions_message(bits));
 }
 
 }  // namespace rotary::cuda

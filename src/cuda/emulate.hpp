@@ -20,11 +20,12 @@ void emulate_as(const KernelArgs& args, const LaunchShape& shape) {
   std::vector<AngleCell<Value>> shared(
       shape.shared_angles ? static_cast<size_t>(std::max<int64_t>(args.rotary_dim / 2, 1)) : 0);
   AngleCell<Value>* cells = shape.shared_angles ? shared.data() : nullptr;
+  const PairArrays pairs{.inv_freq = args.inv_freq, .pair_stream = args.pair_stream};
   for (int64_t block = 0; block < shape.blocks; ++block) {
     for (int64_t token = block; token < args.tokens; token += shape.blocks) {
-      for (int t = 0; t < shape.threads; ++t) rope_angles<T>(args, token, t, shape.threads, cells);
+      for (int t = 0; t < shape.threads; ++t) rope_angles<T>(args, pairs, token, t, shape.threads, cells);
       for (int t = 0; t < shape.threads; ++t) {
-        rope_rotate<T, Probe>(args, token, t, shape.threads, cells);
+        rope_rotate<T, Probe>(args, pairs, token, t, shape.threads, cells);
       }
     }
   }

@@ -2,6 +2,9 @@
 // no CUDA header.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "../kernel_args.hpp"
 
 struct CUstream_st;
@@ -10,7 +13,16 @@ namespace rotary::detail::cuda {
 
 /// Queues the kernel for `args` (pointers in device memory; a call that passed validation, with
 /// rotary_dim / 2 <= rotary::cuda::max_pairs) on `stream`, with launch_shape(args). Throws
-/// rotary::Error naming the CUDA error when the launch fails. Does nothing when args.tokens is 0.
+/// rotary::cuda::RuntimeError naming the CUDA error when the launch fails. Does nothing when
+/// args.tokens is 0.
 void launch(const KernelArgs& args, CUstream_st* stream);
+
+/// Throws rotary::cuda::RuntimeError "CUDA <what> failed: <name>: <description>" unless `status`
+/// (a cudaError_t) is cudaSuccess.
+void check(int status, const char* what);
+
+/// The message of rotary::cuda::check_positions for a non-zero error word: the rules the skipped
+/// tokens' positions broke, one per kPosition* bit set (or the bits no kernel sets).
+std::string positions_message(uint32_t bits);
 
 }  // namespace rotary::detail::cuda

@@ -9,8 +9,8 @@
 // Work split (v1: simple and general; speed comes later). Blocks take tokens in a grid-stride loop;
 // for each token
 //   phase 0 (rope_angles): the block's threads fill `shared` with the token's (c, s) for every pair
-//           (times the attention factor, s negated for the inverse) — once per token, shared by all
-//           heads of q and k;
+//           (pair_angle: from a table, exact, or the caller's; s negated for the inverse) — once
+//           per token, shared by all heads of q and k;
 //   barrier;
 //   phase 1 (rope_rotate): thread t takes items t, t + threads, ... of the token, an item being one
 //           pair of one head of q or k (consecutive threads: consecutive pairs), or one pass-through
@@ -19,6 +19,9 @@
 // Each pair is loaded whole before either of its outputs is stored, and belongs to one item, so
 // in-place calls are race-free. When the angle row does not fit in shared memory
 // (LaunchShape::shared_angles false), phase 1 computes each item's angle itself.
+// The body reads KernelArgs by reference and keeps no per-token array: the kernel reads its launch
+// parameters where they lie (no copy to local memory, no stack frame), and a pair reads its own
+// stream's position when it needs it.
 #pragma once
 
 #include <algorithm>
@@ -133,6 +136,14 @@ ROTARY_HD inline void raise_error(uint32_t* flag, uint32_t bits) {
 #endif
 }
 
+/// The per-pair arrays the body reads: KernelArgs::inv_freq and pair_stream on the host (the
+/// emulator); on the device, the copies in the kernel's own parameters (src/cuda/apply.cu), so
+/// that the kernel reads its KernelArgs where they lie instead of copying them.
+struct PairArrays {
+  const double* inv_freq = nullptr;  ///< rotary_dim / 2 values
+  const int* pair_stream = nullptr;  ///< rotary_dim / 2 stream indices, or null: all stream 0
+};
+
 /// The position of token (b, s) (token = b * seq + s) in stream k of the given positions, as a
 /// double (exact: whole numbers below 2^53, floats, doubles), as Positions::value reads it.
 ROTARY_HD inline double position_of(const KernelPositions& p, int64_t token, int64_t s, int stream) {
@@ -147,42 +158,76 @@ ROTARY_HD inline double position_of(const KernelPositions& p, int64_t token, int
   }
 }
 
-/// The token's position in every stream the schedule reads, into p[0 .. streams); returns the
-/// kPosition* bits of the first unusable one (0: all usable). A usable position lies in [0, 2^31)
-/// and, with a table, is a whole number whose row exists.
-ROTARY_HD inline uint32_t token_positions(const KernelArgs& args, int64_t token,
-                                          double (&p)[max_streams]) {
-  const int64_t s = token % args.seq;
-  for (int k = 0; k < args.streams; ++k) {
-    const double v = position_of(args.positions, token, s, k);
-    p[k] = v;
-    if (!(v >= 0.0 && v < static_cast<double>(max_position_limit))) return kPositionOutOfRange;
-    if (args.angle_source == KernelAngleSource::table) {
-      const auto whole = static_cast<int64_t>(v);
-      if (static_cast<double>(whole) != v || whole < args.table.first ||
-          whole - args.table.first >= args.table.rows) {
-        return kPositionNotInTable;
-      }
-    }
+/// The kPosition* bit of a position the angle source cannot use, or 0. Usable: in [0, 2^31) and,
+/// where rows are indexed by it (a table, per_position caller angles), a whole number whose row
+/// exists.
+ROTARY_HD inline uint32_t position_error(const KernelArgs& args, double v) {
+  if (!(v >= 0.0 && v < static_cast<double>(max_position_limit))) return kPositionOutOfRange;
+  const auto whole = static_cast<int64_t>(v);
+  const bool fractional = static_cast<double>(whole) != v;
+  if (args.angle_source == KernelAngleSource::table &&
+      (fractional || whole < args.table.first || whole - args.table.first >= args.table.rows)) {
+    return kPositionNotInTable;
+  }
+  if (args.angle_source == KernelAngleSource::caller && args.angles.per_position &&
+      (fractional || whole >= args.angles.rows)) {
+    return kPositionNotInAngles;
   }
   return 0;
 }
 
-/// Pair j's (c, s) at the token's positions p: what detail::float_angle_row (Value float) and
-/// double_angle_row (Value double) give the reference, bit for bit.
+/// The kPosition* bit of the token's first unusable position over every stream the schedule
+/// reads, or 0 when all are usable.
+ROTARY_HD inline uint32_t token_error(const KernelArgs& args, int64_t token) {
+  const int64_t s = token % args.seq;
+  for (int k = 0; k < args.streams; ++k) {
+    const uint32_t error = position_error(args, position_of(args.positions, token, s, k));
+    if (error != 0) return error;
+  }
+  return 0;
+}
+
+/// One element of the caller's cos or sin, widened to double as the CPU's caller_row does.
+ROTARY_HD inline double load_angle(DType dtype, const void* base, int64_t i) {
+  switch (dtype) {
+    case DType::f32: return static_cast<double>(static_cast<const float*>(base)[i]);
+    case DType::f64: return static_cast<const double*>(base)[i];
+    case DType::f16: return static_cast<double>(f16_to_f32(static_cast<const uint16_t*>(base)[i]));
+    default: return static_cast<double>(bf16_to_f32(static_cast<const uint16_t*>(base)[i]));
+  }
+}
+
+/// Pair j's (c, s) for a token (all of whose positions are usable: token_error 0), sin negated for
+/// the inverse: what detail::float_angle_row (Value float) and double_angle_row (Value double) give
+/// the reference, bit for bit.
 template <class Value>
-ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const double (&p)[max_streams],
-                                             int64_t j) {
-  const double position = p[args.pair_stream == nullptr ? 0 : args.pair_stream[j]];
+ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairArrays& pairs,
+                                             int64_t token, int64_t j) {
+  const int64_t s_index = token % args.seq;
+  const int stream = pairs.pair_stream == nullptr ? 0 : pairs.pair_stream[j];
   Value c;
   Value s;
-  if (args.angle_source == KernelAngleSource::table) {
+  if (args.angle_source == KernelAngleSource::caller) {
+    // The caller's value as given (multi-stream: the caller merged the streams).
+    const KernelCallerAngles& a = args.angles;
+    const int64_t first = a.per_position || a.broadcast ? 0 : token / args.seq;
+    const int64_t row = a.per_position
+                            ? static_cast<int64_t>(position_of(args.positions, token, s_index, stream))
+                            : s_index;
+    const int64_t column = j * a.column_step;
+    const int64_t ci = first * a.cos_strides[0] + row * a.cos_strides[1] + column * a.cos_strides[2];
+    const int64_t si = first * a.sin_strides[0] + row * a.sin_strides[1] + column * a.sin_strides[2];
+    c = static_cast<Value>(load_angle(a.dtype, a.cos, ci));
+    s = static_cast<Value>(load_angle(a.dtype, a.sin, si));
+  } else if (args.angle_source == KernelAngleSource::table) {
+    const double position = position_of(args.positions, token, s_index, stream);
     const int64_t at = (static_cast<int64_t>(position) - args.table.first) * (args.rotary_dim / 2) + j;
     c = static_cast<Value>(args.table.cos[at]);
     s = static_cast<Value>(args.table.sin[at]);
   } else {
     // cos and sin in double, times the factor in double, then (float rows) one rounding.
-    const CosSin cs = cos_sin_of_product(position, args.inv_freq[j]);
+    const double position = position_of(args.positions, token, s_index, stream);
+    const CosSin cs = cos_sin_of_product(position, pairs.inv_freq[j]);
     c = static_cast<Value>(ieee::mul(cs.cos, args.attention_factor));
     s = static_cast<Value>(ieee::mul(cs.sin, args.attention_factor));
   }
@@ -193,33 +238,31 @@ ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const doubl
 /// thread + threads, ...; thread 0 reports an unusable position. Nothing is written for a skipped
 /// token (phase 1 skips it too).
 template <class T, class Value = typename Storage<T>::Value>
-ROTARY_HD inline void rope_angles(const KernelArgs& args, int64_t token, int thread, int threads,
-                                  AngleCell<Value>* shared) {
-  double p[max_streams];
-  const uint32_t error = token_positions(args, token, p);
+ROTARY_HD inline void rope_angles(const KernelArgs& args, const PairArrays& pairs, int64_t token,
+                                  int thread, int threads, AngleCell<Value>* shared) {
+  const uint32_t error = token_error(args, token);
   if (thread == 0) raise_error(args.error, error);
   if (error != 0 || shared == nullptr) return;
-  const int64_t pairs = args.rotary_dim / 2;
-  for (int64_t j = thread; j < pairs; j += threads) shared[j] = pair_angle<Value>(args, p, j);
+  const int64_t count = args.rotary_dim / 2;
+  for (int64_t j = thread; j < count; j += threads) shared[j] = pair_angle<Value>(args, pairs, token, j);
 }
 
 /// Phase 1 for one token: thread `thread` of `threads` rotates or copies items thread,
 /// thread + threads, ... (operand by operand, head by head: the pairs, then the pass-through
 /// channels to copy). `shared`: phase 0's angles, or null to compute each item's.
 template <class T, class Probe = NoProbe, class Value = typename Storage<T>::Value>
-ROTARY_HD inline void rope_rotate(const KernelArgs& args, int64_t token, int thread, int threads,
-                                  const AngleCell<Value>* shared) {
+ROTARY_HD inline void rope_rotate(const KernelArgs& args, const PairArrays& pairs, int64_t token,
+                                  int thread, int threads, const AngleCell<Value>* shared) {
   using S = Storage<T>;
-  double p[max_streams];
-  if (token_positions(args, token, p) != 0) return;
+  if (token_error(args, token) != 0) return;
   const int64_t b = token / args.seq;
   const int64_t s = token % args.seq;
-  const int64_t pairs = args.rotary_dim / 2;
+  const int64_t pair_count = args.rotary_dim / 2;
   const int64_t passthrough = args.head_dim - args.rotary_dim;
   int64_t item = thread;
   for (int o = 0; o < args.operand_count; ++o) {
     const KernelOperand& op = args.operands[o];
-    const int64_t lanes = pairs + (args.copy_tail && !op.in_place ? passthrough : 0);
+    const int64_t lanes = pair_count + (args.copy_tail && !op.in_place ? passthrough : 0);
     const int64_t items = op.heads * lanes;
     for (; item < items; item += threads) {
       const int64_t h = item / lanes;
@@ -228,11 +271,12 @@ ROTARY_HD inline void rope_rotate(const KernelArgs& args, int64_t token, int thr
       const int64_t out_base = b * op.out_strides[0] + s * op.out_strides[1] + h * op.out_strides[2];
       const int64_t in_d = op.in_strides[3];
       const int64_t out_d = op.out_strides[3];
-      if (lane < pairs) {
+      if (lane < pair_count) {
         const int64_t ca = args.rotary_offset + (lane / args.block_pairs) * args.block_width +
                            (lane % args.block_pairs) * args.pair_step;
         const int64_t cb = ca + args.partner;
-        const AngleCell<Value> angle = shared != nullptr ? shared[lane] : pair_angle<Value>(args, p, lane);
+        const AngleCell<Value> angle =
+            shared != nullptr ? shared[lane] : pair_angle<Value>(args, pairs, token, lane);
         const Value x = S::load(op.in, in_base + ca * in_d);
         const Value y = S::load(op.in, in_base + cb * in_d);
         Value x_out;
@@ -244,7 +288,7 @@ ROTARY_HD inline void rope_rotate(const KernelArgs& args, int64_t token, int thr
         Probe::stored(static_cast<const typename S::Bits*>(op.out) + out_base + cb * out_d);
       } else {
         // Channels outside [rotary_offset, rotary_offset + rotary_dim), bit for bit.
-        const int64_t k = lane - pairs;
+        const int64_t k = lane - pair_count;
         const int64_t channel = k < args.rotary_offset ? k : k + args.rotary_dim;
         using Bits = typename S::Bits;
         Bits* out = static_cast<Bits*>(op.out) + out_base + channel * out_d;
