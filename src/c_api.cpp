@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "c_api_internal.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
@@ -24,25 +25,16 @@
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
 
-struct rotary_schedule {
-  rotary::Schedule schedule;
-  bool rotates_backward = false;  // the model turns pairs by -angle (ModelRope::rotates_backward)
-};
-
-struct rotary_table {
-  rotary::Table table;
-};
-
 namespace {
 
-using rotary::Error;
-
-// ---- errors: one thread-local message, every exception caught ----
+// ---- errors: one thread-local message, every exception caught (c_api_internal.hpp) ----
 
 thread_local std::string t_message;
 thread_local const char* t_error = "";
 
-int fail(rotary_status status, const char* message) noexcept {
+}  // namespace
+
+int rotary::detail::c_abi::fail(int status, const char* message) noexcept {
   try {
     t_message = message;
     t_error = t_message.c_str();
@@ -52,34 +44,18 @@ int fail(rotary_status status, const char* message) noexcept {
   return status;
 }
 
-// Runs `body`, turning every exception into a status and the thread's last error.
-template <class Body>
-int guarded(Body&& body) noexcept {
-  try {
-    body();
-    return ROTARY_OK;
-  } catch (const Error& e) {
-    return fail(ROTARY_ERROR_INVALID_ARGUMENT, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(ROTARY_ERROR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(ROTARY_ERROR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(ROTARY_ERROR_INTERNAL, "unknown exception");
-  }
-}
+namespace {
+
+using rotary::Error;
+using rotary::detail::c_abi::fail;
+using rotary::detail::c_abi::guarded;
+using rotary::detail::c_abi::require;
 
 // For the accessors, which return a value: records the error and gives `fallback`.
 template <class T>
 T null_argument(const char* name, T fallback) noexcept {
   fail(ROTARY_ERROR_INVALID_ARGUMENT, name);
   return fallback;
-}
-
-template <class T>
-const T& require(const T* pointer, const char* name) {
-  if (pointer == nullptr) throw Error(fmt::format("{} is NULL", name));
-  return *pointer;
 }
 
 std::string_view require_text(const char* text, const char* name) {
@@ -342,15 +318,6 @@ rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
   };
 }
 
-// Applies; a model whose code turns pairs by -angle (rotates_backward) has rotary's inverse as its forward.
-void run_apply(const rotary_schedule& s, rotary::ApplyArgs args) {
-  if (s.rotates_backward) {
-    args.direction = args.direction == rotary::Direction::forward ? rotary::Direction::inverse
-                                                                   : rotary::Direction::forward;
-  }
-  rotary::apply(s.schedule, args);
-}
-
 // *out = the view `build` makes, with the caller's dtype copied as bytes: C may pass any integer
 // there, which rotary_apply rejects.
 int make_tensor(rotary_tensor* out, const rotary_dtype& dtype, const auto& build) {
@@ -373,6 +340,22 @@ const std::vector<std::string>& preset_names() {
 }
 
 }  // namespace
+
+rotary::ApplyArgs rotary::detail::c_abi::apply_args(const rotary_schedule& schedule, const rotary_apply_args& a,
+                                                    const rotary_positions* positions) {
+  if (positions != nullptr &&
+      (a.positions != nullptr || a.positions_i32 != nullptr || a.positions_count != 0 || a.offset != 0)) {
+    throw Error("args.positions, positions_i32, positions_count and offset must be 0 when positions are given "
+                "separately");
+  }
+  ApplyArgs args = to_apply_args(a);
+  if (positions != nullptr) args.positions = to_positions(*positions);
+  // A model whose code turns pairs by -angle (rotates_backward) has rotary's inverse as its forward.
+  if (schedule.rotates_backward) {
+    args.direction = args.direction == Direction::forward ? Direction::inverse : Direction::forward;
+  }
+  return args;
+}
 
 extern "C" {
 
@@ -566,26 +549,14 @@ int rotary_tensor_bhsd(void* data, rotary_dtype dtype, int64_t batch, int64_t he
 }
 
 int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args) {
-  return guarded([&] {
-    const rotary_schedule& s = require(schedule, "schedule");
-    rotary::ApplyArgs apply_args = to_apply_args(require(args, "args"));
-    run_apply(s, apply_args);
-  });
+  return rotary_apply_positions(schedule, args, nullptr);
 }
 
 int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_args* args,
                            const rotary_positions* positions) {
-  if (positions == nullptr) return rotary_apply(schedule, args);
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
-    const rotary_apply_args& a = require(args, "args");
-    if (a.positions != nullptr || a.positions_i32 != nullptr || a.positions_count != 0 || a.offset != 0) {
-      throw Error("args.positions, positions_i32, positions_count and offset must be 0 when positions are given "
-                  "separately");
-    }
-    rotary::ApplyArgs apply_args = to_apply_args(a);
-    apply_args.positions = to_positions(*positions);
-    run_apply(s, apply_args);
+    rotary::apply(s.schedule, rotary::detail::c_abi::apply_args(s, require(args, "args"), positions));
   });
 }
 
