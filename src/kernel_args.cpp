@@ -93,7 +93,11 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.pair_step = interleaved ? 2 : 1;
   k.partner = interleaved ? 1 : k.block_pairs;
   k.operands[k.operand_count++] = kernel_operand(args.q, args.q_out);
-  if (args.k.is_set()) k.operands[k.operand_count++] = kernel_operand(args.k, args.k_out);
+  k.operands[0].key = args.q_is_key;
+  if (args.k.is_set()) {
+    k.operands[k.operand_count++] = kernel_operand(args.k, args.k_out);
+    k.operands[1].key = true;
+  }
   // Nothing to do when every operand is empty (then batch * seq, bounded by no view, is not formed).
   const bool any = !args.q.is_empty() || (args.k.is_set() && !args.k.is_empty());
   k.tokens = any ? k.batch * k.seq : 0;
@@ -108,6 +112,11 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   } else if (table != nullptr) {
     k.angle_source = KernelAngleSource::table;
     k.table = *table;
+  }
+  if (schedule.xpos()) {
+    k.xpos_scale_base = schedule.xpos_scale_base;
+    k.xpos_center = schedule.xpos_center;
+    k.xpos_reach = xpos_reach(schedule);
   }
   k.inverse = args.direction == Direction::inverse;
   k.copy_tail = args.copy_tail;

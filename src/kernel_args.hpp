@@ -27,6 +27,7 @@ struct KernelOperand {
   int64_t in_strides[4] = {};
   int64_t out_strides[4] = {};
   bool in_place = true;
+  bool key = false;  ///< xPos: scaled as a key (ζ^-(p - c)/γ), else as a query
 };
 
 /// Token positions, as rotary::Positions says (streams one after the other, `count` entries each,
@@ -85,6 +86,7 @@ inline constexpr uint32_t kPositionOutOfRange = 1;   ///< not in [0, 2^31) (NaN 
 inline constexpr uint32_t kPositionNotInTable = 2;   ///< table source: fractional, or not a row
 inline constexpr uint32_t kPositionNotInAngles = 4;  ///< per_position caller angles: fractional,
                                                      ///< or not below their rows
+inline constexpr uint32_t kPositionBeyondXposReach = 8;  ///< xPos: |p - xpos_center| > xpos_reach
 
 /// One apply call for a kernel. Pair j (j < rotary_dim / 2) of a head rotates channels
 ///   a = rotary_offset + (j / block_pairs) * block_width + (j % block_pairs) * pair_step,  b = a + partner
@@ -117,6 +119,11 @@ struct KernelArgs {
   KernelAngleSource angle_source = KernelAngleSource::exact;
   TableRange table{};                 ///< table source
   KernelCallerAngles angles{};        ///< caller source
+  /// xPos (Schedule::xpos): pair j's row value times σ = e^±t, t = ln ζ_j (p - c)/γ, rounded once
+  /// more (src/math/xpos.hpp computes ln ζ_j from j and rotary_dim: nothing per pair to pass).
+  double xpos_scale_base = 0;         ///< γ; 0: no xPos
+  double xpos_center = 0;             ///< c
+  double xpos_reach = 0;              ///< the largest |p - c| served (rotary::xpos_reach)
   bool inverse = false;
   bool copy_tail = true;
   uint32_t* error = nullptr;  ///< optional: kPosition* bits or'ed in for skipped tokens

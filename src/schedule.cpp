@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "math/xpos.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
@@ -347,16 +348,11 @@ std::vector<float> hf_float32_inv_freq(const Spec& spec, std::optional<int64_t> 
 
 }  // namespace
 
-// ζ_j = (2j + 0.4 r)/(1.4 r) = (10j + 2r)/(7r) = 1 + (10j - 5r)/(7r), the quotient of two exact
-// integers rounded once. Its relative error grows in ln by 1/|ln ζ| (log) or by
-// x/((1 + x) ln(1 + x)) (log1p of x = ζ - 1): log below ζ = 1/2, log1p above, keeps both <= 1/ln 2.
+// The same function the CUDA kernels call (src/math/xpos.hpp): the same bits everywhere.
 std::vector<double> xpos_log_zeta(int64_t rotary_dim) {
   std::vector<double> log_zeta(static_cast<size_t>(rotary_dim / 2));
-  const auto r = static_cast<double>(rotary_dim);
   for (size_t j = 0; j < log_zeta.size(); ++j) {
-    const bool small = 20 * static_cast<int64_t>(j) <= 3 * rotary_dim;  // ζ <= 1/2: 2(10j + 2r) <= 7r
-    log_zeta[j] = small ? std::log((10.0 * static_cast<double>(j) + 2.0 * r) / (7.0 * r))
-                : std::log1p((10.0 * static_cast<double>(j) - 5.0 * r) / (7.0 * r));
+    log_zeta[j] = detail::xpos_log_zeta_of(static_cast<int64_t>(j), rotary_dim);
   }
   return log_zeta;
 }

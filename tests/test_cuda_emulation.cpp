@@ -585,6 +585,11 @@ Call random_call(std::mt19937_64& rng, DType dtype) {
   const int source = static_cast<int>(rng() % 3);  // a table, exact angles, the caller's
   c.table = source == 0;
   if (source == 2) random_caller_angles(c, rng);
+  // xPos (not with the caller's angles): scale bases whose reach covers [0, 2^31) from the centre.
+  const double g = c.schedule.attention_factor;
+  if (source != 2 && rng() % 4 == 0 && g >= xpos_min_attention_factor && g <= xpos_max_attention_factor) {
+    c.schedule = with_xpos(c.schedule, pick(rng, {1e9, 4e8}), pick(rng, {0.0, 1e9, 12345.5}));
+  }
   random_positions(c, rng);
   c.default_shape = rng() % 2 == 0;
   if (!c.default_shape) {
@@ -608,6 +613,7 @@ std::vector<std::string> features(const Call& c) {
   if (c.q_in_place || c.k_in_place) f.push_back("in place");
   if (!c.q_in_place || (c.heads_k > 0 && !c.k_in_place)) f.push_back("out of place");
   if (c.heads_k > 0) f.push_back("q and k");
+  if (c.schedule.xpos()) f.push_back(c.heads_k > 0 ? "xpos, q and k" : "xpos");
   if (c.heads_q == 0) f.push_back("q empty");
   if (c.schedule.rotary_dim < c.head_dim) f.push_back(c.copy_tail ? "partial, tail copied" : "partial, no tail copy");
   if (c.schedule.rotary_offset > 0) f.push_back("rotary_offset");
@@ -656,7 +662,7 @@ TEST(CudaEmulation, RandomCallsMatchTheReferenceBitForBit) {
                             "angles contiguous", "angles cos|sin rows in one buffer", "angles rows,columns reversed",
                             "angles strided columns with gaps", "angles column-major, batch reversed",
                             "angles rows aliased", "angles broadcast", "angles per_position, streams",
-                            "angles fewer rows than seq"};
+                            "angles fewer rows than seq", "xpos", "xpos, q and k"};
   for (const char* f : expected) EXPECT_GE(seen[f], 20) << f;
   std::string summary;
   for (const auto& [f, n] : seen) summary += f + " " + std::to_string(n) + ", ";
@@ -839,7 +845,8 @@ TEST(CudaEmulation, EveryLaunchShapeGivesTheSameBytes) {
 // token whose position it cannot use (nothing of it read or written), sets its bit in the error
 // word, and rotates every other token as the reference does.
 TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
-  enum Source { exact, table, angles };  // angles: per_position, rows 0 .. 1007
+  enum Source { exact, table, angles, xpos };  // angles: per_position, rows 0 .. 1007; xpos: exact
+                                               // angles, gamma 64 (reach 4087), centre 0
   struct Bad {
     Source source;
     Positions::Kind kind;
@@ -864,12 +871,16 @@ TEST(CudaEmulation, UnusablePositionsAreSkippedAndFlagged) {
       {angles, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
       {angles, Positions::Kind::per_token_i64, limit, detail::kPositionOutOfRange},
       {angles, Positions::Kind::per_token_f64, NAN, detail::kPositionOutOfRange},
+      {xpos, Positions::Kind::per_token_i64, 5200, detail::kPositionBeyondXposReach},
+      {xpos, Positions::Kind::per_token_f64, 4087.5, detail::kPositionBeyondXposReach},
+      {xpos, Positions::Kind::per_token_i64, -1, detail::kPositionOutOfRange},
   };
   for (const Bad& bad : cases) {
     for (int stream : {0, 2}) {  // the bad entry in the first stream, or only in the last
       Call c = model_call(Spec{.head_dim = 64, .rotary_dim = 48, .stream_layout = StreamLayout::sections,
                                .sections = {8, 8, 8}},
                           DType::f32, 3, 1);
+      if (bad.source == xpos) c.schedule = with_xpos(c.schedule, 64.0, 0.0);
       c.q_in_place = false;  // q out of place (skipped: poison stays), k in place (input stays)
       c.table = bad.source == table;
       c.table_first = 1000;

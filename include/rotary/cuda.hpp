@@ -68,6 +68,7 @@ inline constexpr uint32_t position_out_of_range = 1;   ///< not in [0, 2^31), Na
 inline constexpr uint32_t position_not_in_table = 2;   ///< fractional, or no row of the DeviceTable
 inline constexpr uint32_t position_not_in_angles = 4;  ///< per_position ApplyArgs::angles: fractional,
                                                        ///< or not below their rows
+inline constexpr uint32_t position_beyond_xpos_reach = 8;  ///< xPos: |p - xpos_center| > xpos_reach
 
 /// What a CUDA call takes besides ApplyArgs.
 struct Options {
@@ -86,15 +87,17 @@ struct Options {
 /// double-double reduction, a DeviceTable's values, or the caller's values widened as the CPU
 /// widens them (any dtype, columns, index and strides CallerAngles allows).
 ///
-/// Checked on the host before anything is queued, by rotary::validate's rules (errors naming the
-/// argument): shapes, strides, dtypes, aliasing (the caller's cos/sin included), the positions'
-/// kind, streams and count, sequential offsets (with a table, that they are rows of it; with
-/// per_position angles, that they are below its rows). Errors too: ApplyArgs::table (a host Table:
+/// Checked on the host before anything is queued, by rotary::validate_shapes (apply.hpp: every rule
+/// of validate but the per-token entries; errors naming the argument): shapes, strides, dtypes,
+/// aliasing (the caller's cos/sin included), the positions' kind, streams and count, sequential
+/// offsets (with a table, that they are rows of it; with per_position angles, that they are below
+/// its rows; with xPos, within its reach). xPos schedules scale q as queries and k as keys, as on
+/// the CPU (the same bits: ln ζ_j and e^t are the project's own double code, src/math/xpos.hpp). Errors too: ApplyArgs::table (a host Table:
 /// pass a DeviceTable in options), angles together with Options::table, rotary_dim / 2 >
 /// max_pairs. ApplyArgs::threads and backend are not used. The memory must be on the current
 /// device; that is not checked (a wrong pointer is a CUDA error on the stream). Per-token positions
 /// are checked by the kernels (see Options::error): in [0, 2^31), and, where they index rows (a
-/// DeviceTable, per_position angles), whole numbers whose row exists.
+/// DeviceTable, per_position angles), whole numbers whose row exists; with xPos, within its reach.
 /// Throws rotary::Error; RuntimeError when the launch fails.
 void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
 

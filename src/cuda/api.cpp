@@ -24,7 +24,8 @@ void check(int status, const char* what) {
 
 std::string positions_message(uint32_t bits) {
   using namespace rotary::cuda;
-  const uint32_t known = position_out_of_range | position_not_in_table | position_not_in_angles;
+  const uint32_t known =
+      position_out_of_range | position_not_in_table | position_not_in_angles | position_beyond_xpos_reach;
   if ((bits & ~known) != 0) {
     return fmt::format("positions: the error word holds {:#x}, bits no kernel sets (was it zeroed "
                        "before the calls?)", bits);
@@ -36,6 +37,7 @@ std::string positions_message(uint32_t bits) {
   add(position_out_of_range, "outside [0, 2^31)");
   add(position_not_in_table, "fractional or not a row of the table");
   add(position_not_in_angles, "fractional or not below the rows of the per_position cos/sin");
+  add(position_beyond_xpos_reach, "further from xpos_center than xPos's reach (rotary::xpos_reach)");
   return "positions: a per-token position was " + rules + " (those tokens were left unrotated)";
 }
 
@@ -45,26 +47,6 @@ namespace rotary::cuda {
 namespace {
 
 using detail::cuda::check;
-
-// rotary::validate reads per-token positions, which live in device memory here. Until validate
-// checks the positions' shape and their values apart (issue 12, item 1), it sees a stand-in of the
-// same kind, count and streams whose entries are all 0 (a valid position with exact angles), so
-// every rule but the values is the library's own; the values are checked on the device
-// (Options::error). A count validate rejects keeps the device pointer: validate throws on the
-// count before reading an entry.
-ApplyArgs host_checkable(const ApplyArgs& args, std::vector<int64_t>& zeros) {
-  ApplyArgs view = args;
-  view.table = nullptr;
-  const Positions& p = args.positions;
-  if (p.kind == Positions::Kind::sequential || p.data == nullptr) return view;
-  int64_t tokens = 0;
-  if (__builtin_mul_overflow(args.q.batch(), args.q.seq(), &tokens)) return view;
-  const bool count_ok = p.count >= 0 && (p.count == tokens || p.count == args.q.seq());
-  if (!count_ok || p.streams < 1 || p.streams > max_streams) return view;
-  zeros.assign(static_cast<size_t>(p.count) * static_cast<size_t>(p.streams), 0);
-  view.positions.data = zeros.data();  // 8 zero bytes read as any kind are the position 0
-  return view;
-}
 
 void check_table(const Schedule& schedule, const ApplyArgs& args, const DeviceTable& table) {
   if (!(table.schedule() == schedule)) {
@@ -132,8 +114,11 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
   if (args.angles != nullptr && options.table != nullptr) {
     throw Error("angles and Options::table are both set (give one source of angles)");
   }
-  std::vector<int64_t> zeros;
-  validate(schedule, host_checkable(args, zeros));
+  // Everything but the per-token entries, which live in device memory: the kernels check those
+  // (Options::error). The Table rules are check_table's (a DeviceTable, not ApplyArgs::table).
+  ApplyArgs host = args;
+  host.table = nullptr;
+  validate_shapes(schedule, host);
   if (schedule.pairs() > max_pairs) {
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim,
                             max_pairs));

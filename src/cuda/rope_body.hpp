@@ -31,6 +31,7 @@
 #include "../kernel_args.hpp"
 #include "../math/exact_angle.hpp"
 #include "../math/hd.hpp"
+#include "../math/xpos.hpp"
 #include "../rotate.hpp"
 
 namespace rotary::detail::cuda {
@@ -173,6 +174,10 @@ ROTARY_HD inline uint32_t position_error(const KernelArgs& args, double v) {
       (fractional || whole >= args.angles.rows)) {
     return kPositionNotInAngles;
   }
+  if (args.xpos_scale_base != 0) {
+    const double from_center = ieee::sub(v, args.xpos_center);
+    if (!(from_center <= args.xpos_reach && -from_center <= args.xpos_reach)) return kPositionBeyondXposReach;
+  }
   return 0;
 }
 
@@ -234,6 +239,22 @@ ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairA
   return {c, args.inverse ? -s : s};
 }
 
+/// xPos: pair j's row value for a query or a key (`key`) at the token's position in the pair's
+/// stream, as detail::xpos_float_row / xpos_double_row give the reference, bit for bit.
+template <class Value>
+ROTARY_HD inline AngleCell<Value> xpos_angle(const KernelArgs& args, const PairArrays& pairs, int64_t token,
+                                             int64_t j, bool key, AngleCell<Value> angle) {
+  const int stream = pairs.pair_stream == nullptr ? 0 : pairs.pair_stream[j];
+  const double position = position_of(args.positions, token, token % args.seq, stream);
+  const double sigma = xpos_scale(xpos_log_zeta_of(j, args.rotary_dim), position, args.xpos_center,
+                                  args.xpos_scale_base, key);
+  if constexpr (sizeof(Value) == sizeof(double)) {
+    return {ieee::mul(angle.c, sigma), ieee::mul(angle.s, sigma)};
+  } else {
+    return {xpos_scaled(angle.c, sigma), xpos_scaled(angle.s, sigma)};
+  }
+}
+
 /// Phase 0 for one token: thread `thread` of `threads` fills shared[j] for pairs j = thread,
 /// thread + threads, ...; thread 0 reports an unusable position. Nothing is written for a skipped
 /// token (phase 1 skips it too).
@@ -275,8 +296,8 @@ ROTARY_HD inline void rope_rotate(const KernelArgs& args, const PairArrays& pair
         const int64_t ca = args.rotary_offset + (lane / args.block_pairs) * args.block_width +
                            (lane % args.block_pairs) * args.pair_step;
         const int64_t cb = ca + args.partner;
-        const AngleCell<Value> angle =
-            shared != nullptr ? shared[lane] : pair_angle<Value>(args, pairs, token, lane);
+        AngleCell<Value> angle = shared != nullptr ? shared[lane] : pair_angle<Value>(args, pairs, token, lane);
+        if (args.xpos_scale_base != 0) angle = xpos_angle(args, pairs, token, lane, op.key, angle);
         const Value x = S::load(op.in, in_base + ca * in_d);
         const Value y = S::load(op.in, in_base + cb * in_d);
         Value x_out;

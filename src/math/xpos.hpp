@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "exact_angle.hpp"
 
@@ -43,6 +44,31 @@ ROTARY_HD ROTARY_XPOS_INLINE double xpos_exp(double x) {
 #else
   return std::ldexp(sum, static_cast<int>(k));
 #endif
+}
+
+/// ln ζ_j for pair j of a rotated slice of width r (j < r/2), ζ_j = (2j + 0.4 r)/(1.4 r) =
+/// (10j + 2r)/(7r), within about 2 double ulps and without libm, so that the host (Schedule::
+/// xpos_log_zeta) and the device compute the same bits: ζ = m 2^-e with m in [0.75, 1.5)
+/// (e in {0, 1, 2}, as ζ in [2/7, 1)); f = m - 1 = (N 2^e - D)/D from exact integers, rounded once;
+/// ln m = 2 atanh(s), s = f/(2 + f) in [-1/7, 1/5], by its series to s^25; minus e ln 2 in two parts.
+ROTARY_HD ROTARY_XPOS_INLINE double xpos_log_zeta_of(int64_t j, int64_t r) {
+  const int64_t n = 10 * j + 2 * r;
+  const int64_t d = 7 * r;
+  int e = 0;
+  while (e < 2 && 4 * (n << e) < 3 * d) ++e;  // m = ζ 2^e >= 0.75
+#if defined(__CUDA_ARCH__)
+  const double f = __ddiv_rn(static_cast<double>((n << e) - d), static_cast<double>(d));
+  const double s = __ddiv_rn(f, ieee::add(2.0, f));
+#else
+  const double f = static_cast<double>((n << e) - d) / static_cast<double>(d);
+  const double s = f / ieee::add(2.0, f);
+#endif
+  const double s2 = ieee::mul(s, s);
+  double series = 1.0 / 25.0;
+  for (int k = 11; k >= 0; --k) series = ieee::add(ieee::mul(series, s2), 1.0 / static_cast<double>(2 * k + 1));
+  const double ln_m = ieee::mul(ieee::mul(2.0, s), series);
+  const auto ed = static_cast<double>(e);
+  return ieee::sub(ieee::sub(ln_m, ieee::mul(ed, 0x1.a39ef35793c76p-33)), ieee::mul(ed, 0x1.62e42feep-1));
 }
 
 /// σ of a pair with ln ζ = log_zeta at `position`: e^t for a query, e^-t for a key (key true),
