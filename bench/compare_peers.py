@@ -1,4 +1,4 @@
-"""rotary against the CPU peers installable from PyPI, timed in one process.
+"""rotary against the peers installable from PyPI, on the CPU or a CUDA device, timed in one process.
 
 Peers: Hugging Face transformers' eager formula ``q * cos + rotate_half(q) * sin`` with cos/sin
 cached (as a model computes them once per forward), ``torch.compile`` of that formula, and ONNX
@@ -8,13 +8,30 @@ decode ``[1, 1, 32, 128]`` at position 131071; f32 and bf16 (ONNX Runtime's CPU 
 f32 only); 1 and 2 threads. Each time is a median over interleaved repetitions and is reported as a
 ratio to a copy of the same bytes (``dst.copy_(q)``) in the same process.
 
-Run: ``python bench/compare_peers.py [--json] [--reps N]`` with rotary importable (the venv
-``make test`` builds, or PYTHONPATH=build/python).
+With ``--device cuda``: the same rotation on a CUDA device, q ``[1, seq, 32, 128]`` and k
+``[1, seq, 8, 128]`` together (Llama-3.1-8B's 32 query and 8 key/value heads), bf16 and f32, against
+transformers' ``apply_rotary_pos_emb`` (eager, and under ``torch.compile``) and every peer importable
+here: FlashInfer (``apply_llama31_rope_pos_ids``, angles on the fly, and
+``apply_rope_with_cos_sin_cache``, a float32 cache), flash-attn's ``apply_rotary_emb`` (one call
+for q, one for k) and Liger-Kernel's ``liger_rotary_pos_emb`` (in place); a peer that is not
+installed, or refuses the case, is skipped with the reason printed. rotary runs through
+``rotary.torch`` (its table, exact angles on the fly, and in place). Times are CUDA-event medians
+per call over interleaved repetitions, each repetition's calls queued behind a short device sleep
+(so the host's launch of the first call is not timed as device time), and are reported as a ratio
+to ``dst.copy_(src)`` of the same bytes (q and k: one copy). Prefill cycles through input sets
+holding 4x the L2, so every call reads cold memory; decode (1 token at 131071) also replays a
+CUDA graph of 100 calls (per-call time), beside the eager time of one call. ``err``: the relative
+L2 error of q and k against a float64 rotation with float64 angles. The lines after the table
+hold rotary's rows to the project's GPU targets. Without a CUDA device it exits with a one-line message.
+
+Run: ``python bench/compare_peers.py [--json] [--reps N] [--device cuda]`` with rotary importable
+(the venv ``make test`` builds, or PYTHONPATH=build/python).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -106,11 +123,15 @@ def measure(funcs, reps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON rows")
-    parser.add_argument("--reps", type=int, default=15, help="timed repetitions (decode: 10x)")
+    parser.add_argument("--reps", type=int, default=15, help="timed repetitions (CPU decode: 10x)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (default): the CPU peers; cuda: the GPU peers on the current CUDA device")
     args = parser.parse_args(argv)
     if args.reps < 3:
         raise SystemExit("compare_peers: --reps must be at least 3")
+    if args.device == "cuda":
+        return cuda_main(args)
     rope = rotary.Rope.from_preset("llama-3.1-8b")
     inv_freq = torch.as_tensor(rope.inv_freq, dtype=torch.float32)
     # One graph per shape, dtype and thread count: room for all of them, so none is recompiled.
@@ -157,6 +178,352 @@ def main(argv=None):
     for r in rows:
         print(f"{r['case']:8} {r['dtype']:9} {r['threads']:>3} {r['impl']:18} {r['median_us']:>10.1f}"
               f" {r['ratio_to_copy']:>7.2f} {r['rotary_speedup']:>9.2f}")
+    return 0
+
+
+# ---- --device cuda -----------------------------------------------------------------------------
+
+GPU = "cuda"  # the device of every tensor below (the current CUDA device)
+KV_HEADS = 8
+CUDA_DTYPES = (torch.bfloat16, torch.float32)
+L2_MULTIPLE = 4  # prefill: the input sets cycled through hold this many L2s
+DECODE_SLOTS = 16  # decode: cache-resident input sets, never the same one twice in a row
+DECODE_CALLS = 100  # decode calls per timed repetition (eager) and per graph
+LEAD_IN_CYCLES = 100_000  # the device sleep before each timed repetition, ~50 us
+
+
+class Unavailable(Exception):
+    """A peer that cannot run here: not installed, or refusing the case (the message says why)."""
+
+
+def first_line(error):
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:150] if text else ''}"
+
+
+class Pool:
+    """Input sets of q and k, each one flat buffer (q, then k), as many copy destinations, and one
+    more set (``check``) that the accuracy check restores and rotates."""
+
+    def __init__(self, seq, dtype, count):
+        self.seq, self.count = seq, count
+        nq, nk = seq * HEADS * HEAD_DIM, seq * KV_HEADS * HEAD_DIM
+        self.flat = [torch.randn(nq + nk, device=GPU).to(dtype) for _ in range(count + 1)]
+        self.dst = [torch.empty_like(f) for f in self.flat[:count]]
+        self.q = [f[:nq].view(1, seq, HEADS, HEAD_DIM) for f in self.flat]
+        self.k = [f[nq:].view(1, seq, KV_HEADS, HEAD_DIM) for f in self.flat]
+        self.check = count
+        self.pristine = self.flat[count].clone()
+
+    def restore_check(self):
+        self.flat[self.check].copy_(self.pristine)
+
+
+def rotary_impls(rope, pool, first):
+    """rotary's torch operators: out of place with its exact table, exact angles on the fly, and
+    in place."""
+    try:
+        import rotary.torch as rt
+    except ImportError as error:
+        raise Unavailable(f"rotary.torch does not import ({first_line(error)})")
+    try:
+        rt.apply_rope(rope, pool.q[0], pool.k[0], offset=first)
+    except Exception as error:  # a build whose torch operators take CPU tensors only
+        raise Unavailable(f"no CUDA kernel behind rotary.torch here ({first_line(error)})")
+    return {
+        "rotary": lambda i: rt.apply_rope(rope, pool.q[i], pool.k[i], offset=first),
+        "rotary on_the_fly": lambda i: rt.apply_rope(rope, pool.q[i], pool.k[i], offset=first, angles="on_the_fly"),
+        "rotary in place": lambda i: rt.apply_rope_(rope, pool.q[i], pool.k[i], offset=first),
+    }
+
+
+def hf_impls(pool, cos, sin, compile_it):
+    """transformers' apply_rotary_pos_emb on [batch, seq, heads, head_dim] (unsqueeze_dim=2), with
+    its float32-pipeline cos/sin cached; and under torch.compile."""
+    try:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    except ImportError as error:
+        raise Unavailable(f"transformers does not import ({first_line(error)})")
+    impls = {"hf eager": lambda i: apply_rotary_pos_emb(pool.q[i], pool.k[i], cos, sin, unsqueeze_dim=2)}
+    if compile_it:
+        compiled = torch.compile(apply_rotary_pos_emb, dynamic=False)
+        impls["hf torch.compile"] = lambda i: compiled(pool.q[i], pool.k[i], cos, sin, unsqueeze_dim=2)
+    return impls
+
+
+def flashinfer_impls(pool, positions, cos_sin_cache):
+    """FlashInfer: Llama 3.1 angles on the fly from position ids, and a float32 cos/sin cache (vLLM's
+    layout: cos in the first half of each row, sin in the second)."""
+    try:
+        import flashinfer
+    except ImportError as error:
+        raise Unavailable(f"flashinfer does not import ({first_line(error)})")
+    seq = pool.seq
+    return {
+        "flashinfer llama31": lambda i: flashinfer.apply_llama31_rope_pos_ids(
+            pool.q[i].view(seq, HEADS, HEAD_DIM), pool.k[i].view(seq, KV_HEADS, HEAD_DIM), positions,
+            rope_scale=8.0, rope_theta=500000.0, low_freq_factor=1.0, high_freq_factor=4.0, old_context_len=8192),
+        "flashinfer cos_sin_cache": lambda i: flashinfer.apply_rope_with_cos_sin_cache(
+            positions, pool.q[i].view(seq, HEADS * HEAD_DIM), pool.k[i].view(seq, KV_HEADS * HEAD_DIM), HEAD_DIM,
+            cos_sin_cache, is_neox=True),
+    }
+
+
+def flash_attn_impls(pool, cos_half, sin_half, first):
+    """flash-attn's apply_rotary_emb (Triton), one call for q and one for k; cos/sin [rows, 64] in
+    the tensors' dtype, from position 0 (seqlen_offsets = the first position)."""
+    try:
+        from flash_attn.layers.rotary import apply_rotary_emb
+    except ImportError as error:
+        raise Unavailable(f"flash_attn does not import ({first_line(error)})")
+    return {"flash_attn": lambda i: (apply_rotary_emb(pool.q[i], cos_half, sin_half, seqlen_offsets=first),
+                                     apply_rotary_emb(pool.k[i], cos_half, sin_half, seqlen_offsets=first))}
+
+
+def liger_impls(pool, cos, sin):
+    """Liger-Kernel's liger_rotary_pos_emb: takes q and k as [batch, heads, seq, head_dim] (here views
+    of the [batch, seq, heads, head_dim] tensors, which its kernel then rotates in place)."""
+    try:
+        from liger_kernel.transformers.rope import liger_rotary_pos_emb
+    except ImportError as error:
+        raise Unavailable(f"liger_kernel does not import ({first_line(error)})")
+    return {"liger (in place)": lambda i: liger_rotary_pos_emb(pool.q[i].transpose(1, 2), pool.k[i].transpose(1, 2),
+                                                               cos, sin)}
+
+
+def as_bshd(t, heads):
+    """An implementation's output as [1, seq, heads, head_dim] ([batch, heads, seq, head_dim] and
+    packed [tokens, heads(*head_dim)] outputs viewed back)."""
+    if t.dim() == 4 and t.shape[2] != heads:
+        t = t.transpose(1, 2)
+    return t.reshape(1, -1, heads, HEAD_DIM)
+
+
+def relative_error(pool, result, reference):
+    """||out - ref|| / ||ref|| over q and k; out is the call's result, or the check set (in place)."""
+    if result is None:
+        result = (pool.q[pool.check], pool.k[pool.check])
+    num = den = 0.0
+    for out, ref, heads in zip(result, reference, (HEADS, KV_HEADS)):
+        num += float((as_bshd(out, heads).double() - ref).square().sum())
+        den += float(ref.square().sum())
+    return math.sqrt(num / den)
+
+
+def float64_reference(pool, inv_freq64, first):
+    """q and k of the check set rotated in float64, with float64 angles (exact to ~1e-12 here)."""
+    angles = torch.arange(first, first + pool.seq, device=GPU, dtype=torch.float64)[:, None] * inv_freq64
+    cos = torch.cat((angles.cos(), angles.cos()), -1)[None, :, None, :]
+    sin = torch.cat((angles.sin(), angles.sin()), -1)[None, :, None, :]
+    return tuple(x.double() * cos + rotate_half(x.double()) * sin
+                 for x in (pool.q[pool.check], pool.k[pool.check]))
+
+
+def cuda_inputs(inv_freq32, first, seq, dtype):
+    """The peers' angle inputs, each in the form its library takes, from transformers' float32
+    pipeline (positions x inv_freq in float32): cos/sin [1, seq, 128] in dtype (transformers,
+    Liger), cos/sin [first + seq, 64] in dtype (flash-attn), a float32 cos|sin cache
+    [first + seq, 128] (FlashInfer), and int64 position ids [seq]."""
+    positions = torch.arange(first, first + seq, device=GPU)
+    freqs = positions.float()[:, None] * inv_freq32[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    table = torch.arange(first + seq, device=GPU).float()[:, None] * inv_freq32[None, :]
+    return {"positions": positions, "cos": emb.cos().to(dtype)[None], "sin": emb.sin().to(dtype)[None],
+            "cos_half": table.cos().to(dtype), "sin_half": table.sin().to(dtype),
+            "cos_sin_cache": torch.cat((table.cos(), table.sin()), dim=-1).contiguous()}
+
+
+def cuda_impls(rope, pool, first, dtype, inv_freq32, compile_it):
+    """Every implementation that runs here, and the reason for each that does not."""
+    a = cuda_inputs(inv_freq32, first, pool.seq, dtype)
+    builders = {
+        "rotary": lambda: rotary_impls(rope, pool, first),
+        "transformers": lambda: hf_impls(pool, a["cos"], a["sin"], compile_it),
+        "flashinfer": lambda: flashinfer_impls(pool, a["positions"], a["cos_sin_cache"]),
+        "flash_attn": lambda: flash_attn_impls(pool, a["cos_half"], a["sin_half"], first),
+        "liger": lambda: liger_impls(pool, a["cos"], a["sin"]),
+    }
+    impls = {"copy": lambda i: pool.dst[i].copy_(pool.flat[i])}
+    skipped = {}
+    for peer, build in builders.items():
+        try:
+            found = build()
+        except Unavailable as why:
+            skipped[peer] = str(why)
+            continue
+        for name, fn in found.items():
+            try:  # the first call compiles (torch.compile, Triton, FlashInfer's JIT) and checks the case
+                fn(0)
+                torch.cuda.synchronize()
+            except Exception as error:
+                skipped[name] = f"refused the case ({first_line(error)})"
+                continue
+            impls[name] = fn
+    return impls, skipped
+
+
+def time_eager(fn, calls, slots, events):
+    """Device microseconds per call of ``calls`` calls cycling through ``slots`` input sets, queued
+    behind a device sleep (the host's launch of the first call is not device time); a call whose
+    host side is slower than its kernel is timed at the host's pace, as it runs."""
+    start, end = events
+    torch.cuda._sleep(LEAD_IN_CYCLES)
+    start.record()
+    for i in range(calls):
+        fn(i % slots)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def capture_graph(fn, calls, slots):
+    """A CUDA graph of ``calls`` calls cycling through the input sets (warmed up on a side stream
+    first, as torch.cuda.graph asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(3):
+            fn(i % slots)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i % slots)
+    return graph
+
+
+def measure_cuda(impls, pool, reps, decode):
+    """Median microseconds per call of each implementation, eager and (decode) under graph
+    replay, the repetitions interleaved across implementations after one warm-up each."""
+    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    calls = DECODE_CALLS if decode else 2 * pool.count
+    graphs, graph_skipped = {}, {}
+    if decode:
+        for name, fn in impls.items():
+            try:
+                graphs[name] = capture_graph(fn, calls, pool.count)
+            except Exception as error:
+                graph_skipped[name] = first_line(error)
+    eager = {name: [] for name in impls}
+    replay = {name: [] for name in graphs}
+    for rep in range(reps + 1):
+        for name, fn in impls.items():
+            t = time_eager(fn, calls, pool.count, events)
+            if rep:
+                eager[name].append(t)
+            if name in graphs:
+                t = time_eager(lambda _: graphs[name].replay(), 1, 1, events) / calls
+                if rep:
+                    replay[name].append(t)
+    return ({n: statistics.median(v) for n, v in eager.items()},
+            {n: statistics.median(v) for n, v in replay.items()}, graph_skipped)
+
+
+def cuda_case_rows(rope, case, seq, first, dtype, args, inv_freq64):
+    """One case in one dtype: each implementation's row, and what was skipped."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    nbytes = seq * (HEADS + KV_HEADS) * HEAD_DIM * torch.tensor([], dtype=dtype).element_size()
+    decode = seq == 1
+    count = DECODE_SLOTS if decode else max(3, -(-L2_MULTIPLE * l2 // nbytes))
+    pool = Pool(seq, dtype, count)
+    impls, skipped = cuda_impls(rope, pool, first, dtype, inv_freq64.float(), not args.no_compile)
+    reference = float64_reference(pool, inv_freq64, first)
+    errors = {}
+    for name, fn in impls.items():
+        if name != "copy":
+            pool.restore_check()
+            errors[name] = relative_error(pool, fn(pool.check), reference)
+    del reference
+    eager, graph, graph_skipped = measure_cuda(impls, pool, args.reps, decode)
+    for name, why in graph_skipped.items():
+        skipped[f"{name} (graph)"] = why
+    rows = []
+    for name, us in eager.items():
+        if name == "copy":
+            continue
+        row = {"device": "cuda", "case": case, "dtype": row_dtype(dtype), "impl": name,
+               "median_us": us, "copy_us": eager["copy"], "ratio_to_copy": us / eager["copy"],
+               "rotary_speedup": us / eager["rotary"] if "rotary" in eager else None,
+               "graph_us": graph.get(name), "copy_graph_us": graph.get("copy"), "rel_err": errors[name]}
+        rows.append(row)
+    return rows, {f"{case} {row_dtype(dtype)} {name}": why for name, why in skipped.items()}
+
+
+def row_dtype(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def target_lines(rows):
+    """The GPU targets for rotary's rows: prefill within 1.15x of the copy (table) and 1.20x (on
+    the fly), an eager decode call within 10 us, and no peer faster than rotary on any case (peers
+    that write in place against rotary in place, the others against rotary out of place)."""
+    lines = []
+    by_case = {}
+    for r in rows:
+        by_case.setdefault((r["case"], r["dtype"]), {})[r["impl"]] = r
+    for (case, dtype), impls in by_case.items():
+        if "rotary" not in impls:
+            continue
+        checks = []
+        if case == "prefill":
+            for name, limit in (("rotary", 1.15), ("rotary on_the_fly", 1.20)):
+                ratio = impls[name]["ratio_to_copy"]
+                checks.append(f"{name} {ratio:.2f}x copy (<= {limit}: {'yes' if ratio <= limit else 'NO'})")
+        else:
+            us = impls["rotary"]["median_us"]
+            checks.append(f"rotary eager {us:.2f} us (<= 10: {'yes' if us <= 10 else 'NO'})")
+        faster = []
+        for name, r in impls.items():
+            if name.startswith("rotary"):
+                continue
+            mine = impls["rotary in place" if "in place" in name else "rotary"]
+            if r["median_us"] < mine["median_us"]:
+                faster.append(f"{name} {r['median_us']:.2f} us < {mine['impl']} {mine['median_us']:.2f} us")
+        checks.append("peers faster: " + ("; ".join(faster) if faster else "none"))
+        lines.append(f"target {case} {dtype}: " + ", ".join(checks))
+    return lines
+
+
+def print_cuda_rows(rows, skipped, device_name, reps):
+    print(f"RoPE on Llama-3.1-8B q [1, seq, 32, 128] + k [1, seq, 8, 128], {device_name}; CUDA-event medians of "
+          f"{reps} interleaved repetitions, per call; /copy: time / dst.copy_(src) of the same bytes; graph_us: "
+          f"per call in a replayed CUDA graph of {DECODE_CALLS} calls (decode); x rotary: time / rotary's; "
+          "err: relative L2 error against float64")
+    print(f"{'case':8} {'dtype':9} {'implementation':26} {'median_us':>10} {'/copy':>7} {'graph_us':>9} "
+          f"{'x rotary':>9} {'err':>9}")
+    for r in rows:
+        graph = f"{r['graph_us']:>9.2f}" if r["graph_us"] is not None else f"{'-':>9}"
+        speedup = f"{r['rotary_speedup']:>9.2f}" if r["rotary_speedup"] is not None else f"{'-':>9}"
+        print(f"{r['case']:8} {r['dtype']:9} {r['impl']:26} {r['median_us']:>10.2f} {r['ratio_to_copy']:>7.2f} "
+              f"{graph} {speedup} {r['rel_err']:>9.2e}")
+    for line in target_lines(rows):
+        print(line)
+    for what, why in skipped.items():
+        print(f"skipped: {what}: {why}")
+
+
+def cuda_main(args):
+    if not torch.cuda.is_available():
+        raise SystemExit(f"compare_peers: --device cuda: no CUDA device (torch {torch.__version__}, built for CUDA "
+                         f"{torch.version.cuda}: torch.cuda.is_available() is False)")
+    if not hasattr(torch.cuda, "_sleep"):
+        raise SystemExit(f"compare_peers: --device cuda: torch {torch.__version__} has no torch.cuda._sleep")
+    torch.manual_seed(0)
+    torch._dynamo.config.cache_size_limit = 64
+    rope = rotary.Rope.from_preset("llama-3.1-8b")
+    inv_freq64 = torch.as_tensor(np.asarray(rope.inv_freq, dtype=np.float64), device=GPU)
+    rows, skipped = [], {}
+    for case, seq, first in CASES:
+        for dtype in CUDA_DTYPES:
+            case_rows, case_skipped = cuda_case_rows(rope, case, seq, first, dtype, args, inv_freq64)
+            rows += case_rows
+            skipped.update(case_skipped)
+    if args.json:
+        for what, why in skipped.items():
+            print(f"skipped: {what}: {why}", file=sys.stderr)
+        print(json.dumps(rows, indent=1))
+        return 0
+    print_cuda_rows(rows, skipped, torch.cuda.get_device_name(0), args.reps)
     return 0
 
 

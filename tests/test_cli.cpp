@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "bench.hpp"
 #include "cli.hpp"
 #include "parse.hpp"
 #include "rotary/doctor.hpp"
@@ -499,6 +500,66 @@ TEST(Cli, BenchTimesRerotateAndSwitch) {
   expect_one_line_error(run({"bench", "--cases", "rerotate,shift"}),
                         "--cases='shift' must be one of prefill_q, prefill_k, decode, batched_decode, mrope, "
                         "rerotate, switch");
+}
+
+// `rotary bench --device cuda` where it cannot run (CI: no CUDA device; or a build without the CUDA
+// backend): exit 2 and one line naming why, after every option is checked (the same error for the
+// same command line on any machine). --device takes cpu or cuda, excerpted when it is neither.
+TEST(Cli, BenchOnCudaWithoutADeviceSaysWhy) {
+  expect_one_line_error(run({"bench", "--device", "gpu"}), "--device='gpu' must be cpu or cuda");
+  const Result huge = run({"bench", "--device", std::string(5000, 'x')});
+  expect_one_line_error(huge, "--device='xxxx");
+  EXPECT_LT(huge.err.size(), 400u) << huge.err.substr(0, 500);
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "decode,prefill_q"}),
+                        "--cases='prefill_q' must be one of prefill, decode, batched_decode");
+  expect_one_line_error(run({"bench", "--device", "cuda", "--threads", "1"}), "--threads applies to --device cpu only");
+  expect_one_line_error(run({"bench", "--device", "cuda", "--dtypes", "f64"}), "--dtypes='f64' must be one of");
+  expect_one_line_error(run({"bench", "--device", "cuda", "--reps", "2"}), "--reps=2 must be in [3, 1000]");
+  expect_one_line_error(run({"bench", "--device", "cpu", "--cases", "prefill"}),
+                        "--cases='prefill' must be one of prefill_q, prefill_k");
+  const std::string why = cli::cuda_bench_unavailable();
+  if (why.empty()) GTEST_SKIP() << "a CUDA device is present (BenchOnCudaTimesEveryCase runs the bench)";
+#ifdef ROTARY_CLI_CUDA
+  EXPECT_TRUE(why.starts_with("no CUDA device (cudaGetDeviceCount: ")) << why;
+#else
+  EXPECT_EQ(why, "this rotary was built without CUDA");
+#endif
+  expect_one_line_error(run({"bench", "--device", "cuda"}), "rotary: error: --device cuda: " + why);
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "batched_decode,prefill", "--dtypes", "bf16",
+                             "--reps", "3", "--json"}),
+                        "rotary: error: --device cuda: " + why);
+}
+
+// On a CUDA device (skipped elsewhere): a row for every case, angles and placement, each equal to
+// rotary::apply on the CPU bit for bit, with finite times against the copy; prefill timed by events
+// against 1.15x (table) and 1.20x (on the fly) of the copy, decode-sized cases by graph replay
+// against 3 us per call, with their eager time beside.
+TEST(Cli, BenchOnCudaTimesEveryCase) {
+  if (const std::string why = cli::cuda_bench_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const Result r = run({"bench", "--device", "cuda", "--dtypes", "bf16", "--pairings", "half", "--reps", "3",
+                        "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 12u) << r.out;  // 3 cases x 2 angles x 2 placements
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    const std::string name = row["case"];
+    EXPECT_EQ(name, (std::vector<std::string>{"prefill", "decode", "batched_decode"}[i / 4])) << row;
+    EXPECT_EQ(row["device"], "cuda");
+    EXPECT_EQ(row["dtype"], "bf16");
+    EXPECT_EQ(row["angles"], i % 4 < 2 ? "table" : "on_the_fly") << row;
+    EXPECT_EQ(row["inplace"], i % 2 == 0) << row;
+    EXPECT_EQ(row["bitwise"], true) << row;
+    const bool graph = name != "prefill";
+    EXPECT_EQ(row["timing"], graph ? "graph" : "events") << row;
+    EXPECT_EQ(row["target_against"], graph ? "us" : "memcpy") << row;
+    EXPECT_EQ(row["target"].get<double>(), graph ? 3.0 : i % 4 < 2 ? 1.15 : 1.20) << row;
+    EXPECT_EQ(row.contains("eager_median_ns"), graph) << row;
+    for (const char* field : {"median_ns", "memcpy_median_ns", "ratio_to_memcpy", "gbps"}) {
+      const double v = row[field].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << field << "=" << v << " in " << row;
+    }
+  }
 }
 
 }  // namespace

@@ -48,8 +48,8 @@ constexpr Case kCases[] = {{"prefill_q", 1, 4096, 32, 0, Op::apply},
                            {"mrope", 1, 4096, 32, 0, Op::mrope},
                            {"rerotate", 1, 4096, 8, 0, Op::rerotate},
                            {"switch", 1, 4096, 8, 0, Op::switch_schedule}};
-constexpr int64_t kHeadDim = 128;
-constexpr int64_t kDecodePosition = 131071;
+constexpr int64_t kHeadDim = kBenchHeadDim;
+constexpr int64_t kDecodePosition = kBenchDecodePosition;
 // Qwen2-VL's mrope_section: pairs [0, 16) read the temporal stream, [16, 40) height, [40, 64) width.
 constexpr int64_t kMropeSection[] = {16, 24, 24};
 // The M-RoPE sequence: a text prefix (t = h = w = s), then video frames of a square grid.
@@ -133,13 +133,6 @@ void parallel_touch(unsigned char* p, int64_t bytes, int threads) {
   split_bytes(bytes, threads, [&](int64_t first, int64_t last) { touch_words(p + first, last - first); });
 }
 
-Schedule llama31(Pairing pairing) {
-  return make_schedule(Spec{.head_dim = kHeadDim, .base = 500000.0, .pairing = pairing,
-                            .schedule = ScheduleType::llama3, .factor = 8.0,
-                            .original_max_position = 8192, .low_freq_factor = 1.0,
-                            .high_freq_factor = 4.0});
-}
-
 // LongRoPE as kLongropeOriginal's comment says, its factors rising geometrically over the pairs:
 // every pair turns slower under the long ones (switch then runs one pass). `long_context`: the long
 // factors, a sequence past L.
@@ -196,7 +189,7 @@ struct CaseSchedules {
 CaseSchedules schedules_of(const Case& c, Pairing pairing) {
   if (c.op == Op::mrope) return {qwen2_vl(3), {}};
   if (c.op == Op::switch_schedule) return {longrope(pairing, false), longrope(pairing, true)};
-  return {llama31(pairing), {}};
+  return {llama31_schedule(pairing), {}};
 }
 
 // The first token's position: decode's kDecodePosition, rerotate's kRerotateFirst, else 0.
@@ -582,23 +575,70 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostre
                      passed, rows.size());
 }
 
-}  // namespace
-
-int run_bench(const BenchOptions& o, std::ostream& out) {
+// The options --device cuda takes: kCudaBenchCases, and no --threads.
+void check_cuda_options(const BenchOptions& o) {
   std::vector<std::string> case_names;
-  for (const Case& c : kCases) case_names.emplace_back(c.name);
+  for (const CudaBenchCase& c : kCudaBenchCases) case_names.emplace_back(c.name);
   check_list(o.cases, case_names, "--cases");
+  if (!o.threads.empty()) throw Error("--threads applies to --device cpu only");
+}
+
+void check_options(const BenchOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    throw Error(fmt::format("--device='{}' must be cpu or cuda", detail::excerpt(o.device)));
+  }
+  if (o.device == "cuda") {
+    check_cuda_options(o);
+  } else {
+    std::vector<std::string> case_names;
+    for (const Case& c : kCases) case_names.emplace_back(c.name);
+    check_list(o.cases, case_names, "--cases");
+  }
   check_list(o.dtypes, {"f32", "bf16", "f16"}, "--dtypes");
   check_list(o.pairings, {"half", "interleaved"}, "--pairings");
   check_list(o.angles, {"table", "on_the_fly"}, "--angles");
   check_list(o.placement, {"inplace", "outofplace"}, "--placement");
   if (o.reps < 3 || o.reps > 1000) throw Error(fmt::format("--reps={} must be in [3, 1000]", o.reps));
+  for (int t : o.threads) check_threads(t, "--threads");
+}
+
+}  // namespace
+
+Schedule llama31_schedule(Pairing pairing) {
+  return make_schedule(Spec{.head_dim = kHeadDim, .base = 500000.0, .pairing = pairing,
+                            .schedule = ScheduleType::llama3, .factor = 8.0,
+                            .original_max_position = 8192, .low_freq_factor = 1.0,
+                            .high_freq_factor = 4.0});
+}
+
+#ifndef ROTARY_CLI_CUDA
+std::string cuda_bench_unavailable() { return "this rotary was built without CUDA"; }
+
+int run_cuda_bench(const BenchOptions&, std::ostream&) {
+  throw Error("--device cuda: this rotary was built without CUDA");
+}
+#endif
+
+int run_bench(const BenchOptions& options, std::ostream& out) {
+  BenchOptions o = options;
+  if (o.cases.empty()) {
+    if (o.device == "cuda") {
+      for (const CudaBenchCase& c : kCudaBenchCases) o.cases.emplace_back(c.name);
+    } else {
+      o.cases = {"prefill_q", "prefill_k", "decode", "batched_decode", "mrope"};
+    }
+  }
+  check_options(o);
+  if (o.device == "cuda") {
+    // Every option is checked first: the same error for the same command line on any machine.
+    if (const std::string why = cuda_bench_unavailable(); !why.empty()) throw Error("--device cuda: " + why);
+    return run_cuda_bench(o, out);
+  }
   std::vector<int> thread_counts = o.threads;
   if (thread_counts.empty()) {
     thread_counts = {1};
     if (omp_get_max_threads() > 1) thread_counts.push_back(omp_get_max_threads());
   }
-  for (int t : thread_counts) check_threads(t, "--threads");
 
   std::vector<Row> rows;
   FloorCache floors;

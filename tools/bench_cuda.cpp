@@ -1,0 +1,491 @@
+// `rotary bench --device cuda`: rotary::cuda::apply against a device-to-device copy of the same bytes
+// (cudaMemcpyAsync on the same stream), timed with CUDA events in one process. Built only with the
+// CUDA backend (ROTARY_CLI_CUDA).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <span>
+
+#include "../src/cuda/launch.hpp"
+#include "bench.hpp"
+#include "parse.hpp"
+#include "rotary/cuda.hpp"
+#include "rotary/rotary.hpp"
+
+namespace rotary::cli {
+namespace {
+
+using detail::cuda::check;
+
+// Prefill: every call reads a buffer that at least this many L2s of traffic have passed since its
+// last use (a pool of buffers whose inputs together hold this many L2s), so both the kernel and the
+// copy stream from device memory, as a prefill's q and k, fresh from the projection's output
+// spilling out of L2, do. Two passes over the pool per timed repetition.
+constexpr int64_t kStreamingL2Multiple = 4;
+constexpr int64_t kStreamingMinBuffers = 3;
+constexpr int64_t kStreamingPasses = 2;
+// Decode-sized calls rotate among 4 to 16 buffers of at most 8 MiB in all: resident in L2, as q and
+// k are when the projection that wrote them has just finished, and never the same buffer twice in
+// a row. A graph holds kGraphCalls calls (or copies); per-call time = replay time / kGraphCalls.
+constexpr int64_t kCachedWorkingSetBytes = int64_t{8} << 20;
+constexpr int64_t kGraphCalls = 256;
+// Targets: prefill within 1.15x of the copy with a table, 1.20x with exact angles on the
+// fly; one decode-sized call within 3 us under graph replay.
+constexpr double kPrefillTableTarget = 1.15;
+constexpr double kPrefillOnTheFlyTarget = 1.20;
+constexpr double kDecodeTargetUs = 3.0;
+
+struct DeviceFree {
+  void operator()(void* p) const { static_cast<void>(cudaFree(p)); }
+};
+using DeviceMemory = std::unique_ptr<unsigned char, DeviceFree>;
+
+DeviceMemory device_alloc(int64_t bytes, const char* what) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, static_cast<size_t>(bytes)), what);
+  return DeviceMemory(static_cast<unsigned char*>(p));
+}
+
+// A stream, two events and the gate that holds the stream while the host queues a repetition.
+class Timer {
+ public:
+  Timer() {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaEventCreate(&start_), "cudaEventCreate");
+    check(cudaEventCreate(&stop_), "cudaEventCreate");
+  }
+  ~Timer() {
+    static_cast<void>(cudaEventDestroy(start_));
+    static_cast<void>(cudaEventDestroy(stop_));
+    static_cast<void>(cudaStreamDestroy(stream_));
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+
+  // Device nanoseconds per call of `queue(stream)`, which queues `calls` calls. The stream waits on
+  // a host function until everything is queued, so the time between the events is the device's
+  // alone: no gap while it waits for the host's next launch.
+  template <class Queue>
+  double per_call_ns(int64_t calls, Queue queue) {
+    open_.store(false, std::memory_order_relaxed);
+    check(cudaLaunchHostFunc(stream_, &Timer::wait_until_open, &open_), "cudaLaunchHostFunc");
+    {
+      const OpenOnExit opener{open_};  // also when queueing throws: never leave the stream held
+      check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+      queue(stream_);
+      check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    }
+    check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e6 / static_cast<double>(calls);
+  }
+
+  // Host and device nanoseconds per call with no gate: the host queues as the device runs, so a
+  // call costs whichever is slower (a decode step's eager cost).
+  template <class Queue>
+  double eager_per_call_ns(int64_t calls, Queue queue) {
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    queue(stream_);
+    check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
+    return static_cast<double>(ms) * 1e6 / static_cast<double>(calls);
+  }
+
+ private:
+  struct OpenOnExit {
+    std::atomic<bool>& open;
+    ~OpenOnExit() { open.store(true, std::memory_order_release); }
+  };
+  static void CUDART_CB wait_until_open(void* flag) {
+    const auto* open = static_cast<const std::atomic<bool>*>(flag);
+    while (!open->load(std::memory_order_acquire)) {
+    }
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::atomic<bool> open_{true};
+};
+
+// A CUDA graph of what `queue(stream)` queues, instantiated and uploaded.
+class Graph {
+ public:
+  template <class Queue>
+  Graph(cudaStream_t stream, Queue queue) {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      queue(stream);
+    } catch (...) {
+      if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph != nullptr) {
+        static_cast<void>(cudaGraphDestroy(graph));
+      }
+      throw;
+    }
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    const cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
+    static_cast<void>(cudaGraphDestroy(graph));
+    check(status, "cudaGraphInstantiate");
+    check(cudaGraphUpload(exec_, stream), "cudaGraphUpload");
+  }
+  ~Graph() { static_cast<void>(cudaGraphExecDestroy(exec_)); }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  void launch(cudaStream_t stream) const { check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+DType dtype_of(const std::string& name) {
+  return name == "f32" ? DType::f32 : name == "bf16" ? DType::bf16 : DType::f16;
+}
+
+// One case in one dtype: the tokens' positions (host and device), a pool of input and output
+// buffers (q then k in each), one buffer's input on the host, and a pair of buffers for the
+// bitwise check. Inputs are random normals (the top half of a float's bits for f16/bf16: finite
+// values within a few units), the same in every buffer of the pool.
+struct CaseData {
+  const CudaBenchCase& c;
+  DType dtype;
+  int64_t tokens, op_bytes, q_bytes, count;
+  std::vector<int64_t> positions;
+  std::vector<unsigned char> host_in;
+  DeviceMemory device_positions, in, out, check_in, check_out, error;
+
+  unsigned char* in_at(int64_t k) const { return in.get() + k % count * op_bytes; }
+  unsigned char* out_at(int64_t k) const { return out.get() + k % count * op_bytes; }
+};
+
+// Prefill's tokens at 0 .. seq-1; decode's at kBenchDecodePosition; batched_decode's drawn up to it.
+std::vector<int64_t> case_positions(const CudaBenchCase& c, std::mt19937_64& rng) {
+  std::vector<int64_t> positions(static_cast<size_t>(c.batch * c.seq));
+  if (c.seq > 1) {
+    std::iota(positions.begin(), positions.end(), int64_t{0});
+  } else {
+    std::uniform_int_distribution<int64_t> any(0, kBenchDecodePosition);
+    for (auto& p : positions) p = c.batch == 1 ? kBenchDecodePosition : any(rng);
+  }
+  return positions;
+}
+
+std::vector<unsigned char> random_input(int64_t elements, DType dtype, std::mt19937_64& rng) {
+  const int64_t es = size_of(dtype);
+  std::vector<unsigned char> bytes(static_cast<size_t>(elements * es));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < elements; ++i) {
+    const float v = normal(rng);
+    if (dtype == DType::f32) {
+      std::memcpy(bytes.data() + i * 4, &v, 4);
+    } else {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const auto h = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(bytes.data() + i * 2, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+CaseData make_case_data(const CudaBenchCase& c, DType dtype, int64_t l2_bytes, std::mt19937_64& rng) {
+  const int64_t tokens = c.batch * c.seq;
+  const int64_t op_bytes = tokens * (kBenchHeadsQ + kBenchHeadsK) * kBenchHeadDim * size_of(dtype);
+  const int64_t count =
+      c.graph ? std::clamp<int64_t>(kCachedWorkingSetBytes / (2 * op_bytes), 4, 16)
+              : std::max(kStreamingMinBuffers, (kStreamingL2Multiple * l2_bytes + op_bytes - 1) / op_bytes);
+  CaseData d{c, dtype, tokens, op_bytes, tokens * kBenchHeadsQ * kBenchHeadDim * size_of(dtype), count,
+             case_positions(c, rng), random_input(op_bytes / size_of(dtype), dtype, rng), {}, {}, {}, {}, {}, {}};
+  const auto position_bytes = static_cast<int64_t>(d.positions.size() * sizeof(int64_t));
+  d.device_positions = device_alloc(position_bytes, "cudaMalloc (positions)");
+  d.in = device_alloc(count * op_bytes, "cudaMalloc (inputs)");
+  d.out = device_alloc(count * op_bytes, "cudaMalloc (outputs)");
+  d.check_in = device_alloc(op_bytes, "cudaMalloc (check input)");
+  d.check_out = device_alloc(op_bytes, "cudaMalloc (check output)");
+  d.error = device_alloc(sizeof(uint32_t), "cudaMalloc (error word)");
+  check(cudaMemcpy(d.device_positions.get(), d.positions.data(), static_cast<size_t>(position_bytes),
+                   cudaMemcpyHostToDevice), "cudaMemcpy (positions)");
+  check(cudaMemset(d.error.get(), 0, sizeof(uint32_t)), "cudaMemset (error word)");
+  check(cudaMemset(d.out.get(), 0, static_cast<size_t>(count * op_bytes)), "cudaMemset (outputs)");
+  for (int64_t k = 0; k < count; ++k) {
+    check(cudaMemcpy(d.in_at(k), d.host_in.data(), static_cast<size_t>(op_bytes), cudaMemcpyHostToDevice),
+          "cudaMemcpy (inputs)");
+  }
+  // The memsets ran on the legacy stream, which the timer's non-blocking stream does not wait for.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d;
+}
+
+// The call on the q and k at `in` (k after q), in place or into `out`.
+ApplyArgs call_args(const CaseData& d, unsigned char* in, unsigned char* out, bool inplace,
+                    const Positions& positions) {
+  auto view = [&](unsigned char* data, int64_t heads) {
+    return TensorView::bshd(data, d.dtype, d.c.batch, d.c.seq, heads, kBenchHeadDim);
+  };
+  ApplyArgs a{.q = view(in, kBenchHeadsQ), .k = view(in + d.q_bytes, kBenchHeadsK), .positions = positions};
+  if (!inplace) {
+    a.q_out = view(out, kBenchHeadsQ);
+    a.k_out = view(out + d.q_bytes, kBenchHeadsK);
+  }
+  return a;
+}
+
+// One row's call: its schedule, angles (a DeviceTable, or exact on the fly) and placement.
+struct RowCall {
+  const CaseData& d;
+  const Schedule& schedule;
+  const cuda::DeviceTable* table;
+  bool inplace;
+
+  Positions device_positions() const {
+    return Positions::per_token(std::span<const int64_t>(reinterpret_cast<const int64_t*>(d.device_positions.get()),
+                                                         static_cast<size_t>(d.tokens)));
+  }
+  void call(int64_t k, cudaStream_t stream) const {
+    const cuda::Options options{.table = table, .error = reinterpret_cast<uint32_t*>(d.error.get())};
+    cuda::apply(schedule, call_args(d, d.in_at(k), d.out_at(k), inplace, device_positions()), stream, options);
+  }
+  void copy(int64_t k, cudaStream_t stream) const {
+    check(cudaMemcpyAsync(d.out_at(k), d.in_at(k), static_cast<size_t>(d.op_bytes), cudaMemcpyDeviceToDevice,
+                          stream), "cudaMemcpyAsync");
+  }
+};
+
+// Whether the device's output of the call on the check input equals `expected` (rotary::apply's on
+// the CPU) byte for byte: out of place into a poisoned output (0xff bytes, NaN in every dtype, so a
+// skipped element shows), or in place on a copy of the input. The error word is checked too.
+bool device_matches(const RowCall& r, const std::vector<unsigned char>& expected, cudaStream_t stream) {
+  const CaseData& d = r.d;
+  const auto bytes = static_cast<size_t>(d.op_bytes);
+  check(cudaMemcpyAsync(d.check_in.get(), d.host_in.data(), bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  if (r.inplace) {
+    check(cudaMemcpyAsync(d.check_out.get(), d.host_in.data(), bytes, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync");
+  } else {
+    check(cudaMemsetAsync(d.check_out.get(), 0xff, bytes, stream), "cudaMemsetAsync");
+  }
+  const cuda::Options options{.table = r.table, .error = reinterpret_cast<uint32_t*>(d.error.get())};
+  unsigned char* in = r.inplace ? d.check_out.get() : d.check_in.get();
+  cuda::apply(r.schedule, call_args(d, in, d.check_out.get(), r.inplace, r.device_positions()), stream, options);
+  cuda::check_positions(options.error, stream);
+  std::vector<unsigned char> got(bytes);
+  check(cudaMemcpyAsync(got.data(), d.check_out.get(), bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return got == expected;  // no NaN arises from these inputs: bytes compare as values
+}
+
+// rotary::apply on the CPU, out of place, on the host input: what every device row must equal.
+std::vector<unsigned char> cpu_result(const CaseData& d, const Schedule& schedule, const Table* table) {
+  std::vector<unsigned char> in = d.host_in, out(in.size());
+  ApplyArgs a = call_args(d, in.data(), out.data(), false, Positions::per_token(d.positions));
+  a.table = table;
+  apply(schedule, a);
+  return out;
+}
+
+struct CudaRow {
+  std::string case_name, dtype, pairing, angles;
+  bool inplace, graph;
+  int64_t calls, buffers;
+  double median_ns, copy_median_ns, eager_median_ns;  // eager: decode-sized only, else 0
+  double gbps, ratio_to_copy, target;
+  bool bitwise, pass;
+};
+
+// Kernel and copy medians per call: `calls` per repetition, the sides interleaved, after two
+// warm-up repetitions of each; decode-sized cases by graph replay, also eager calls (no graph).
+void time_row(const RowCall& r, const BenchOptions& o, Timer& timer, CudaRow& row) {
+  const auto calls = [&](auto one) {
+    return [&r, one, n = row.calls](cudaStream_t stream) {
+      for (int64_t k = 0; k < n; ++k) (r.*one)(k, stream);
+    };
+  };
+  std::vector<double> kernel_ns, copy_ns, eager_ns;
+  if (row.graph) {
+    const Graph kernel_graph(timer.stream(), calls(&RowCall::call));
+    const Graph copy_graph(timer.stream(), calls(&RowCall::copy));
+    for (int rep = -2; rep < o.reps; ++rep) {
+      const double k = timer.per_call_ns(row.calls, [&](cudaStream_t s) { kernel_graph.launch(s); });
+      const double c = timer.per_call_ns(row.calls, [&](cudaStream_t s) { copy_graph.launch(s); });
+      const double e = timer.eager_per_call_ns(row.calls, calls(&RowCall::call));
+      if (rep < 0) continue;
+      kernel_ns.push_back(k);
+      copy_ns.push_back(c);
+      eager_ns.push_back(e);
+    }
+  } else {
+    for (int rep = -2; rep < o.reps; ++rep) {
+      const double k = timer.per_call_ns(row.calls, calls(&RowCall::call));
+      const double c = timer.per_call_ns(row.calls, calls(&RowCall::copy));
+      if (rep < 0) continue;
+      kernel_ns.push_back(k);
+      copy_ns.push_back(c);
+    }
+  }
+  row.median_ns = median(kernel_ns);
+  row.copy_median_ns = median(copy_ns);
+  row.eager_median_ns = eager_ns.empty() ? 0.0 : median(eager_ns);
+}
+
+struct RowSetup {
+  const CaseData& d;
+  const std::string &dtype_name, &pairing_name, &angles;
+  const Schedule& schedule;
+  const cuda::DeviceTable* table;
+  const std::vector<unsigned char>& expected;
+};
+
+CudaRow bench_row(const RowSetup& s, bool inplace, const BenchOptions& o, Timer& timer) {
+  const RowCall r{s.d, s.schedule, s.table, inplace};
+  const bool graph = s.d.c.graph;
+  CudaRow row{s.d.c.name, s.dtype_name, s.pairing_name, s.angles, inplace, graph,
+              graph ? kGraphCalls : kStreamingPasses * s.d.count, s.d.count, 0, 0, 0, 0, 0, 0, false, false};
+  row.bitwise = device_matches(r, s.expected, timer.stream());
+  time_row(r, o, timer, row);
+  row.gbps = 2.0 * static_cast<double>(s.d.op_bytes) / row.median_ns;
+  row.ratio_to_copy = row.median_ns / row.copy_median_ns;
+  row.target = graph ? kDecodeTargetUs : s.table != nullptr ? kPrefillTableTarget : kPrefillOnTheFlyTarget;
+  const double measured = graph ? row.median_ns / 1e3 : row.ratio_to_copy;
+  row.pass = row.bitwise && measured <= row.target;
+  return row;
+}
+
+// Every row of one case in one dtype: its pairings, angles and placements.
+void bench_case(const CaseData& d, const std::string& dtype_name, const BenchOptions& o, Timer& timer,
+                std::vector<CudaRow>& rows) {
+  const auto [lowest, highest] = std::minmax_element(d.positions.begin(), d.positions.end());
+  for (const std::string& pairing_name : o.pairings) {
+    const Schedule schedule = llama31_schedule(parse_pairing(pairing_name));
+    const Table table = Table::range(schedule, *lowest, *highest - *lowest + 1);
+    std::optional<cuda::DeviceTable> device_table;
+    for (const std::string& angles : o.angles) {
+      const bool use_table = angles == "table";
+      if (use_table && !device_table) device_table.emplace(table);
+      const std::vector<unsigned char> expected = cpu_result(d, schedule, use_table ? &table : nullptr);
+      const RowSetup setup{d, dtype_name, pairing_name, angles, schedule,
+                           use_table ? &*device_table : nullptr, expected};
+      for (const std::string& placement : o.placement) {
+        rows.push_back(bench_row(setup, placement == "inplace", o, timer));
+      }
+    }
+  }
+}
+
+std::string json_row(const CudaRow& r) {
+  const std::pair<double, const char*> numbers[] = {{r.median_ns, "median_ns"}, {r.gbps, "gbps"},
+                                                    {r.copy_median_ns, "memcpy_median_ns"},
+                                                    {r.ratio_to_copy, "ratio_to_memcpy"},
+                                                    {r.eager_median_ns, "eager_median_ns"}};
+  for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
+  const std::string eager = r.graph ? fmt::format(",\"eager_median_ns\":{:.1f}", r.eager_median_ns) : "";
+  return fmt::format(
+      "{{\"device\":\"cuda\",\"case\":\"{}\",\"dtype\":\"{}\",\"pairing\":\"{}\",\"angles\":\"{}\",\"inplace\":{},"
+      "\"timing\":\"{}\",\"calls_per_rep\":{},\"buffers\":{},\"median_ns\":{:.1f},\"gbps\":{:.3f},"
+      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{},\"target\":{:.2f},\"target_against\":\"{}\","
+      "\"bitwise\":{},\"pass\":{}}}",
+      r.case_name, r.dtype, r.pairing, r.angles, r.inplace, r.graph ? "graph" : "events", r.calls, r.buffers,
+      r.median_ns, r.gbps, r.copy_median_ns, r.ratio_to_copy, eager, r.target, r.graph ? "us" : "memcpy", r.bitwise,
+      r.pass);
+}
+
+struct DeviceInfo {
+  std::string name;
+  int multiprocessors = 0;
+  int64_t l2_bytes = 0;
+};
+
+DeviceInfo device_info() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp props{};
+  check(cudaGetDeviceProperties(&props, device), "cudaGetDeviceProperties");
+  int l2 = 0;
+  check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute (L2)");
+  return {props.name, props.multiProcessorCount, l2};
+}
+
+void print_table(const std::vector<CudaRow>& rows, const DeviceInfo& info, const BenchOptions& o, std::ostream& out) {
+  out << fmt::format(
+      "rotary bench --device cuda — {} ({} SMs, L2 {} MiB); Llama-3.1-8B q and k in one call (32 + 8 heads, "
+      "head_dim 128), int64 positions in device memory; medians of {} interleaved repetitions timed with CUDA "
+      "events; copy: cudaMemcpyAsync device to device of the same bytes on the same stream; prefill: 4096 tokens "
+      "at 0-4095, events around {} passes over a pool of buffers holding >= {}x the L2; decode (1 token at {}) "
+      "and batched_decode (64 tokens): a CUDA graph of {} calls replayed, per-call time, eager: the same calls "
+      "launched one by one; GB/s counts bytes read + written; bitwise: the output equals rotary::apply's on the "
+      "CPU\n",
+      info.name, info.multiprocessors, info.l2_bytes >> 20, o.reps, kStreamingPasses, kStreamingL2Multiple,
+      kBenchDecodePosition, kGraphCalls);
+  out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10} {:>8} {:>9} {:>7} {:>9} {:>9} {:<4} {}\n",
+                     "case", "dtype", "pairing", "angles", "placement", "timing", "median_us", "GB/s", "copy_us",
+                     "/copy", "eager_us", "target", "pass", "bitwise");
+  int passed = 0;
+  for (const CudaRow& r : rows) {
+    passed += r.pass ? 1 : 0;
+    out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10.3f} {:>8.1f} {:>9.3f} {:>7.3f} {:>9} {:>9} "
+                       "{:<4} {}\n",
+                       r.case_name, r.dtype, r.pairing, r.angles, r.inplace ? "in place" : "out of place",
+                       r.graph ? "graph" : "events", r.median_ns / 1e3, r.gbps, r.copy_median_ns / 1e3, r.ratio_to_copy,
+                       r.graph ? fmt::format("{:.3f}", r.eager_median_ns / 1e3) : "-",
+                       r.graph ? fmt::format("<={:.2f}us", r.target) : fmt::format("<={:.2f}x", r.target),
+                       r.pass ? "yes" : "NO", r.bitwise ? "yes" : "NO");
+  }
+  out << fmt::format("{} of {} rows meet their targets (prefill: a ratio to the copy; decode: microseconds per "
+                     "call under graph replay; every row: bitwise)\n",
+                     passed, rows.size());
+}
+
+}  // namespace
+
+std::string cuda_bench_unavailable() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    return fmt::format("no CUDA device (cudaGetDeviceCount: {}: {})", cudaGetErrorName(status),
+                       cudaGetErrorString(status));
+  }
+  if (count == 0) return "no CUDA device (cudaGetDeviceCount: 0 devices)";
+  return {};
+}
+
+int run_cuda_bench(const BenchOptions& o, std::ostream& out) {
+  const DeviceInfo info = device_info();
+  Timer timer;
+  std::vector<CudaRow> rows;
+  std::mt19937_64 rng(o.seed);
+  for (const CudaBenchCase& c : kCudaBenchCases) {
+    if (std::find(o.cases.begin(), o.cases.end(), c.name) == o.cases.end()) continue;
+    for (const std::string& dtype_name : o.dtypes) {
+      const CaseData d = make_case_data(c, dtype_of(dtype_name), info.l2_bytes, rng);
+      bench_case(d, dtype_name, o, timer, rows);
+    }
+  }
+  if (o.json) {
+    std::string text = "[\n";
+    for (size_t i = 0; i < rows.size(); ++i) text += json_row(rows[i]) + (i + 1 < rows.size() ? ",\n" : "\n");
+    out << text << "]\n";
+    return 0;
+  }
+  print_table(rows, info, o, out);
+  return 0;
+}
+
+}  // namespace rotary::cli
