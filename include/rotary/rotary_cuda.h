@@ -58,6 +58,8 @@ void rotary_cuda_table_free(rotary_cuda_table* table);
  *  or written) because they could not use its position (rotary::cuda::position_*). */
 #define ROTARY_CUDA_POSITION_OUT_OF_RANGE 1u  /**< not in [0, 2^31), NaN included */
 #define ROTARY_CUDA_POSITION_NOT_IN_TABLE 2u  /**< fractional, or no row of options.table */
+#define ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH 8u  /**< xPos (rotary_schedule_with_xpos): further from
+                                                        the centre than the scale's float range allows */
 
 /** What rotary_cuda_apply takes besides the call. Zero-initialised: exact angles, no error word. */
 typedef struct rotary_cuda_options {

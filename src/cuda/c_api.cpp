@@ -19,7 +19,8 @@ using rotary::detail::c_abi::require;
 
 static_assert(ROTARY_ERROR_CUDA == ROTARY_ERROR_INTERNAL + 1, "a status of its own");
 static_assert(ROTARY_CUDA_POSITION_OUT_OF_RANGE == rotary::cuda::position_out_of_range &&
-              ROTARY_CUDA_POSITION_NOT_IN_TABLE == rotary::cuda::position_not_in_table);
+              ROTARY_CUDA_POSITION_NOT_IN_TABLE == rotary::cuda::position_not_in_table &&
+              ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH == rotary::cuda::position_beyond_xpos_reach);
 
 // rotary.h's guard, with the CUDA runtime's failures (rotary::cuda::RuntimeError) as
 // ROTARY_ERROR_CUDA.

@@ -1,0 +1,623 @@
+// The CUDA kernels on a device: the host emulation's calls (tests/support/cuda_calls.hpp: random
+// calls, special values, real models, the whole position range) run by rotary::cuda::apply over
+// device memory and compared BYTE FOR BYTE with rotary::apply's scalar reference: every arena is
+// copied to the device whole, guard zones and poison included, and back, and every element must
+// agree (NaNs compared as NaN: a GPU makes canonical NaNs). Besides: more tokens than the grid has
+// blocks, unusable positions skipped and flagged in Options::error and named by
+// cuda::check_positions, a stream other than the default (the call queued on it alone, without
+// waiting for it), a decode call captured in a CUDA graph and replayed, and the C ABI
+// (rotary_cuda_apply) on device memory.
+//
+// Without a usable CUDA device (as on CI) every test skips, naming why (ctest shows them skipped).
+// ROTARY_DEVICE_CALLS=n runs the first n of the 4000 random calls (the compute-sanitizer runs,
+// tests/cuda_sanitizer.cmake, take fewer).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cuda/rope_body.hpp"
+#include "kernel_args.hpp"
+#include "rotary/cuda.hpp"
+#include "rotary/rotary_cuda.h"
+#include "support/cuda_calls.hpp"
+#include "support/oracle.hpp"
+
+namespace rotary {
+namespace {
+
+using namespace test;  // the calls (support/cuda_calls.hpp)
+
+// ---- The device and its memory ----
+
+// Throws std::runtime_error naming the CUDA call and the runtime's error (gtest reports it as the
+// test's failure).
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA ") + what + " failed: " + cudaGetErrorName(status) + ": " +
+                             cudaGetErrorString(status));
+  }
+}
+
+// Why no CUDA device is usable here, or empty when one is.
+const std::string& no_device() {
+  static const std::string why = [] {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
+    }
+    return count == 0 ? std::string("cudaGetDeviceCount found no device") : std::string();
+  }();
+  return why;
+}
+
+// Every test starts here: without a device it is skipped, saying why.
+#define REQUIRE_DEVICE()                                                                        \
+  do {                                                                                          \
+    if (!no_device().empty()) {                                                                 \
+      GTEST_SKIP() << "no usable CUDA device (" << no_device()                                  \
+                   << "); the device tests need an NVIDIA GPU, the emulation tests run without"; \
+    }                                                                                           \
+  } while (false)
+
+// Resets the device after the last test, so that compute-sanitizer's leak check sees whatever
+// device memory a test left allocated.
+class ResetDeviceAfterTheTests : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (no_device().empty()) static_cast<void>(cudaDeviceReset());
+  }
+};
+[[maybe_unused]] const auto* const reset_device =
+    ::testing::AddGlobalTestEnvironment(new ResetDeviceAfterTheTests);
+
+// Device memory (cudaMalloc), or pinned host memory (cudaMallocHost), freed by the destructor.
+template <bool kPinnedHost>
+class Memory {
+ public:
+  explicit Memory(size_t bytes) : bytes_(bytes) {
+    cuda_ok(kPinnedHost ? cudaMallocHost(&data_, bytes) : cudaMalloc(&data_, bytes),
+            kPinnedHost ? "cudaMallocHost" : "cudaMalloc");
+  }
+  ~Memory() {
+    if (data_ != nullptr) static_cast<void>(kPinnedHost ? cudaFreeHost(data_) : cudaFree(data_));
+  }
+  Memory(Memory&& other) noexcept : data_(std::exchange(other.data_, nullptr)), bytes_(other.bytes_) {}
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  Memory& operator=(Memory&&) = delete;
+
+  unsigned char* get() const { return static_cast<unsigned char*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+using DeviceMemory = Memory<false>;
+using PinnedMemory = Memory<true>;
+
+// Options::error: a zeroed word in device memory.
+class ErrorWord {
+ public:
+  ErrorWord() { cuda_ok(cudaMemset(memory_.get(), 0, sizeof(uint32_t)), "cudaMemset (error word)"); }
+  uint32_t* get() const { return reinterpret_cast<uint32_t*>(memory_.get()); }
+  uint32_t read() const {
+    uint32_t bits = 0;
+    cuda_ok(cudaMemcpy(&bits, memory_.get(), sizeof bits, cudaMemcpyDeviceToHost), "cudaMemcpy (error word)");
+    return bits;
+  }
+
+ private:
+  DeviceMemory memory_{sizeof(uint32_t)};
+};
+
+// A stream of its own that does not synchronise with the legacy default stream.
+class Stream {
+ public:
+  Stream() { cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~Stream() { static_cast<void>(cudaStreamDestroy(stream_)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// ---- A call on the device ----
+
+// A call's memory on the device: a copy of each arena (guards and poison included) in an
+// allocation of its own, its per-token positions, its table as a cuda::DeviceTable; and the call's
+// arguments over them.
+class DeviceCall {
+ public:
+  // Allocates and copies `arenas` and the call's positions (waits for the copies).
+  DeviceCall(const Call& c, const std::vector<Arena>& arenas) : call_(c) {
+    for (const Arena& arena : arenas) arenas_.emplace_back(arena.bytes.size());
+    if (position_bytes(c) > 0) positions_.emplace(position_bytes(c));
+    if (const std::optional<Table> table = table_of(c)) table_.emplace(*table);
+    upload(arenas, nullptr);
+    upload_positions(c, nullptr);
+    cuda_ok(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+
+  // Queues copies of `arenas` (of the call's sizes) into the device's on `stream`.
+  void upload(const std::vector<Arena>& arenas, cudaStream_t stream) {
+    for (size_t a = 0; a < arenas.size(); ++a) {
+      cuda_ok(cudaMemcpyAsync(arenas_[a].get(), arenas[a].bytes.data(), arenas_[a].bytes(), cudaMemcpyHostToDevice,
+                              stream),
+              "cudaMemcpyAsync (arena to the device)");
+    }
+  }
+  // Queues a copy of the per-token positions of `c` (the call's kind and count, any values).
+  void upload_positions(const Call& c, cudaStream_t stream) {
+    if (!positions_) return;
+    cuda_ok(cudaMemcpyAsync(positions_->get(), position_data(c), positions_->bytes(), cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync (positions)");
+  }
+  // The device's arenas after the work queued on `stream`: `arenas` overwritten with them.
+  std::vector<Arena> download(std::vector<Arena> arenas, cudaStream_t stream) const {
+    for (size_t a = 0; a < arenas.size(); ++a) {
+      cuda_ok(cudaMemcpyAsync(arenas[a].bytes.data(), arenas_[a].get(), arenas_[a].bytes(), cudaMemcpyDeviceToHost,
+                              stream),
+              "cudaMemcpyAsync (arena to the host)");
+    }
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    return arenas;
+  }
+
+  // The call's arguments over device memory (ApplyArgs::table null: a DeviceTable goes in Options).
+  ApplyArgs args() {
+    ArenaBases bases;
+    for (const DeviceMemory& arena : arenas_) bases.push_back(arena.get());
+    return args_at(call_, bases, positions_at(call_, positions_ ? positions_->get() : nullptr), nullptr, &angles_);
+  }
+  const cuda::DeviceTable* table() const { return table_ ? &*table_ : nullptr; }
+  // Queues the call on `stream`.
+  void apply(cudaStream_t stream, uint32_t* error) {
+    cuda::apply(call_.schedule, args(), stream, {.table = table(), .error = error});
+  }
+  const DeviceMemory& arena(size_t a) const { return arenas_[a]; }
+
+ private:
+  const Call& call_;
+  std::vector<DeviceMemory> arenas_;
+  std::optional<DeviceMemory> positions_;
+  std::optional<cuda::DeviceTable> table_;
+  CallerAngles angles_;
+};
+
+// Runs `c` on the device (the legacy default stream) over copies of its arenas: every byte of
+// every arena, copied back, must be the reference's, and no position may be flagged.
+void check_on_device(const Call& c, uint64_t seed) {
+  const std::vector<Arena> start = make_arenas(c, seed);
+  const std::vector<Arena> want = reference_result(c, start);
+  DeviceCall device(c, start);
+  const ErrorWord error;
+  device.apply(nullptr, error.get());
+  const std::vector<Arena> got = device.download(start, nullptr);
+  const std::string difference = first_difference(c, got, want);
+  ASSERT_TRUE(difference.empty()) << c.describe() << ": " << difference;
+  ASSERT_EQ(error.read(), 0u) << c.describe() << ": a usable position was flagged";
+}
+
+// Checks every call of `calls`, stopping at the first failure.
+void check_calls_on_device(const std::vector<SeededCall>& calls) {
+  for (const SeededCall& s : calls) {
+    SCOPED_TRACE(s.model);
+    check_on_device(s.call, s.seed);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// ROTARY_DEVICE_CALLS, or every random call.
+int random_call_count() {
+  const char* text = std::getenv("ROTARY_DEVICE_CALLS");
+  if (text == nullptr || *text == '\0') return kRandomCalls;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  if (*end != '\0' || count < 1 || count > kRandomCalls) {
+    throw std::invalid_argument("ROTARY_DEVICE_CALLS=" + std::string(text) + " must be a count in [1, " +
+                                std::to_string(kRandomCalls) + "]");
+  }
+  return static_cast<int>(count);
+}
+
+// ---- The emulation's calls ----
+
+// The device, and the calls of one model (every angle source, both directions) on it: a device the
+// kernels were not built for fails here, naming the CUDA error. (The sanitizer runs ask this test
+// whether a device is usable.)
+TEST(CudaDevice, RunsOnThisDevice) {
+  REQUIRE_DEVICE();
+  int device = 0, driver = 0, runtime = 0;
+  cudaDeviceProp properties{};
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_ok(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  cuda_ok(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  cuda_ok(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  std::printf("device %d: %s, compute capability %d.%d, %d multiprocessors, %.1f GiB; CUDA driver %d, runtime %d\n",
+              device, properties.name, properties.major, properties.minor, properties.multiProcessorCount,
+              static_cast<double>(properties.totalGlobalMem) / (1 << 30), driver, runtime);
+  std::vector<SeededCall> calls = real_model_calls();
+  calls.resize(8);  // Llama-3.1-8B bf16: exact angles, a table, per-position and per-token cos/sin
+  check_calls_on_device(calls);
+}
+
+// The emulation's sweep on the device (tests/support/cuda_calls.hpp's random_call: every layout,
+// dtype, memory order, angle source and position kind). The launch is always
+// detail::cuda::launch_shape's: the emulation alone plays the other shapes.
+TEST(CudaDevice, RandomCallsMatchTheReferenceBitForBit) {
+  REQUIRE_DEVICE();
+  const int count = random_call_count();
+  const std::vector<SeededCall> calls = random_calls(count);
+  check_calls_on_device(calls);
+  if (HasFatalFailure()) return;
+  expect_coverage(calls, 20 * count / kRandomCalls, /*launch_shapes=*/false);
+}
+
+// Zeros, infinities, NaN, subnormals and values near each format's overflow, in q, k and the
+// caller's cos/sin: the device's explicitly rounded arithmetic (no flush to zero) gives the same
+// bits.
+TEST(CudaDevice, SpecialValuesMatchTheReference) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(special_value_calls());
+}
+
+TEST(CudaDevice, RealModelShapes) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(real_model_calls());
+}
+
+// Exact angles where float32 angles break down, computed by the device's double-double reduction.
+TEST(CudaDevice, ExactAnglesAcrossTheWholePositionRange) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(whole_range_calls());
+}
+
+TEST(CudaDevice, PerPositionAnglesAcrossTheWholeRange) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(whole_range_angle_calls());
+}
+
+// Over a million tokens: more than the grid's detail::cuda::kMaxBlocks blocks, so blocks loop over
+// tokens (the grid-stride loop, which the emulation alone reaches with smaller calls).
+TEST(CudaDevice, MoreTokensThanBlocks) {
+  REQUIRE_DEVICE();
+  Call c = model_call(Spec{.head_dim = 4, .rotary_dim = 2}, DType::f32, 1, 1);
+  c.batch = 1;
+  c.seq = detail::cuda::kMaxBlocks + 3;
+  c.in_order = 0;
+  c.q_in_place = false;  // the tail (channels 2, 3) copied to q_out, k in place
+  std::mt19937_64 rng(5);
+  per_token_positions(c, 1, [&](int64_t) { return uniform(rng, 0, max_position_limit - 1); });
+  lay_out(c);
+  std::vector<Arena> host = make_arenas(c, 0);
+  const detail::KernelArgs kernel = detail::make_kernel_args(c.schedule, args_of(c, host, nullptr));
+  ASSERT_LT(detail::cuda::launch_shape(kernel).blocks, kernel.tokens);
+  check_on_device(c, 31);
+}
+
+// ---- Positions in device memory ----
+
+// A token whose position the kernels cannot use is skipped (its outputs keep what they held), its
+// bit set in Options::error, and cuda::check_positions names the rule and clears the word.
+TEST(CudaDevice, UnusablePositionsAreSkippedFlaggedAndNamed) {
+  REQUIRE_DEVICE();
+  const std::map<uint32_t, std::string> rules = {
+      {cuda::position_out_of_range, "outside [0, 2^31)"},
+      {cuda::position_not_in_table, "fractional or not a row of the table"},
+      {cuda::position_not_in_angles, "fractional or not below the rows of the per_position cos/sin"},
+      {cuda::position_beyond_xpos_reach, "further from xpos_center than xPos's reach (rotary::xpos_reach)"}};
+  for (const BadPosition& bad : bad_positions()) {
+    for (int stream : {0, 2}) {  // the bad entry in the first stream, or only in the last
+      Call c = bad_position_call(bad);
+      const std::vector<Arena> start = make_arenas(c, 9);
+      std::vector<Arena> want = reference_result(c, start);  // every position usable
+      make_position_bad(c, bad, stream);
+      keep_skipped_token(c, start, want);
+      DeviceCall device(c, start);
+      const ErrorWord error;
+      device.apply(nullptr, error.get());
+      const std::vector<Arena> got = device.download(start, nullptr);
+      const std::string what = "position " + std::to_string(bad.value) + " in stream " + std::to_string(stream);
+      const std::string difference = first_difference(c, got, want);
+      ASSERT_TRUE(difference.empty()) << what << ": " << difference;
+      EXPECT_EQ(error.read(), bad.bit) << what;
+      EXPECT_ROTARY_ERROR(cuda::check_positions(error.get(), nullptr),
+                          "positions: a per-token position was " + rules.at(bad.bit) +
+                              " (those tokens were left unrotated)");
+      EXPECT_EQ(error.read(), 0u) << what << ": check_positions clears the word";
+      EXPECT_NO_THROW(cuda::check_positions(error.get(), nullptr)) << what;
+    }
+  }
+}
+
+// ---- Streams and graphs ----
+
+// Holds a stream from a host function queued on it until opened; gives up after 20 s, so that a
+// call that waits for the stream it was given fails instead of hanging.
+class Gate {
+ public:
+  explicit Gate(cudaStream_t stream) { cuda_ok(cudaLaunchHostFunc(stream, &Gate::hold, this), "cudaLaunchHostFunc"); }
+  void open() { open_ = true; }
+  bool gave_up() const { return gave_up_; }
+
+ private:
+  static void CUDART_CB hold(void* self) {
+    auto* gate = static_cast<Gate*>(self);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!gate->open_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        gate->gave_up_ = true;
+        return;
+      }
+      std::this_thread::yield();
+    }
+  }
+  std::atomic<bool> open_{false};
+  std::atomic<bool> gave_up_{false};
+};
+
+// A call runs on the stream it is given, in that stream's order, and returns without waiting for
+// it: with the stream held by a gate, the inputs' copies, the call and the copies back are queued
+// behind it (from pinned memory: truly asynchronous), and only then is the gate opened. A kernel
+// launched anywhere else (the legacy default stream does not wait for a non-blocking stream) would
+// rotate the device's earlier contents, which the copies then overwrite.
+TEST(CudaDevice, CallsRunOnTheStreamGivenWithoutWaitingForIt) {
+  REQUIRE_DEVICE();
+  const Stream stream;
+  for (const SeededCall& s : real_model_calls()) {
+    SCOPED_TRACE(s.model);
+    const Call& c = s.call;
+    const std::vector<Arena> start = make_arenas(c, s.seed);
+    const std::vector<Arena> want = reference_result(c, start);
+    DeviceCall device(c, make_arenas(c, s.seed + 1));  // other values until the stream copies the call's
+    const ErrorWord error;
+    // Once ungated: CUDA loads a kernel at its first launch, which may wait for the device.
+    device.apply(stream.get(), error.get());
+    cuda_ok(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    std::vector<PinnedMemory> staging;
+    for (const Arena& arena : start) {
+      staging.emplace_back(arena.bytes.size());
+      std::memcpy(staging.back().get(), arena.bytes.data(), arena.bytes.size());
+    }
+    Gate gate(stream.get());
+    for (size_t a = 0; a < staging.size(); ++a) {
+      cuda_ok(cudaMemcpyAsync(device.arena(a).get(), staging[a].get(), staging[a].bytes(), cudaMemcpyHostToDevice,
+                              stream.get()),
+              "cudaMemcpyAsync (to the device)");
+    }
+    device.apply(stream.get(), error.get());
+    for (size_t a = 0; a < staging.size(); ++a) {
+      cuda_ok(cudaMemcpyAsync(staging[a].get(), device.arena(a).get(), staging[a].bytes(), cudaMemcpyDeviceToHost,
+                              stream.get()),
+              "cudaMemcpyAsync (to the host)");
+    }
+    gate.open();
+    cuda_ok(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    ASSERT_FALSE(gate.gave_up()) << c.describe() << ": the call waited for the stream it was queued on";
+    std::vector<Arena> got = start;
+    for (size_t a = 0; a < got.size(); ++a) std::memcpy(got[a].bytes.data(), staging[a].get(), staging[a].bytes());
+    const std::string difference = first_difference(c, got, want);
+    ASSERT_TRUE(difference.empty()) << c.describe() << ": " << difference;
+    ASSERT_EQ(error.read(), 0u) << c.describe();
+  }
+}
+
+using Graph = std::unique_ptr<CUgraph_st, decltype([](cudaGraph_t g) { static_cast<void>(cudaGraphDestroy(g)); })>;
+using GraphExec =
+    std::unique_ptr<CUgraphExec_st, decltype([](cudaGraphExec_t g) { static_cast<void>(cudaGraphExecDestroy(g)); })>;
+
+// Decode under a CUDA graph, as serving engines run it: one call captured (global capture mode
+// refuses any allocation, synchronisation or pageable copy in it), one kernel node for q and k;
+// nothing runs at capture; each replay reads the q, k and positions written into the same device
+// memory before it, with the eager call's bytes and the reference's.
+TEST(CudaDevice, DecodeCallCapturedInAGraphReplaysBitForBit) {
+  REQUIRE_DEVICE();
+  const Stream stream;
+  // Llama-3.1-8B: 8 sequences decoding one token each, q [8, 1, 32, 128] and k [8, 1, 8, 128] bf16
+  // slices of the fused QKV projection, rotated in place at positions of their own.
+  const Spec llama{.head_dim = 128, .base = 500000, .schedule = ScheduleType::llama3, .factor = 8.0,
+                   .original_max_position = 8192, .low_freq_factor = 1.0, .high_freq_factor = 4.0};
+  for (int source : {0, 1, 2}) {  // exact angles, a DeviceTable, vLLM's per-position cos/sin cache
+    Call c = model_call(llama, DType::bf16, 32, 8);
+    c.batch = 8;
+    c.seq = 1;
+    c.table = source == 1;
+    c.table_first = 4000;
+    c.table_rows = 200;
+    c.caller = source == 2;
+    c.angle_index = CallerAngles::Index::per_position;
+    c.angle_rows = 4200;
+    per_token_positions(c, 1, [](int64_t i) { return 4090 + 7 * i; });
+    lay_out(c);
+    SCOPED_TRACE(c.describe());
+    const std::vector<Arena> start = make_arenas(c, 40 + static_cast<uint64_t>(source));
+    DeviceCall eager(c, start);
+    DeviceCall replayed(c, start);
+    const ErrorWord error;
+    eager.apply(stream.get(), error.get());
+    cuda_ok(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+
+    cuda_ok(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    replayed.apply(stream.get(), error.get());
+    cudaGraph_t captured = nullptr;
+    cuda_ok(cudaStreamEndCapture(stream.get(), &captured), "cudaStreamEndCapture");
+    const Graph graph(captured);
+    size_t nodes = 0;
+    cuda_ok(cudaGraphGetNodes(graph.get(), nullptr, &nodes), "cudaGraphGetNodes");
+    EXPECT_EQ(nodes, 1u) << "q and k in one kernel";
+    cudaGraphExec_t instantiated = nullptr;
+    cuda_ok(cudaGraphInstantiate(&instantiated, graph.get(), 0), "cudaGraphInstantiate");
+    const GraphExec exec(instantiated);
+    const std::vector<Arena> untouched = replayed.download(start, stream.get());
+    for (size_t a = 0; a < start.size(); ++a) {
+      ASSERT_TRUE(untouched[a].bytes == start[a].bytes) << "ran at capture: " << first_difference(c, untouched, start);
+    }
+
+    cuda_ok(cudaGraphLaunch(exec.get(), stream.get()), "cudaGraphLaunch");
+    const std::vector<Arena> got = replayed.download(start, stream.get());
+    const std::vector<Arena> eager_got = eager.download(start, stream.get());
+    for (size_t a = 0; a < start.size(); ++a) {
+      ASSERT_TRUE(got[a].bytes == eager_got[a].bytes) << "replay != eager: " << first_difference(c, got, eager_got);
+    }
+    std::string difference = first_difference(c, got, reference_result(c, start));
+    ASSERT_TRUE(difference.empty()) << difference;
+
+    // The next step: new q and k, every position one further, written where the graph reads them.
+    Call next = c;
+    for (int64_t& p : next.p64) ++p;
+    const std::vector<Arena> next_start = make_arenas(next, 50 + static_cast<uint64_t>(source));
+    replayed.upload(next_start, stream.get());
+    replayed.upload_positions(next, stream.get());
+    cuda_ok(cudaGraphLaunch(exec.get(), stream.get()), "cudaGraphLaunch");
+    difference = first_difference(next, replayed.download(next_start, stream.get()), reference_result(next, next_start));
+    ASSERT_TRUE(difference.empty()) << "second replay: " << difference;
+    EXPECT_EQ(error.read(), 0u);
+  }
+}
+
+// ---- The C ABI ----
+
+rotary_tensor c_tensor(const TensorView& v) {
+  rotary_tensor t{};
+  t.data = v.data;
+  switch (v.dtype) {
+    case DType::f32: t.dtype = ROTARY_F32; break;
+    case DType::f64: t.dtype = ROTARY_F64; break;
+    case DType::f16: t.dtype = ROTARY_F16; break;
+    case DType::bf16: t.dtype = ROTARY_BF16; break;
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    t.shape[i] = v.shape[i];
+    t.strides[i] = v.strides[i];
+  }
+  return t;
+}
+
+// args as rotary.h spells them: sequential positions in args.offset; per-token int64 positions
+// in `positions`, int32 ones in args.positions_i32.
+rotary_apply_args c_args(const ApplyArgs& args, rotary_positions& positions) {
+  rotary_apply_args c{};
+  c.q = c_tensor(args.q);
+  c.k = c_tensor(args.k);
+  c.q_out = c_tensor(args.q_out);
+  c.k_out = c_tensor(args.k_out);
+  c.inverse = args.direction == Direction::inverse ? ROTARY_INVERSE : ROTARY_FORWARD;
+  c.skip_tail_copy = args.copy_tail ? 0 : 1;
+  c.backend = ROTARY_BACKEND_REFERENCE;
+  const Positions& p = args.positions;
+  positions = rotary_positions{};
+  if (p.kind == Positions::Kind::sequential) {
+    c.offset = p.offset;
+  } else if (p.kind == Positions::Kind::per_token_i32) {
+    c.positions_i32 = static_cast<const int32_t*>(p.data);
+    c.positions_count = p.count;
+  } else {
+    positions = rotary_positions{.kind = ROTARY_POSITIONS_I64, .data = p.data, .count = p.count * p.streams,
+                                 .streams = p.streams};
+  }
+  return c;
+}
+
+using CSchedule = std::unique_ptr<rotary_schedule, decltype(&rotary_schedule_free)>;
+using CTable = std::unique_ptr<rotary_table, decltype(&rotary_table_free)>;
+using CDeviceTable = std::unique_ptr<rotary_cuda_table, decltype(&rotary_cuda_table_free)>;
+
+// The C ABI on device memory gives rotary_apply's bytes (the C ABI's reference backend on the
+// host): a rotary_cuda_table with int64 positions in three streams, exact angles with int32
+// positions from args, sequential positions out of place and inverse. rotary_cuda_check_positions
+// names an unusable position, then finds the word cleared.
+TEST(CudaDevice, CAbiOnDeviceMemory) {
+  REQUIRE_DEVICE();
+  // Qwen2-VL-7B: M-RoPE sections [16, 24, 24], 28 q heads, 4 kv heads.
+  const int64_t sections[] = {16, 24, 24};
+  rotary_spec spec{};
+  spec.head_dim = 128;
+  spec.base = 1e6;
+  rotary_spec_ext ext{};
+  ext.stream_layout = ROTARY_STREAMS_SECTIONS;
+  ext.sections = sections;
+  ext.sections_count = 3;
+  rotary_schedule* made = nullptr;
+  ASSERT_EQ(rotary_schedule_from_spec_ext(&spec, &ext, -1, &made), ROTARY_OK) << rotary_last_error();
+  const CSchedule schedule(made, &rotary_schedule_free);
+  rotary_table* host_made = nullptr;
+  ASSERT_EQ(rotary_table_range(schedule.get(), 1000, 16, ROTARY_ANGLES_EXACT, &host_made), ROTARY_OK) << rotary_last_error();
+  const CTable host_table(host_made, &rotary_table_free);
+  rotary_cuda_table* device_made = nullptr;
+  ASSERT_EQ(rotary_cuda_table_create(host_table.get(), &device_made), ROTARY_OK) << rotary_last_error();
+  const CDeviceTable device_table(device_made, &rotary_cuda_table_free);
+
+  const Spec qwen2_vl{.head_dim = 128, .base = 1e6, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}};
+  std::mt19937_64 rng(8);
+  for (int form : {0, 1, 2, 3}) {  // a table; exact, int32; sequential; a table and an unusable position
+    Call c = model_call(qwen2_vl, DType::bf16, 28, 4);
+    c.table = form == 0 || form == 3;
+    if (c.table) {
+      per_token_positions(c, 3, [&](int64_t) { return uniform(rng, 1000, 1015); });
+      if (form == 3) c.p64[kBadToken] = 999;  // below the table's rows
+    } else if (form == 1) {
+      c.kind = Positions::Kind::per_token_i32;
+      for (int64_t i = 0; i < c.batch * c.seq; ++i) c.p32.push_back(static_cast<int32_t>(uniform(rng, 0, 1 << 30)));
+    } else {
+      c.offset = 123456;
+      c.q_in_place = c.k_in_place = false;
+      c.out_order = 1;
+      c.direction = Direction::inverse;
+    }
+    lay_out(c);
+    SCOPED_TRACE(c.describe());
+    std::vector<Arena> want = make_arenas(c, 60 + static_cast<uint64_t>(form));
+    DeviceCall device(c, want);
+    const ErrorWord error;
+    rotary_positions device_positions{};
+    const rotary_apply_args on_device = c_args(device.args(), device_positions);
+    rotary_cuda_options options{};
+    options.table = c.table ? device_table.get() : nullptr;
+    options.error = error.get();
+    ASSERT_EQ(rotary_cuda_apply(schedule.get(), &on_device,
+                                device_positions.data != nullptr ? &device_positions : nullptr, nullptr, &options),
+              ROTARY_OK)
+        << rotary_last_error();
+    const std::vector<Arena> got = device.download(want, nullptr);
+    if (form == 3) {  // (the skipped token's bytes: UnusablePositionsAreSkippedFlaggedAndNamed)
+      EXPECT_EQ(rotary_cuda_check_positions(error.get(), nullptr), ROTARY_ERROR_INVALID_ARGUMENT);
+      EXPECT_NE(std::strstr(rotary_last_error(), "a per-token position was fractional or not a row of the table"),
+                nullptr)
+          << rotary_last_error();
+      EXPECT_EQ(rotary_cuda_check_positions(error.get(), nullptr), ROTARY_OK) << rotary_last_error();
+      continue;
+    }
+    EXPECT_EQ(rotary_cuda_check_positions(error.get(), nullptr), ROTARY_OK) << rotary_last_error();
+    rotary_positions host_positions{};
+    CallerAngles no_angles;
+    rotary_apply_args host = c_args(args_of(c, want, nullptr, &no_angles), host_positions);
+    host.table = c.table ? host_table.get() : nullptr;
+    ASSERT_EQ(rotary_apply_positions(schedule.get(), &host, host_positions.data != nullptr ? &host_positions : nullptr),
+              ROTARY_OK)
+        << rotary_last_error();
+    const std::string difference = first_difference(c, got, want);
+    ASSERT_TRUE(difference.empty()) << difference;
+  }
+}
+
+}  // namespace
+}  // namespace rotary
