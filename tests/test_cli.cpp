@@ -103,6 +103,21 @@ TEST(Cli, InfoShowsTheDescriptor) {
   EXPECT_EQ(pj["inv_freq"][8].get<double>(), 0.0);
 }
 
+// xPos: its settings and reach (80 gamma / ln(7/2), written out here) in the text, none without it.
+TEST(Cli, InfoShowsXpos) {
+  const Result r = run({"info", "--head-dim", "64", "--xpos-scale-base", "512", "--xpos-center", "100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string want = fmt::format("xpos scale_base 512  center 100  reach |position - center| <= {:.1f}\n",
+                                       80 * 512 / std::log(3.5));
+  EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
+  const Result plain = run({"info", "--head-dim", "64"});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("xpos"), std::string::npos);
+  const Result alone = run({"info", "--head-dim", "64", "--xpos-center", "3"});
+  EXPECT_EQ(alone.status, 2);
+  EXPECT_NE(alone.err.find("xpos_center is set but xpos_scale_base is not"), std::string::npos) << alone.err;
+}
+
 // A config's layer types: listed by info, one chosen with --layer-type; the vision tower with --vision.
 TEST(Cli, LayerTypesAndVisionTower) {
   const Result full = run({"info", "--preset", "gemma-3-4b-it", "--json"});

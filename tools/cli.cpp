@@ -303,6 +303,10 @@ void print_info(const Resolved& r, bool json, std::ostream& out) {
                      schedule.rotary_dim, g17(r.spec.base), g17(schedule.attention_factor));
   out << fmt::format("layout {}  rotary_offset {}  blocks {}  streams {}  pair_stream {}\n", to_string(schedule.layout()),
                      schedule.rotary_offset, schedule.blocks, schedule.streams, pair_stream_runs(schedule));
+  if (schedule.xpos()) {
+    out << fmt::format("xpos scale_base {}  center {}  reach |position - center| <= {:.1f}\n",
+                       g17(schedule.xpos_scale_base), g17(schedule.xpos_center), xpos_reach(schedule));
+  }
   out << fmt::format("{:>5}  {:>24}  {:>24}  {:>12}\n", "pair", "inv_freq (rad/token)",
                      "wavelength (tokens)", "to default");
   for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
