@@ -1,10 +1,11 @@
 """rotary: Rotary Position Embeddings, exact at any context length.
 
 Backed by the C++ library: schedules in double, cos/sin tables within 1 ulp at any position below
-2^31, SIMD kernels threaded with OpenMP. numpy arrays (through the buffer protocol) and torch CPU
-tensors (through DLPack) are borrowed: nothing is copied, inputs are only read (read-only,
-memory-mapped and broadcast arrays and tensors that require grad are fine), and ``inplace=True``
-writes the caller's memory.
+2^31, SIMD kernels threaded with OpenMP, and (``pip install .
+--config-settings=cmake.define.ROTARY_CUDA=ON``) CUDA kernels giving the same bits. numpy arrays
+(through the buffer protocol) and torch CPU and CUDA tensors (through DLPack) are borrowed: nothing
+is copied, inputs are only read (read-only, memory-mapped and broadcast arrays and tensors that
+require grad are fine), and ``inplace=True`` writes the caller's memory.
 """
 from __future__ import annotations
 
@@ -159,7 +160,25 @@ def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
             raise ValueError("positions has 0 streams ([streams, batch, seq] with streams >= 1)")
     if type(positions) is _torch_tensor_type() and positions.dtype in _torch_int_types() and positions.is_cpu:
         return positions, streams  # the extension copies them (through DLPack, any strides)
+    if _is_torch(positions) and positions.is_cuda:
+        return _device_positions(positions), streams
     return _positions_array(positions, real=True), streams
+
+
+def _device_positions(positions: Any) -> Any:
+    """Positions on a CUDA device as the kernels read them, staying there: a contiguous plain tensor of
+    int64, int32, float32 or float64 (other integer and float dtypes widened to int64 and float64, on
+    the device). Their values are checked by the kernels."""
+    torch = sys.modules["torch"]
+    dtype = positions.dtype
+    if dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"positions must hold integers or real numbers, got dtype {dtype}")
+    positions = positions.detach()
+    if type(positions) is not torch.Tensor:
+        positions = positions.as_subclass(torch.Tensor)
+    if dtype not in (torch.int64, torch.int32, torch.float64, torch.float32):
+        positions = positions.to(torch.float64 if dtype.is_floating_point else torch.int64)
+    return positions.contiguous()
 
 
 def _deltas(delta: Any) -> list:
@@ -459,13 +478,15 @@ class Rope:
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
               inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
               cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
-              cos_sin_columns: Optional[str] = None, out: Any = None) -> Any:
+              cos_sin_columns: Optional[str] = None, out: Any = None, check: bool = False) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
 
         Parameters
         ----------
         q, k : numpy.ndarray or torch.Tensor
-            CPU, float32/float64/float16/bfloat16 (torch), any strides (transposed views work
+            CPU, or (torch, built with CUDA kernels) one CUDA device: then every tensor of the call,
+            positions and cos/sin included, is on that device (see Notes);
+            float32/float64/float16/bfloat16 (torch), any strides (transposed views work
             without copies). 4-D ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default
             everywhere in rotary) or ``[batch, heads, seq, head_dim]`` (``"bhsd"``, as transformers
             keeps them); or 3-D ``[tokens, heads, head_dim]``: packed (varlen) sequences, as vLLM and
@@ -513,6 +534,10 @@ class Rope:
             given, each shaped and typed like its input (any strides) and sharing no memory with
             the inputs. Reusing outputs saves a fresh allocation per call, whose first touch
             costs a page fault per 4 KiB (a large share of a big out-of-place call from Python).
+        check : bool
+            CUDA tensors: wait for the call and raise ValueError if a per-token position was
+            unusable (see Notes); the error covers every earlier unchecked call on the device too.
+            CPU: nothing to do (positions are checked before anything is written).
 
         Returns
         -------
@@ -527,8 +552,11 @@ class Rope:
             ...), naming it.
         ValueError
             A value that breaks a rule (shapes, positions outside [0, 2^31), a streams count the
-            Rope does not take, cos/sin of the wrong width, threads > max_threads, layout ...),
-            naming it; q and k are untouched.
+            Rope does not take, cos/sin of the wrong width, threads > max_threads, layout, tensors
+            on different devices, a CUDA tensor in a build without CUDA kernels ...), naming it;
+            q and k are untouched.
+        RuntimeError
+            The CUDA runtime failed (``rotary._rotary.CudaError``: no device, memory exhausted).
 
         Notes
         -----
@@ -536,13 +564,27 @@ class Rope:
         views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
         and leaves them untouched. Empty tensors (a zero extent) give empty results. For autograd
         and ``torch.compile`` use ``rotary.torch.apply_rope``.
+
+        CUDA tensors: the kernels are queued on torch's current stream of their device and the call
+        returns without waiting, so it can be captured in a CUDA graph (after one warm-up call on
+        the device, which allocates its error word). Results are the CPU's bit for bit (NaNs
+        compared as NaN). ``angles="exact"`` reads the Rope's table copied to the device for
+        sequential positions (``offset``) and computes the same values on the device for per-token
+        ``positions`` (a tensor on the device, never read back); ``"hf-float32"`` angles exist only
+        as a table, so per-token positions are read back to size it (the call then waits, and
+        cannot be captured). The host checks everything but the per-token positions' values, which
+        the kernels check: a token whose position is unusable (outside [0, 2^31), not a row of
+        per-position cos/sin, or beyond xPos's reach) is skipped, its output left unwritten, and the
+        device's error word records it; ``check=True`` or ``rotary.torch.check_positions()`` raise
+        for it. Tables copied to a device live as long as the Rope: keep it alive while a CUDA
+        graph that uses it may replay. ``threads`` does not apply.
         """
         return self._apply(q, k, positions, offset, layout, inplace, inverse, angles, threads, cos, sin,
-                           cos_sin_cache, cos_sin_columns, out)
+                           cos_sin_cache, cos_sin_columns, out, check)
 
     def _apply(self, q: Any, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, inverse: Any,
                angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any,
-               out: Any = None) -> Any:
+               out: Any = None, check: Any = False) -> Any:
         """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
         cost is mostly this layer's and the extension's argument handling)."""
         torch_tensor = _torch_tensor_type()
@@ -576,7 +618,7 @@ class Rope:
         else:
             q4, k4, q_out4, k_out4 = q, k, q_out, k_out
         self._impl.apply(q4, k4, q_out4, k_out4, pos, streams, offset, layout, inverse, angles, threads,
-                         cos, sin, cos_sin_cache, cos_sin_columns)
+                         cos, sin, cos_sin_cache, cos_sin_columns, check)
         rq = q if inplace else q_out
         if k is None:
             return rq

@@ -12,9 +12,11 @@ Two operators in the ``rotary`` namespace carry rotary's kernels through PyTorch
 An operator cannot take a Python object, so ``rope`` is the Rope's handle (``Rope._handle``, an int
 that names one live Rope for the life of the process; a copy or an unpickled Rope gets its own).
 Both have fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces through them
-without a graph break. The CPU kernel is registered for device type ``"cpu"``; any other device
-gets a ValueError until a kernel for it is registered with
-``torch.library.register_kernel("rotary::rope", "cuda", ...)`` (the Python API stays as it is).
+without a graph break. Kernels are registered for device type ``"cpu"`` and, when rotary was built
+with its CUDA kernels (``pip install . --config-settings=cmake.define.ROTARY_CUDA=ON``;
+``rotary._rotary.cuda`` says), ``"cuda"``: the same bits as the CPU's, queued on torch's current
+stream without waiting (CUDA-graph safe; see ``Rope.apply`` for what runs on the device and
+``check_positions`` for the positions' check). Any other device gets a ValueError naming the tensor.
 
 ``apply_rope``, ``apply_rope_`` and ``RotaryEmbedding`` are what to call. In eager mode, when no
 gradient is recorded, they call the kernel directly (the dispatcher's Python overhead is several
@@ -32,9 +34,9 @@ import torch
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"rotary.torch needs PyTorch 2.4 or later (torch.library.custom_op), found {torch.__version__}")
 
-from . import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _show
+from . import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
 
-__all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb"]
+__all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions"]
 
 Tensor = torch.Tensor
 Rotated = Union[Tensor, tuple[Tensor, Tensor]]
@@ -49,18 +51,25 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 def _rotate(q: Tensor, k: Optional[Tensor], rope: int, positions: Optional[Tensor], offset: int, layout: str,
             inverse: bool, angles: str, cos: Optional[Tensor], sin: Optional[Tensor],
             cos_sin_cache: Optional[Tensor], cos_sin_columns: Optional[str], inplace: bool) -> Any:
-    """The CPU kernel: ``Rope.apply`` of the Rope with handle ``rope`` (what the eager path calls
-    too, with the Rope itself)."""
+    """The kernel of every device: ``Rope.apply`` of the Rope with handle ``rope`` (what the eager
+    path calls too, with the Rope itself)."""
     return _rope_of_handle(rope).apply(q, k, positions=positions, offset=offset, layout=layout, inplace=inplace,
                                        inverse=inverse, angles=angles, cos=cos, sin=sin,
                                        cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
 
 
+_KERNEL_DEVICES = ("cpu", "cuda") if _rotary.cuda else ("cpu",)
+
+
 def _no_kernel(op: str, **tensors: Optional[Tensor]) -> ValueError:
     """The error for a device without a kernel, naming the first tensor on it."""
     for name, t in tensors.items():
-        if t is not None and t.device.type != "cpu":
-            return ValueError(f"{name} is on {t.device}, but rotary::{op} has a kernel for CPU tensors only")
+        if t is None or t.device.type in _KERNEL_DEVICES:
+            continue
+        if t.device.type == "cuda":
+            return ValueError(f"{name} is on {t.device}, but {_rotary.no_cuda_kernels}")
+        kinds = "CPU and CUDA tensors" if _rotary.cuda else "CPU tensors"
+        return ValueError(f"{name} is on {t.device}, but rotary::{op} has a kernel for {kinds} only")
     return ValueError(f"rotary::{op} has no kernel for these tensors' device")
 
 
@@ -77,6 +86,14 @@ def _rope_cpu(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, 
     out = _rotate(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns,
                   inplace=False)
     return [out] if k is None else list(out)
+
+
+if _rotary.cuda:
+    @_rope_op.register_kernel("cuda")
+    def _rope_cuda(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns):
+        _same_kind("rope", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
+        return _rope_cpu(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
+                         cos_sin_columns)
 
 
 @_rope_op.register_fake
@@ -121,13 +138,58 @@ def _rope_inplace_cpu(q, k, rope, positions, offset, layout, inverse, angles, co
             inplace=True)
 
 
+if _rotary.cuda:
+    @_rope_inplace_op.register_kernel("cuda")
+    def _rope_inplace_cuda(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
+                           cos_sin_columns):
+        _same_kind("rope_", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
+        _rope_inplace_cpu(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
+                          cos_sin_columns)
+
+
 @_rope_inplace_op.register_fake
 def _rope_inplace_fake(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
                        cos_sin_columns):
     return None
 
 
+def _same_kind(op: str, **tensors: Optional[Tensor]) -> None:
+    """A tensor the CUDA kernel cannot take (on a device without a kernel) named before the
+    extension sees it; mixing the CPU and a CUDA device is the extension's error to name."""
+    if any(t is not None and t.device.type not in _KERNEL_DEVICES for t in tensors.values()):
+        raise _no_kernel(op, **tensors)
+
+
 # ---- The Python API --------------------------------------------------------------------------------
+
+def check_positions(device: Any = None) -> None:
+    """Raises if a rotary call on a CUDA device skipped tokens since the device's last check.
+
+    On a CUDA device the host checks every argument but the values of per-token positions, which
+    stay on the device: the kernels check those, skip a token whose position is unusable (its
+    output left unwritten) and record it in the device's error word. This waits for torch's
+    current stream of the device, reads the word and clears it. Not for use inside a CUDA graph
+    capture (it waits); ``Rope.apply(..., check=True)`` does the same right after one call.
+
+    Parameters
+    ----------
+    device : torch.device, str or int, optional
+        The CUDA device (default: the current one).
+
+    Raises
+    ------
+    ValueError
+        A call skipped tokens (naming the rule their positions broke: outside [0, 2^31), not a
+        row of per-position cos/sin, or beyond xPos's reach); ``device`` not a CUDA device; a
+        build without CUDA kernels.
+    """
+    device = torch.device("cuda" if device is None else device)
+    if device.type != "cuda":
+        raise ValueError(f"device={_show(str(device))} is not a CUDA device")
+    if not _rotary.cuda:
+        raise ValueError(_rotary.no_cuda_kernels)
+    _rotary.cuda_check_positions(torch.cuda.current_device() if device.index is None else device.index)
+
 
 def _refuse_grad(q: Tensor, k: Optional[Tensor]) -> None:
     for name, t in (("q", q), ("k", k)):
@@ -150,11 +212,13 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 def _direct(q: Any, k: Any) -> bool:
-    """Call the kernel directly: eager mode, plain CPU tensors (not subclasses), nothing tracing or
-    recording: autograd (a tensor that requires grad while grad is enabled), torch.compile, or a
-    dispatch mode (make_fx, FlopCounterMode, ...), which must see the operator. Written for a
-    decode step's budget: every check is a type test or a C attribute."""
-    if type(q) is not Tensor or not q.is_cpu or (k is not None and (type(k) is not Tensor or not k.is_cpu)):
+    """Call the kernel directly: eager mode, plain CPU or CUDA tensors (not subclasses), nothing
+    tracing or recording: autograd (a tensor that requires grad while grad is enabled),
+    torch.compile, or a dispatch mode (make_fx, FlopCounterMode, ...), which must see the operator.
+    Written for a decode step's budget: every check is a type test or a C attribute."""
+    if type(q) is not Tensor or not (q.is_cpu or q.is_cuda):
+        return False
+    if k is not None and (type(k) is not Tensor or not (k.is_cpu or k.is_cuda)):
         return False
     if (q.requires_grad or (k is not None and k.requires_grad)) and torch.is_grad_enabled():
         return False
@@ -211,8 +275,9 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     q, k : torch.Tensor
         ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default), ``[batch, heads, seq,
         head_dim]`` (``"bhsd"``, transformers' order) or packed ``[tokens, heads, head_dim]``
-        (``"thd"``, or any 3-D q under the default), float32/float64/float16/bfloat16, CPU, any
-        strides; only read.
+        (``"thd"``, or any 3-D q under the default), float32/float64/float16/bfloat16, on the CPU
+        or one CUDA device (with every other tensor of the call; see ``Rope.apply``), any strides;
+        only read.
     positions : torch.Tensor or array-like, optional
         Each token's position, as ``Rope.apply`` takes them: ``[seq]``, ``[batch, seq]``, ``[1, seq]``
         or ``[streams, batch, seq]`` (M-RoPE); packed q: ``[tokens]`` or ``[streams, tokens]``;

@@ -661,8 +661,8 @@ def patch(model: torch.nn.Module) -> torch.nn.Module:
     model : transformers.PreTrainedModel
         A model of a type in ``SUPPORTED_MODEL_TYPES`` (``LlamaForCausalLM``, ``LlamaModel``,
         ``Gemma3ForCausalLM``, ``Gemma3ForConditionalGeneration``, ``Qwen2VLForConditionalGeneration``,
-        ``Qwen2VLTextModel`` ...), any dtype, on the CPU (other devices once rotary's operator has a
-        kernel for them). A multimodal model's text decoder is patched; its vision tower keeps
+        ``Qwen2VLTextModel`` ...), any dtype, on the CPU or a CUDA device (CUDA when rotary is built with its
+        kernels: ``pip install . --config-settings=cmake.define.ROTARY_CUDA=ON``). A multimodal model's text decoder is patched; its vision tower keeps
         transformers' rotary.
 
     Returns

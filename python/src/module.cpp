@@ -25,6 +25,17 @@
 #include "rotary/rotary.hpp"
 #include "rotary/spec_fields.hpp"
 
+// ROTARY_PY_CUDA: built with the CUDA kernels (CMake's rotary_cuda): torch CUDA tensors then run on
+// their device (section "CUDA" below); without them a CUDA tensor is refused, naming the build.
+#if ROTARY_PY_CUDA
+#include <cuda_runtime_api.h>
+
+#include <map>
+
+#include "cuda/launch.hpp"
+#include "rotary/cuda.hpp"
+#endif
+
 namespace py = pybind11;
 using namespace rotary;
 
@@ -243,6 +254,86 @@ Spec spec_from(py::handle head_dim, py::handle rotary_dim, py::handle base, py::
   return s;
 }
 
+// ---- CUDA: devices, streams, the error word ---------------------------------------------------------
+
+#if ROTARY_PY_CUDA
+using detail::cuda::check;  // throws cuda::RuntimeError naming the CUDA call and its error
+
+// Makes `device` current on this thread for the guard's life (the kernels, tables and error words
+// use the current device), then puts the caller's device back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device_) check(cudaSetDevice(device_), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+// torch's current stream on `device` (what torch's own operators run on), or the legacy default
+// stream when torch is not loaded (DLPack's stream for a producer given none).
+cuda::Stream current_stream(int device) {
+  static py::handle raw_stream;  // torch._C._cuda_getCurrentRawStream, kept for the process
+  if (!raw_stream) {
+    const py::dict modules = py::module_::import("sys").attr("modules");
+    if (!modules.contains("torch") || modules["torch"].is_none()) return nullptr;
+    const py::object c = py::module_::import("torch").attr("_C");
+    if (py::hasattr(c, "_cuda_getCurrentRawStream")) {
+      raw_stream = py::object(c.attr("_cuda_getCurrentRawStream")).release();
+    } else {
+      const py::object stream = py::module_::import("torch.cuda").attr("current_stream")(device);
+      return reinterpret_cast<cuda::Stream>(stream.attr("cuda_stream").cast<uintptr_t>());
+    }
+  }
+  return reinterpret_cast<cuda::Stream>(raw_stream(device).cast<uintptr_t>());
+}
+
+bool is_capturing(cuda::Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// Every device's error word (rotary::cuda::Options::error): the kernels or in the position_* bits
+// of the tokens they skip; check_positions reads and clears it. One word per device for the
+// process, allocated on the device's first call (which must not be inside a CUDA graph capture:
+// cudaMalloc is not capturable) and never freed (CUDA may be torn down before static destructors).
+std::mutex error_words_mutex;
+std::map<int, uint32_t*> error_words;
+
+uint32_t* existing_error_word(int device) {
+  const std::lock_guard lock(error_words_mutex);
+  const auto at = error_words.find(device);
+  return at == error_words.end() ? nullptr : at->second;
+}
+
+uint32_t* error_word(int device, cuda::Stream stream) {
+  const std::lock_guard lock(error_words_mutex);
+  uint32_t*& word = error_words[device];
+  if (word != nullptr) return word;
+  if (is_capturing(stream)) {
+    throw py::value_error("rotary's first call on cuda:" + std::to_string(device) + " is inside a CUDA graph "
+                          "capture, where it cannot allocate the device's error word: run a call on the device "
+                          "before capturing (a warm-up, as torch.cuda.graph advises)");
+  }
+  uint32_t* fresh = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&fresh), sizeof(uint32_t)), "cudaMalloc (error word)");
+  const cudaError_t cleared = cudaMemset(fresh, 0, sizeof(uint32_t));
+  if (cleared != cudaSuccess) static_cast<void>(cudaFree(fresh));
+  check(cleared, "cudaMemset (error word)");
+  word = fresh;
+  return word;
+}
+#endif
+
 // ---- Rope ------------------------------------------------------------------------------------------
 
 // The user's Rope: spec, schedule, and cos/sin tables for positions [0, n) grown on demand. Safe to
@@ -263,9 +354,11 @@ class PyRope {
   // on its position, so the values are the same). Call with the GIL held: it is released while
   // waiting for the mutex and while growing, so one call grows and the others wait for its table.
   static constexpr int64_t kCacheBytes = int64_t{64} << 20;
+  int64_t max_cached_rows() const {
+    return kCacheBytes / std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
+  }
   std::shared_ptr<const Table> cache(int64_t needed, AngleMode mode) const {
-    const int64_t row_bytes = std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
-    const int64_t max_rows = kCacheBytes / row_bytes;
+    const int64_t max_rows = max_cached_rows();
     if (needed > max_rows) return nullptr;
     {  // The common case, a table already large enough, without giving up the GIL (a decode step's
        // cost): try_lock never waits, so holding the GIL here cannot deadlock with a grower.
@@ -287,16 +380,74 @@ class PyRope {
     return slot;
   }
 
+#if ROTARY_PY_CUDA
+  // cache(needed, mode) copied to the current device (`device`, made current by the caller), or
+  // null when cache() gives none or when the copy would have to be made while `stream` is being
+  // captured into a CUDA graph (allocating and copying are not capturable). Kernels queued on any
+  // stream, and graphs captured from them, read a device table after the call returns, so none is
+  // freed before the Rope: a grown table joins the older ones (at most twice the largest in all),
+  // and the Rope's destructor waits for each device before freeing its tables. Call with the GIL
+  // held (released while copying).
+  const cuda::DeviceTable* device_cache(int device, int64_t needed, AngleMode mode, cuda::Stream stream) const {
+    DeviceCaches& caches = *device_caches_;
+    {
+      std::unique_lock lock(caches.mutex, std::try_to_lock);  // as cache(): no wait with the GIL held
+      if (lock.owns_lock()) {
+        if (const cuda::DeviceTable* t = caches.largest(device, mode); t != nullptr && t->rows() >= needed) return t;
+      }
+    }
+    const std::shared_ptr<const Table> host = cache(needed, mode);
+    if (!host || is_capturing(stream)) return nullptr;
+    py::gil_scoped_release release;
+    const std::lock_guard lock(caches.mutex);
+    const cuda::DeviceTable* largest = caches.largest(device, mode);
+    if (largest != nullptr && largest->rows() >= needed) return largest;
+    auto& tables = caches.tables[{device, mode == AngleMode::exact}];
+    tables.push_back(std::make_unique<const cuda::DeviceTable>(*host));
+    return tables.back().get();
+  }
+#endif
+
  private:
   struct Caches {
     std::mutex mutex;  // guards the two pointers; a published Table is immutable
     std::shared_ptr<const Table> exact, float32;
   };
 
+#if ROTARY_PY_CUDA
+  struct DeviceCaches {
+    std::mutex mutex;  // guards the map and the lists; a DeviceTable, once made, lives as long as this
+    std::map<std::pair<int, bool>, std::vector<std::unique_ptr<const cuda::DeviceTable>>> tables;  // (device, exact)
+
+    const cuda::DeviceTable* largest(int device, AngleMode mode) const {
+      const auto at = tables.find({device, mode == AngleMode::exact});
+      return at == tables.end() || at->second.empty() ? nullptr : at->second.back().get();
+    }
+    DeviceCaches() = default;
+    DeviceCaches(const DeviceCaches&) = delete;
+    DeviceCaches& operator=(const DeviceCaches&) = delete;
+    // Kernels still queued may read the tables: each device finishes its work before they are freed
+    // (errors ignored: at exit CUDA may already be gone, and then so is the memory).
+    ~DeviceCaches() {
+      int previous = 0;
+      const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+      for (auto& [key, list] : tables) {
+        if (list.empty() || cudaSetDevice(key.first) != cudaSuccess) continue;
+        static_cast<void>(cudaDeviceSynchronize());
+        list.clear();
+      }
+      if (restore) static_cast<void>(cudaSetDevice(previous));
+    }
+  };
+#endif
+
   Spec spec_;
   std::optional<int64_t> seq_len_;
   Schedule schedule_;
   std::unique_ptr<Caches> caches_ = std::make_unique<Caches>();  // behind a pointer: PyRope stays movable
+#if ROTARY_PY_CUDA
+  std::unique_ptr<DeviceCaches> device_caches_ = std::make_unique<DeviceCaches>();
+#endif
 };
 
 // Pickle state: what the constructor takes (the Spec as keyword arguments, and seq_len).
@@ -318,6 +469,36 @@ PyRope rope_from_state(const py::tuple& state) {
 
 enum class Access { read, write };
 
+// A DLPack device as torch names it ("cpu", "cuda:0").
+std::string device_name(const DLDevice& device) {
+  switch (device.device_type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda:" + std::to_string(device.device_id);
+    default: return "DLPack device type " + std::to_string(static_cast<int>(device.device_type));
+  }
+}
+
+bool same_device(const DLDevice& a, const DLDevice& b) {
+  return a.device_type == b.device_type && (a.device_type == kDLCPU || a.device_id == b.device_id);
+}
+
+// What a CUDA tensor meets in a build without the CUDA kernels (rotary.torch says the same).
+constexpr const char* kNoCudaKernels =
+    "this rotary was built without CUDA kernels (pip install . --config-settings=cmake.define.ROTARY_CUDA=ON)";
+
+// The memory the call's kernels can read: the CPU's, and a CUDA device's when built with its kernels.
+void check_device(const DLDevice& device, const std::string& name) {
+  if (device.device_type == kDLCPU) return;
+  if (device.device_type == kDLCUDA) {
+#if ROTARY_PY_CUDA
+    return;
+#else
+    throw py::value_error(name + " is on " + device_name(device) + ", but " + kNoCudaKernels);
+#endif
+  }
+  throw py::value_error(name + " is on " + device_name(device) + ", but rotary runs on the CPU and CUDA devices only");
+}
+
 // torch.utils.dlpack.to_dlpack when obj's type is exactly torch.Tensor, else null. It makes the
 // capsule obj.__dlpack__() makes, without the Python checks that method runs first (about 3 us a
 // tensor, most of a decode step's cost); the ones that matter here (requires grad, device, dtype,
@@ -336,10 +517,10 @@ py::handle torch_to_dlpack(py::handle obj) {
   return Py_TYPE(obj.ptr()) == tensor_type ? to_dlpack : py::handle();
 }
 
-// A numpy array or torch CPU tensor seen as a TensorView, alive until this goes away (GIL held).
-// Inputs are only read: a read-only, memory-mapped or broadcast numpy array and a torch tensor that
-// requires grad (borrowed through its detach()) are fine. An output must be writable and must not
-// be a tensor that autograd tracks.
+// A numpy array or torch tensor (CPU, or CUDA when built with its kernels) seen as a TensorView, alive
+// until this goes away (GIL held). Inputs are only read: a read-only, memory-mapped or broadcast numpy
+// array and a torch tensor that requires grad (borrowed through its detach()) are fine. An output
+// must be writable and must not be a tensor that autograd tracks.
 class Borrowed {
  public:
   Borrowed() = default;
@@ -364,6 +545,8 @@ class Borrowed {
   }
 
   bool given() const { return given_; }
+  const std::string& name() const { return name_; }
+  const DLDevice& device() const { return device_; }
   int ndim() const { return ndim_; }
   DType dtype() const { return view_.dtype; }
   const void* data() const { return view_.data; }
@@ -439,9 +622,8 @@ class Borrowed {
     if (managed_ == nullptr) throw py::error_already_set();
     PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // consumed: we call the deleter
     const DLTensor& t = managed_->dl_tensor;
-    if (t.device.device_type != kDLCPU) {
-      throw py::value_error(name_ + " is not on the CPU (rotary's Python module runs the CPU kernels)");
-    }
+    check_device(t.device, name_);
+    device_ = t.device;
     std::optional<DType> kind;
     if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 32) kind = DType::f32;
     else if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 64) kind = DType::f64;
@@ -488,6 +670,7 @@ class Borrowed {
 
   std::string name_;
   bool given_ = false;
+  DLDevice device_{kDLCPU, 0};
   TensorView view_{};
   py::object owner_;                     // the numpy array
   DLManagedTensor* managed_ = nullptr;  // the DLPack export
@@ -495,33 +678,43 @@ class Borrowed {
 
 // ---- apply -----------------------------------------------------------------------------------------
 
-// Positions as the Python layer passes them (rotary._positions_array checked the user's value):
-// a flat int64 or float64 array of `streams` equal parts, alive while this lives.
+// Positions as the Python layer passes them (rotary._positions_and_streams checked the user's
+// value): a flat int64 or float64 array of `streams` equal parts, or a torch tensor (CPU ones
+// copied; CUDA ones read in place by the kernels), alive while this lives.
 struct PositionsArg {
   py::array array;
-  std::vector<int64_t> copied;     // a torch tensor's positions, copied in C order
+  std::vector<int64_t> copied;     // a torch CPU tensor's positions, copied in C order
+  std::shared_ptr<DLManagedTensor> device_tensor;  // positions in device memory (their DLPack export)
+  DLDevice device{kDLCPU, 0};
   Positions positions;
-  std::span<const int64_t> whole;  // the int64 entries (empty for float64)
+  std::span<const int64_t> whole;  // the int64 entries in host memory (empty for float64 and on a device)
 };
 
-// A torch.Tensor of int64 or int32 positions (CPU, at most 3 dimensions, any strides: transformers'
-// position_ids are often an expanded view), copied in C order: the copy is what the library checks,
-// so another thread changing the tensor cannot change a position after its check. Read through
-// DLPack, without the round trip through numpy (several microseconds of a decode step).
-std::vector<int64_t> copy_torch_positions(py::handle v) {
-  const py::object capsule = torch_to_dlpack(v)(v);
+// torch's DLPack export of a tensor, released (its deleter called) with the last reference.
+std::shared_ptr<DLManagedTensor> export_dlpack(py::handle tensor, py::handle to_dlpack) {
+  const py::object capsule = to_dlpack(tensor);
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));
   if (managed == nullptr) throw py::error_already_set();
   PyCapsule_SetName(capsule.ptr(), "used_dltensor");  // consumed: the deleter runs below
-  const std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> owner(
-      managed, [](DLManagedTensor* m) { if (m->deleter != nullptr) m->deleter(m); });
-  const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type != kDLCPU) throw py::value_error("positions is not on the CPU");
+  return {managed, [](DLManagedTensor* m) { if (m->deleter != nullptr) m->deleter(m); }};
+}
+
+void check_positions_ndim(int64_t ndim) {
+  if (ndim > 3) {
+    throw py::value_error("positions must have at most 3 dimensions ([streams, batch, seq]), got " +
+                          std::to_string(ndim));
+  }
+}
+
+// A torch CPU tensor of int64 or int32 positions (at most 3 dimensions, any strides: transformers'
+// position_ids are often an expanded view), copied in C order: the copy is what the library checks,
+// so another thread changing the tensor cannot change a position after its check. Read through
+// DLPack, without the round trip through numpy (several microseconds of a decode step).
+std::vector<int64_t> copy_positions(const DLTensor& t) {
   const bool i64 = t.dtype.code == kDLInt && t.dtype.bits == 64 && t.dtype.lanes == 1;
   const bool i32 = t.dtype.code == kDLInt && t.dtype.bits == 32 && t.dtype.lanes == 1;
   if (!i64 && !i32) throw py::type_error("positions must be an int64 or int32 tensor here");
-  if (t.ndim > 3) throw py::value_error("positions must have at most 3 dimensions ([streams, batch, seq]), got " +
-                                        std::to_string(t.ndim));
+  check_positions_ndim(t.ndim);
   std::array<int64_t, 3> shape{1, 1, 1}, strides{0, 0, 0};
   for (int d = 0; d < t.ndim; ++d) {  // right-aligned in [d0, d1, d2]
     const auto slot = static_cast<size_t>(3 - t.ndim + d);
@@ -545,6 +738,35 @@ std::vector<int64_t> copy_torch_positions(py::handle v) {
   return out;
 }
 
+// Positions in device memory, read by the kernels only (never by the host): a C-contiguous tensor
+// (rotary._positions_and_streams makes a strided one so) of int64, int32, float32 or float64.
+Positions device_positions(const DLTensor& t, int streams) {
+  check_positions_ndim(t.ndim);
+  int64_t size = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != size) {
+      throw py::value_error("positions on " + device_name(t.device) + " must be contiguous (row-major), as "
+                            "rotary.Rope.apply makes them");
+    }
+    size *= t.shape[d];
+  }
+  const void* data = t.data == nullptr ? nullptr : static_cast<const char*>(t.data) + t.byte_offset;
+  const auto n = static_cast<size_t>(size);
+  if (t.dtype.lanes == 1 && t.dtype.code == kDLInt && t.dtype.bits == 64) {
+    return Positions::per_token(std::span(static_cast<const int64_t*>(data), n), streams);
+  }
+  if (t.dtype.lanes == 1 && t.dtype.code == kDLInt && t.dtype.bits == 32) {
+    return Positions::per_token(std::span(static_cast<const int32_t*>(data), n), streams);
+  }
+  if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 64) {
+    return Positions::per_token(std::span(static_cast<const double*>(data), n), streams);
+  }
+  if (t.dtype.lanes == 1 && t.dtype.code == kDLFloat && t.dtype.bits == 32) {
+    return Positions::per_token(std::span(static_cast<const float*>(data), n), streams);
+  }
+  throw py::type_error("positions on " + device_name(t.device) + " must be int64, int32, float32 or float64");
+}
+
 PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   const int64_t streams = int_arg(streams_value, "positions streams");
   if (streams < 1 || streams > max_streams) {
@@ -552,10 +774,19 @@ PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   }
   const int s = static_cast<int>(streams);
   PositionsArg out;
-  if (torch_to_dlpack(v)) {
-    out.copied = copy_torch_positions(v);
-    out.whole = std::span<const int64_t>(out.copied);
-    out.positions = Positions::per_token(out.whole, s);
+  if (const py::handle to_dlpack = torch_to_dlpack(v)) {
+    std::shared_ptr<DLManagedTensor> exported = export_dlpack(v, to_dlpack);
+    const DLTensor& t = exported->dl_tensor;
+    if (t.device.device_type == kDLCPU) {
+      out.copied = copy_positions(t);
+      out.whole = std::span<const int64_t>(out.copied);
+      out.positions = Positions::per_token(out.whole, s);
+    } else {
+      check_device(t.device, "positions");
+      out.positions = device_positions(t, s);
+      out.device = t.device;
+      out.device_tensor = std::move(exported);
+    }
   } else if (py::isinstance<py::array_t<int64_t>>(v)) {
     auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
     out.whole = std::span<const int64_t>(array.data(), static_cast<size_t>(array.size()));
@@ -671,12 +902,164 @@ std::string caller_words(std::string text, const std::string& given) {
   return text;
 }
 
-// q_out unset means in place: q (and k) are then written.
+// The device of a call: q's, which every other tensor given must share (ValueError naming both).
+DLDevice call_device(std::initializer_list<const Borrowed*> tensors) {
+  const Borrowed* first = nullptr;
+  for (const Borrowed* t : tensors) {
+    if (t == nullptr || !t->given()) continue;
+    if (first == nullptr) {
+      first = t;
+    } else if (!same_device(t->device(), first->device())) {
+      throw py::value_error(t->name() + " is on " + device_name(t->device()) + " but " + first->name() + " is on " +
+                            device_name(first->device()) + " (every tensor of a call must be on one device)");
+    }
+  }
+  return first == nullptr ? DLDevice{kDLCPU, 0} : first->device();
+}
+
+void check_positions_device(const PositionsArg& pos, const DLDevice& device, const std::string& q_name) {
+  if (same_device(pos.device, device)) return;
+  const std::string hint = device.device_type == kDLCUDA ? ": give them as a tensor on " + device_name(device) : "";
+  throw py::value_error("positions is on " + device_name(pos.device) + " but " + q_name + " is on " +
+                        device_name(device) + " (every tensor of a call must be on one device" + hint + ")");
+}
+
+// validate (or, `shapes_only`, validate_shapes: positions in device memory), its message about
+// ApplyArgs::angles put in the words of this call: `given` is "cos/sin" or "cos_sin_cache" when the
+// caller gave angles, else null.
+void validate_call(const Schedule& schedule, const ApplyArgs& args, const char* given, bool shapes_only) {
+  try {
+    if (shapes_only) {
+      validate_shapes(schedule, args);
+    } else {
+      validate(schedule, args);
+    }
+  } catch (const Error& e) {
+    if (given == nullptr) throw;
+    throw Error(caller_words(e.what(), given));
+  }
+}
+
+#if ROTARY_PY_CUDA
+// The table a CUDA call reads: the Rope's device cache, or one of this call's positions alone (beyond
+// the cache; `own`, freed once the call's kernel has run), or none (angles computed on the device).
+struct DeviceAngles {
+  const cuda::DeviceTable* table = nullptr;
+  std::optional<cuda::DeviceTable> own;
+};
+
+// Per-token integer positions in device memory copied to the host (waiting for `stream`, so never
+// inside a CUDA graph capture) and checked by validate (ValueError naming a position, before any
+// write); returns the smallest and the largest.
+std::pair<int64_t, int64_t> read_back_positions(const Schedule& schedule, const ApplyArgs& args, cuda::Stream stream) {
+  const Positions& p = args.positions;
+  const auto entries = static_cast<size_t>(p.count) * static_cast<size_t>(p.streams);
+  const bool i32 = p.kind == Positions::Kind::per_token_i32;
+  std::vector<int64_t> host(entries);
+  std::vector<int32_t> narrow(i32 ? entries : 0);
+  {
+    py::gil_scoped_release release;
+    void* into = i32 ? static_cast<void*>(narrow.data()) : static_cast<void*>(host.data());
+    check(cudaMemcpyAsync(into, p.data, entries * (i32 ? sizeof(int32_t) : sizeof(int64_t)), cudaMemcpyDeviceToHost,
+                          stream), "cudaMemcpyAsync (positions)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  if (i32) std::copy(narrow.begin(), narrow.end(), host.begin());
+  ApplyArgs on_host = args;
+  on_host.positions = Positions::per_token(std::span<const int64_t>(host), p.streams);
+  validate(schedule, on_host);
+  const auto [low, high] = std::minmax_element(host.begin(), host.end());
+  return {*low, *high};
+}
+
+// The angles of a CUDA call that passed validate_shapes. Exact angles computed on the device are the
+// table's bits (the same double-double reduction, rounded once), so "exact" takes the Rope's device
+// table only for sequential positions, whose rows the host knows, and computes per-token ones on the
+// device: nothing is read back, and a call is always capturable in a CUDA graph. hf-float32 angles
+// exist only as a table: per-token positions are read back to size it (not capturable).
+void device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int device, cuda::Stream stream,
+                   DeviceAngles& out) {
+  if (angles == Angles::on_the_fly || args.angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) return;
+  const Positions& p = args.positions;
+  const bool sequential = p.kind == Positions::Kind::sequential;
+  if (angles == Angles::table) {
+    if (sequential) out.table = rope.device_cache(device, p.offset + args.q.seq(), AngleMode::exact, stream);
+    return;
+  }
+  const std::string where = " on cuda:" + std::to_string(device);
+  if (!sequential && is_capturing(stream)) {
+    throw py::value_error("angles='hf-float32' with per-token positions" + where + " reads them back to size its "
+                          "table, which cannot happen inside a CUDA graph capture: use angles='exact' (computed on "
+                          "the device), or sequential positions (offset=) after a warm-up call");
+  }
+  const auto [first, last] = sequential ? std::pair{p.offset, p.offset + args.q.seq() - 1}
+                                        : read_back_positions(rope.schedule(), args, stream);
+  out.table = rope.device_cache(device, last + 1, AngleMode::hf_float32, stream);
+  if (out.table != nullptr) return;
+  const std::string span = std::to_string(first) + ".." + std::to_string(last);
+  if (is_capturing(stream)) {
+    throw py::value_error("angles='hf-float32' needs a table of positions " + span + where + ", which cannot be "
+                          "made inside a CUDA graph capture: run a call with positions this large before capturing");
+  }
+  // A table of this call's positions alone: its rows at most the cache's, or one per position entry.
+  const int64_t entries = sequential ? args.q.seq() : p.count * p.streams;
+  const int64_t rows = last - first + 1;
+  if (rows > std::max(rope.max_cached_rows(), entries)) {
+    throw py::value_error("angles='hf-float32'" + where + ": positions " + span + " would need a table of " +
+                          std::to_string(rows) + " rows for " + std::to_string(entries) + " positions (at most " +
+                          std::to_string(rope.max_cached_rows()) + " rows, or one per position): use "
+                          "angles='exact' (computed on the device), or split the call");
+  }
+  py::gil_scoped_release release;
+  out.own.emplace(Table::range(rope.schedule(), first, rows, AngleMode::hf_float32));
+  out.table = &*out.own;
+}
+
+// apply on a CUDA device, queued on torch's current stream there. Per-token positions are checked by
+// the kernels (rotary::cuda::Options::error): a token whose position is unusable is skipped and the
+// device's error word records it; `check_now` waits for the call and raises for it (and for any
+// earlier call on the device not yet checked).
+void apply_cuda(const PyRope& rope, const ApplyArgs& args, Angles angles, const char* given, int device,
+                bool check_now) {
+  const Schedule& schedule = rope.schedule();
+  validate_call(schedule, args, given, true);
+  const DeviceGuard guard(device);
+  const cuda::Stream stream = current_stream(device);
+  uint32_t* error = error_word(device, stream);
+  DeviceAngles table;
+  device_angles(rope, args, angles, device, stream, table);
+  cuda::apply(schedule, args, stream, {.table = table.table, .error = error});
+  if (!check_now && !table.own) return;
+  py::gil_scoped_release release;
+  if (check_now) {
+    cuda::check_positions(error, stream);  // waits for the stream
+  } else {
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // before the call's own table goes
+  }
+}
+
+// rotary.torch.check_positions: raises for tokens skipped on `device` since its last check.
+void check_positions_py(const py::object& device_value) {
+  const int64_t device = int_arg(device_value, "device");
+  if (device < 0 || device > INT_MAX) {
+    throw py::value_error("device=" + shown(device_value) + " is not a CUDA device index");
+  }
+  uint32_t* word = existing_error_word(static_cast<int>(device));
+  if (word == nullptr) return;  // no call ran there
+  const DeviceGuard guard(static_cast<int>(device));
+  const cuda::Stream stream = current_stream(static_cast<int>(device));
+  py::gil_scoped_release release;
+  cuda::check_positions(word, stream);
+}
+#endif
+
+// q_out unset means in place: q (and k) are then written. `check`: see apply_cuda.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
               const py::object& k_out, const py::object& positions, const py::object& streams,
               const py::object& offset, const py::object& layout, const py::object& inverse,
               const py::object& angles, const py::object& threads, const py::object& cos,
-              const py::object& sin, const py::object& cos_sin_cache, const py::object& cos_sin_columns) {
+              const py::object& sin, const py::object& cos_sin_cache, const py::object& cos_sin_columns,
+              const py::object& check_arg) {
   const Layout lay = layout_arg(layout);
   const Angles angle_source = angles_arg(angles);
   const Access in_access = q_out.is_none() ? Access::write : Access::read;
@@ -688,6 +1071,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   args.threads = small_threads ? *small_threads : threads_arg(threads);
   const std::optional<int> small_offset = small_int(offset);
   const int64_t first = small_offset ? *small_offset : int_arg(offset, "offset", "must keep positions in [0, 2^31)");
+  [[maybe_unused]] const bool check_now = check_arg.ptr() != Py_False && bool_arg(check_arg, "check");
   PositionsArg pos;
   if (positions.is_none()) {
     pos.positions = Positions::sequential(first);
@@ -707,15 +1091,23 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   } else if (!cos_sin_columns.is_none()) {
     throw py::value_error("cos_sin_columns is set but neither cos/sin nor cos_sin_cache is");
   }
+  const DLDevice device = call_device({&bq, &bk, &bq_out, &bk_out, caller.cos ? &*caller.cos : nullptr,
+                                       caller.sin ? &*caller.sin : nullptr});
+  if (!positions.is_none()) check_positions_device(pos, device, bq.name());
   if (pos.positions.is_fractional() && angle_source == Angles::hf_float32) {
+    if (pos.device_tensor) {
+      throw py::value_error("angles='hf-float32' needs whole positions (transformers' float32 table): on " +
+                            device_name(pos.device) + " give them as int64 or int32");
+    }
     throw py::value_error("angles='hf-float32' needs whole positions (transformers' float32 table), got fractional ones");
   }
-  try {
-    validate(rope.schedule(), args);  // raises before any write, and before a table is built
-  } catch (const Error& e) {
-    if (!given) throw;
-    throw Error(caller_words(e.what(), cos_sin_cache.is_none() ? "cos/sin" : "cos_sin_cache"));
+  const char* given_name = !given ? nullptr : cos_sin_cache.is_none() ? "cos/sin" : "cos_sin_cache";
+#if ROTARY_PY_CUDA
+  if (device.device_type == kDLCUDA) {
+    return apply_cuda(rope, args, angle_source, given_name, device.device_id, check_now);
   }
+#endif
+  validate_call(rope.schedule(), args, given_name, false);  // raises before any write, and before a table is built
   const std::shared_ptr<const Table> table = given ? nullptr : table_for(rope, args, angle_source, pos.whole);
   args.table = table.get();
   // A small call (a decode step) keeps the GIL: releasing and taking it back costs about as much as
@@ -745,6 +1137,11 @@ void move_keys(const py::object& k, const py::object& k_out, const py::object& p
     pos.positions = Positions::sequential(int_arg(offset, "offset", "must keep positions in [0, 2^31)"));
   } else {
     pos = positions_arg(positions, streams);
+  }
+  const DLDevice device = call_device({&bk, &bk_out});
+  if (!positions.is_none()) check_positions_device(pos, device, bk.name());
+  if (device.device_type != kDLCPU) {
+    throw py::value_error("k is on " + device_name(device) + ", but Rope.rerotate and Rope.switch run on the CPU only");
   }
   keys.positions = pos.positions;
   constexpr int64_t kReleaseGilElements = int64_t{1} << 16;  // as apply_py
@@ -812,6 +1209,15 @@ ReadOptions read_options(py::handle layer_type, py::handle vision) {
 PYBIND11_MODULE(_rotary, m) {
   m.doc() = "rotary: Rotary Position Embeddings, exact at any context length (C++ core)";
   py::register_exception<Error>(m, "RotaryError", PyExc_ValueError);
+#if ROTARY_PY_CUDA
+  // A failure of the CUDA runtime (no device, memory exhausted, a failed launch) is no bad value.
+  py::register_exception<cuda::RuntimeError>(m, "CudaError", PyExc_RuntimeError);
+  m.attr("cuda") = true;
+  m.def("cuda_check_positions", &check_positions_py, py::arg("device"));
+#else
+  m.attr("cuda") = false;
+#endif
+  m.attr("no_cuda_kernels") = kNoCudaKernels;
   m.attr("max_threads") = max_threads;
   m.attr("max_position_limit") = max_position_limit;
   // numpy 2 changed its C structures; pybind11 reads them correctly from 2.12 on (__init__ checks).
@@ -878,7 +1284,8 @@ PYBIND11_MODULE(_rotary, m) {
       .def("table", &table_py, py::arg("positions"), py::arg("angles") = "exact")
       .def("apply", &apply_py, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"),
-           py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"))
+           py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"),
+           py::arg("check") = false)
       .def("rerotate", &rerotate_py, py::arg("k"), py::arg("k_out"), py::arg("delta"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"))
       .def("switch", &switch_py, py::arg("k"), py::arg("k_out"), py::arg("to"), py::arg("positions"),
