@@ -12,7 +12,8 @@ namespace {
 
 static_assert(kPositionOutOfRange == rotary::cuda::position_out_of_range &&
               kPositionNotInTable == rotary::cuda::position_not_in_table &&
-              kPositionNotInAngles == rotary::cuda::position_not_in_angles);
+              kPositionNotInAngles == rotary::cuda::position_not_in_angles &&
+              kPositionBeyondXposReach == rotary::cuda::position_beyond_xpos_reach);
 
 // Everything a launch reads, by value in the kernel's parameters: args, and the per-pair arrays
 // args points to on the host (inv_freq, pair_stream), so no call copies anything to the device.
@@ -81,7 +82,11 @@ void launch_as(const KernelArgs& args, const LaunchShape& shape, cudaStream_t st
 
 void launch(const KernelArgs& args, CUstream_st* stream) {
   if (args.tokens == 0) return;
-  const LaunchShape shape = launch_shape(args);
+  launch(args, launch_shape(args), stream);
+}
+
+void launch(const KernelArgs& args, const LaunchShape& shape, CUstream_st* stream) {
+  if (args.tokens == 0) return;
   switch (args.dtype) {
     case DType::f32: launch_as<float>(args, shape, stream); break;
     case DType::f64: launch_as<double>(args, shape, stream); break;

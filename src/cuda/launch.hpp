@@ -17,6 +17,12 @@ namespace rotary::detail::cuda {
 /// args.tokens is 0.
 void launch(const KernelArgs& args, CUstream_st* stream);
 
+struct LaunchShape;
+/// The same with a launch shape of the caller's (rope_body.hpp: blocks >= 1, threads in
+/// [1, kMaxThreads]): the device tests play every shape the emulation does (per-item angles, odd
+/// block sizes, blocks looping over tokens), which launch_shape alone never picks on a GPU.
+void launch(const KernelArgs& args, const LaunchShape& shape, CUstream_st* stream);
+
 /// Throws rotary::cuda::RuntimeError "CUDA <what> failed: <name>: <description>" unless `status`
 /// (a cudaError_t) is cudaSuccess.
 void check(int status, const char* what);
