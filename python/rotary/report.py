@@ -1,6 +1,6 @@
 """The main job's report: ``python3 -m rotary.report --cli build/rotary --out out [--extra FILE ...]``.
 
-Runs ``rotary demo``, draws the five plots for the model (default Llama-3.1-8B) at its own factor and
+Runs ``rotary demo``, draws the six plots for the model (default Llama-3.1-8B) at its own factor and
 lengths, and writes ``out/report.md`` with both (and any extra text files, e.g. the bench tables,
 verbatim)."""
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main(argv=None) -> int:
         "3": "Wavelength of each pair against the model's original and own context; dots mark the pairs the schedule interpolates.",
         "4": "Per-pair frequency ratio to default: the model's own schedule, and linear, NTK, YaRN, Llama 3 and LongRoPE at the model's factor and original length.",
         "5": "Angle error that the stored cos/sin encode (atan2 against the exact angle), for transformers' float32 pipeline and rotary's tables, positions 1 to 2^24 (further for longer models), the model's last position marked.",
+        "6": "The precision doctor (rotary.doctor): each pair's wrap distance ceil(2π/inv_freq) and the first position where transformers' float32 angle strays more than 1e-3 rad, against the context; where a bf16 cos/sin cache stops telling adjacent positions apart.",
     }
     lines += ["## Plots", ""]
     for path in paths:

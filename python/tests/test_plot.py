@@ -228,3 +228,31 @@ def test_main_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(TypeError, match="exactly one of preset and config"):
         plot.load_model(preset="llama-3.1-8b", config=config("meta-llama--Llama-3.1-8B"))
     assert not list(tmp_path.iterdir())  # nothing drawn
+
+
+def _rotary_command():
+    """The `rotary` command beside this Python (pip's scripts folder), else the CMake build's."""
+    import shutil
+    import sysconfig
+    for candidate in (pathlib.Path(sysconfig.get_path("scripts")) / "rotary",
+                      pathlib.Path(__file__).resolve().parents[2] / "build" / "rotary"):
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which("rotary")
+
+
+def test_report_shows_every_figure_with_its_caption(tmp_path):
+    # `make run`'s last step: every figure plot_all draws gets a line and a caption in report.md.
+    from rotary import report
+    command = _rotary_command()
+    if command is None:
+        pytest.skip("no `rotary` command installed or built")
+    assert report.main(["--cli", command, "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    figures = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    assert len(figures) == 6
+    for name in figures:
+        line = f"![{name}](figures/{name})"
+        assert line in text
+        caption = text.split(line, 1)[1].strip().split("\n", 1)[0]
+        assert caption and not caption.startswith("!["), name
