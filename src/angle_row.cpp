@@ -1,6 +1,7 @@
 // The one angle-row builder (kernel.hpp): positions per stream -> each pair's position -> cos and
 // sin from the Table, the caller's tensors, or exact angles on the fly.
 #include <array>
+#include <type_traits>
 
 #include "cpu/cpu.hpp"
 #include "half.hpp"
@@ -172,33 +173,38 @@ double xpos_sigma(const Schedule& schedule, const std::array<double, max_streams
                     schedule.xpos_center, schedule.xpos_scale_base, key);
 }
 
-}  // namespace
-
-FloatRow xpos_float_row(const Plan& plan, int64_t token, int64_t t, FloatRow row, const Operand& op,
-                        const AngleScratch& scratch) {
+// Row values times pair j's σ for operand `op`, into c/s (row may alias them: each value is read
+// before it is written). Float rows are rounded once more, double rows keep the double product.
+template <class Value>
+void scale_row(const Plan& plan, int64_t token, int64_t t, const Value* row_c, const Value* row_s,
+               const Operand& op, Value* c, Value* s) {
   const Schedule& schedule = *plan.schedule;
   const std::array<double, max_streams> p = stream_positions(plan, token, t);
   for (int64_t j = 0; j < schedule.pairs(); ++j) {
     const double sigma = xpos_sigma(schedule, p, j, op.key);
-    const float c = row.c[j];
-    const float s = row.s[j];
-    scratch.c[j] = xpos_scaled(c, sigma);
-    scratch.s[j] = xpos_scaled(s, sigma);
+    const Value cj = row_c[j];
+    const Value sj = row_s[j];
+    if constexpr (std::is_same_v<Value, float>) {
+      c[j] = xpos_scaled(cj, sigma);
+      s[j] = xpos_scaled(sj, sigma);
+    } else {
+      c[j] = ieee::mul(cj, sigma);
+      s[j] = ieee::mul(sj, sigma);
+    }
   }
+}
+
+}  // namespace
+
+FloatRow xpos_float_row(const Plan& plan, int64_t token, int64_t t, FloatRow row, const Operand& op,
+                        const AngleScratch& scratch) {
+  scale_row(plan, token, t, row.c, row.s, op, scratch.c, scratch.s);
   return {scratch.c, scratch.s};
 }
 
 DoubleRow xpos_double_row(const Plan& plan, int64_t token, int64_t t, DoubleRow row, const Operand& op,
                           const AngleScratch& scratch) {
-  const Schedule& schedule = *plan.schedule;
-  const std::array<double, max_streams> p = stream_positions(plan, token, t);
-  for (int64_t j = 0; j < schedule.pairs(); ++j) {
-    const double sigma = xpos_sigma(schedule, p, j, op.key);
-    const double c = row.c[j];
-    const double s = row.s[j];
-    scratch.dc[j] = ieee::mul(c, sigma);
-    scratch.ds[j] = ieee::mul(s, sigma);
-  }
+  scale_row(plan, token, t, row.c, row.s, op, scratch.dc, scratch.ds);
   return {scratch.dc, scratch.ds};
 }
 

@@ -84,10 +84,7 @@ class Timer {
       queue(stream_);
       check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
     }
-    check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
-    return static_cast<double>(ms) * 1e6 / static_cast<double>(calls);
+    return elapsed_per_call_ns(calls);
   }
 
   // Host and device nanoseconds per call with no gate: the host queues as the device runs, so a
@@ -98,6 +95,11 @@ class Timer {
     check(cudaEventRecord(start_, stream_), "cudaEventRecord");
     queue(stream_);
     check(cudaEventRecord(stop_, stream_), "cudaEventRecord");
+    return elapsed_per_call_ns(calls);
+  }
+
+  // Nanoseconds per call between the start and stop events, once stop has happened.
+  double elapsed_per_call_ns(int64_t calls) {
     check(cudaEventSynchronize(stop_), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
