@@ -534,3 +534,17 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--groups"]:
     sys.exit(_run_groups([int(w) for w in sys.argv[2].split(",")], Path(sys.argv[3])))
 if __name__ == "__main__" and sys.argv[1:2] == ["--rank"]:
     sys.exit(_worker_main(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])))
+
+
+def test_documented_module_paths_import_in_a_fresh_interpreter():
+    # `from rotary.torch.distributed import ...` is how Python users write it; rotary.torch used to
+    # be a module with `distributed` as a lazy attribute, so this import failed ("'rotary.torch' is
+    # not a package"). Each statement runs in its own interpreter: nothing imported before it.
+    statements = ["from rotary.torch.distributed import shard_positions, shard, unshard, all_gather",
+                  "import rotary.torch.distributed as cp; cp.shard_positions(8, 2, 0)",
+                  "from rotary.torch import distributed; distributed.unshard",
+                  "import rotary.torch; rotary.torch.distributed.shard_positions(8, 2, 1)"]
+    for statement in statements:
+        done = subprocess.run([sys.executable, "-c", statement], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(Path(rotary.__file__).parents[1])))
+        assert done.returncode == 0, f"{statement!r}: {done.stderr.strip().splitlines()[-1:]}"

@@ -151,7 +151,8 @@ def _public_callables(module):
                             yield f"{module.__name__}.{name}.{attr}", member
 
 
-@pytest.mark.parametrize("module_name", ["rotary", "rotary.mrope", "rotary.torch", "rotary.transformers", "rotary._distributed"])
+@pytest.mark.parametrize("module_name", ["rotary", "rotary.mrope", "rotary.torch", "rotary.transformers",
+                                         "rotary.torch.distributed"])
 def test_public_docstrings_are_numpy_style(module_name):
     # Every public function and class documents itself in NumPy's sections: a "Parameters" section
     # when it takes arguments, no Google-style "Args:"/"Raises:" lines.

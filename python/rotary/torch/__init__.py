@@ -34,7 +34,7 @@ import torch
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"rotary.torch needs PyTorch 2.4 or later (torch.library.custom_op), found {torch.__version__}")
 
-from . import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
+from .. import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
 
 __all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions"]
 
@@ -421,11 +421,11 @@ def __getattr__(name: str) -> Any:
     # rotary.torch.apply_rotary_pos_emb is transformers' signature over the fused kernel; it lives in
     # rotary.transformers (which imports this module), so it is looked up on first use.
     if name == "apply_rotary_pos_emb":
-        from .transformers import apply_rotary_pos_emb
+        from ..transformers import apply_rotary_pos_emb
 
         return apply_rotary_pos_emb
-    if name == "distributed":  # context parallelism (rotary/_distributed.py), loaded on first use
-        from . import _distributed
+    if name == "distributed":  # context parallelism (rotary/torch/distributed.py), loaded on first use
+        import importlib  # `from . import` would ask this __getattr__ again
 
-        return _distributed
+        return importlib.import_module(f"{__name__}.distributed")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
