@@ -119,7 +119,7 @@ FloatRow float_angle_row(const Plan& plan, int64_t token, int64_t t, const Angle
     return {scratch.c, scratch.s};
   }
   const double* pp = pair_positions(plan, p, scratch);
-  const double g = schedule.attention_factor;
+  const double g = plan.attention_factor;
   const float sign = plan.inverse ? -1.0f : 1.0f;
   if (vectorised) {
     cos_sin_row_f32(p[0], pp, schedule.inv_freq.data(), pairs, g, sign, scratch.c, scratch.s);
@@ -148,7 +148,7 @@ DoubleRow double_angle_row(const Plan& plan, int64_t token, int64_t t, const Ang
     return {scratch.dc, scratch.ds};
   }
   const double* pp = pair_positions(plan, p, scratch);
-  const double g = schedule.attention_factor;
+  const double g = plan.attention_factor;
   if (vectorised) {
     cos_sin_row(p[0], pp, schedule.inv_freq.data(), pairs, g, scratch.dc, scratch.ds);
   } else {

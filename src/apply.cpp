@@ -47,17 +47,38 @@ void check_output(const TensorView& out, const char* name, const TensorView& in,
   }
 }
 
+// A position as the user wrote it: whole numbers in full (3000000000, not 3e+09), others as the
+// shortest text that reads back the same double.
+std::string position_text(double position) {
+  if (std::isfinite(position) && position == std::trunc(position) && std::fabs(position) < 0x1p63) {
+    return fmt::format("{}", static_cast<int64_t>(position));
+  }
+  return fmt::format("{}", position);
+}
+
+// Entry i of stream k as the caller wrote it: integers in full, even beyond 2^53.
+std::string entry_text(const Positions& positions, int64_t i, int k) {
+  const int64_t at = k * positions.count + i;
+  switch (positions.kind) {
+    case Positions::Kind::per_token_i32: return std::to_string(static_cast<const int32_t*>(positions.data)[at]);
+    case Positions::Kind::per_token_i64: return std::to_string(static_cast<const int64_t*>(positions.data)[at]);
+    default: return position_text(positions.value(i, i, k));
+  }
+}
+
 // Entry `index` (of stream `stream`, per-token positions) is a position: in [0, 2^31), a whole
 // number when a table or per-position caller angles index rows by it, and in them.
+// text(): the entry as the caller wrote it (for messages only).
+template <class Text>
 void check_position_value(double position, int64_t index, int stream, int streams,
-                          const Table* table, int64_t angle_rows) {
+                          const Table* table, int64_t angle_rows, Text text) {
   // Formatted only on error: this runs once per position on every call.
   const auto where = [&] {
     return streams > 1 ? fmt::format("positions[{}][{}]", stream, index)
                        : fmt::format("positions[{}]", index);
   };
   if (!(position >= 0 && position < static_cast<double>(max_position_limit))) {
-    throw Error(fmt::format("{}={} must be in [0, 2^31)", where(), position));
+    throw Error(fmt::format("{}={} must be in [0, 2^31)", where(), text()));
   }
   if (table == nullptr && angle_rows < 0) return;
   if (position != static_cast<double>(static_cast<int64_t>(position))) {
@@ -73,6 +94,20 @@ void check_position_value(double position, int64_t index, int stream, int stream
     throw Error(fmt::format("{}={} is beyond the {} rows of the per_position cos/sin", where(), whole,
                             angle_rows));
   }
+}
+
+// Per-token positions whose caller gave their shape (Positions::with_shape): each stream
+// [rows, seq] with rows = batch or 1. Entry counts alone cannot tell [batch, seq] from a
+// transposed [seq, batch] or a [batch * seq, 1] column.
+void check_positions_shape(const std::array<int64_t, 2>& shape, int streams, int64_t batch, int64_t seq) {
+  const auto [rows, cols] = shape;
+  if (cols == seq && (rows == batch || rows == 1)) return;
+  const std::string given = streams > 1 ? fmt::format("[{}, {}, {}]", streams, rows, cols)
+                                        : fmt::format("[{}, {}]", rows, cols);
+  const std::string lead = streams > 1 ? fmt::format("{}, ", streams) : "";
+  throw Error(fmt::format("positions shape {} must be [{}batch={}, seq={}] or [{}1, seq={}] (one row for "
+                          "every batch row){}", given, lead, batch, seq, lead, seq,
+                          rows == seq && cols == batch ? ": it looks transposed" : ""));
 }
 
 // xPos: every position within xpos_reach of the centre, else ζ^((p - c)/γ) leaves float range.
@@ -130,7 +165,8 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
       }
       if (table == nullptr && angle_rows < 0) return;
       for (int64_t s = 0; s < seq; ++s) {
-        check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows);
+        check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows,
+                             [&] { return std::to_string(positions.offset + s); });
       }
       return;
     }
@@ -143,11 +179,13 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
         throw Error(fmt::format("positions has {} entries but batch*seq={}*{} exceeds 2^63",
                                 positions.count, batch, seq));
       }
-      if (positions.count != tokens && !(positions.count == seq && tokens > 0)) {
+      // One row for every batch row ([seq]) serves an empty batch too: nothing to rotate.
+      if (positions.count != tokens && positions.count != seq) {
         throw Error(fmt::format("positions has {} entries{} but batch*seq={} (or seq={}: one row "
                                 "for every batch row)", positions.count,
                                 positions.streams > 1 ? " per stream" : "", tokens, seq));
       }
+      if (positions.shape) check_positions_shape(*positions.shape, positions.streams, batch, seq);
       if (tokens > 0 && positions.data == nullptr) throw Error("positions data is null");
       if (!read_entries || tokens == 0) return;
       const int64_t per_stream = positions.count;
@@ -156,7 +194,8 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
       for (int k = 0; k < positions.streams; ++k) {
         for (int64_t i = 0; i < per_stream; ++i) {
           const double p = positions.value(i, i, k);
-          check_position_value(p, i, k, positions.streams, table, angle_rows);
+          check_position_value(p, i, k, positions.streams, table, angle_rows,
+                               [&] { return entry_text(positions, i, k); });
           lowest = std::min(lowest, p);
           highest = std::max(highest, p);
         }
@@ -166,8 +205,8 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
           for (int k = 0; k < positions.streams; ++k) {
             for (int64_t i = 0; i < per_stream; ++i) {
               if (positions.value(i, i, k) != p) continue;
-              return positions.streams > 1 ? fmt::format("positions[{}][{}]={}", k, i, p)
-                                           : fmt::format("positions[{}]={}", i, p);
+              return positions.streams > 1 ? fmt::format("positions[{}][{}]={}", k, i, position_text(p))
+                                           : fmt::format("positions[{}]={}", i, position_text(p));
             }
           }
           return fmt::format("position {}", p);
@@ -327,6 +366,14 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_en
                 "(use a table or exact angles)");
   }
   if (args.q_is_key && has_k) throw Error("q_is_key is set but so is k (q_is_key: a call on keys alone)");
+  if (args.undo && args.angles != nullptr) {
+    throw Error("undo cannot take the caller's cos/sin (angles): they hold a factor undo cannot divide out "
+                "(rotate them with direction=inverse, which undoes them when cos^2 + sin^2 = 1)");
+  }
+  if (args.undo && args.table != nullptr && schedule.attention_factor != 1.0) {
+    throw Error(fmt::format("undo with attention_factor={} needs exact angles (table=nullptr): a table holds "
+                            "cos and sin times the factor", schedule.attention_factor));
+  }
   check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
                   read_entries);
 }
@@ -352,7 +399,9 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
   plan.rotary_offset = schedule.rotary_offset;
   plan.blocks = schedule.blocks;
   plan.pairing = schedule.pairing;
-  plan.inverse = args.direction == Direction::inverse;
+  // undo: the other way round, divided by g (and, below, each operand's xPos σ inverted).
+  plan.inverse = (args.direction == Direction::inverse) != args.undo;
+  plan.attention_factor = args.undo ? 1.0 / schedule.attention_factor : schedule.attention_factor;
   plan.copy_tail = args.copy_tail;
   plan.positions = args.positions;
   plan.table = args.table;
@@ -368,7 +417,7 @@ void apply(const Schedule& schedule, const ApplyArgs& args) {
     op.in_strides = in.strides;
     op.out_strides = target.strides;
     op.in_place = !out.is_set() || same_view(out, in);
-    op.key = plan.operand_count == 1 || args.q_is_key;
+    op.key = (plan.operand_count == 1 || args.q_is_key) != args.undo;
     plan.operands[static_cast<size_t>(plan.operand_count++)] = op;
   };
   add(args.q, args.q_out);

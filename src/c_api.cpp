@@ -301,6 +301,14 @@ rotary::Positions to_positions(const rotary_positions& p) {
                           "ROTARY_POSITIONS_F64=3)", raw(p.kind)));
 }
 
+rotary_direction to_direction(int value) {
+  if (value < ROTARY_FORWARD || value > ROTARY_UNDO_INVERSE) {
+    throw Error(fmt::format("inverse={} is not a rotary_direction (ROTARY_FORWARD=0, ROTARY_INVERSE=1, "
+                            "ROTARY_UNDO=2, ROTARY_UNDO_INVERSE=3)", value));
+  }
+  return static_cast<rotary_direction>(value);
+}
+
 rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
   return rotary::ApplyArgs{
       .q = to_view(a.q, "q"),
@@ -308,11 +316,12 @@ rotary::ApplyArgs to_apply_args(const rotary_apply_args& a) {
       .q_out = to_view(a.q_out, "q_out"),
       .k_out = to_view(a.k_out, "k_out"),
       .positions = to_positions(a),
-      .direction = to_flag(a.inverse, "inverse", "ROTARY_FORWARD or ROTARY_INVERSE")
+      .direction = to_direction(a.inverse) == ROTARY_INVERSE || to_direction(a.inverse) == ROTARY_UNDO_INVERSE
                        ? rotary::Direction::inverse
                        : rotary::Direction::forward,
       .table = a.table == nullptr ? nullptr : &a.table->table,
       .copy_tail = !to_flag(a.skip_tail_copy, "skip_tail_copy", "1 leaves the tail unwritten"),
+      .undo = to_direction(a.inverse) == ROTARY_UNDO || to_direction(a.inverse) == ROTARY_UNDO_INVERSE,
       .threads = a.threads,
       .backend = to_backend(a.backend),
   };

@@ -16,7 +16,7 @@ struct Operand {
   std::array<int64_t, 4> in_strides{};
   std::array<int64_t, 4> out_strides{};
   bool in_place = true;
-  bool key = false;  ///< xPos: scaled as a key (ζ^-(p - c)/γ), else as a query
+  bool key = false;  ///< xPos: scaled as a key (ζ^-(p - c)/γ), else as a query (undo swaps them)
 };
 
 /// A validated call. Every pointer is non-null for non-empty operands; every position is in range
@@ -31,7 +31,8 @@ struct Plan {
   int64_t rotary_offset = 0;  ///< first rotated channel
   int64_t blocks = 1;         ///< block_half: half pairing inside each of `blocks` blocks
   Pairing pairing = Pairing::half;
-  bool inverse = false;
+  bool inverse = false;          ///< turn by -angle (ApplyArgs' inverse, or undo of forward)
+  double attention_factor = 1.0;  ///< exact angles' factor: the schedule's, or its reciprocal (undo)
   bool copy_tail = true;
   std::array<Operand, 2> operands{};
   int operand_count = 0;

@@ -93,10 +93,11 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.pair_step = interleaved ? 2 : 1;
   k.partner = interleaved ? 1 : k.block_pairs;
   k.operands[k.operand_count++] = kernel_operand(args.q, args.q_out);
-  k.operands[0].key = args.q_is_key;
+  // undo divides out σ: a query's is a key's inverse scale and the other way round.
+  k.operands[0].key = args.q_is_key != args.undo;
   if (args.k.is_set()) {
     k.operands[k.operand_count++] = kernel_operand(args.k, args.k_out);
-    k.operands[1].key = true;
+    k.operands[1].key = !args.undo;
   }
   // Nothing to do when every operand is empty (then batch * seq, bounded by no view, is not formed).
   const bool any = !args.q.is_empty() || (args.k.is_set() && !args.k.is_empty());
@@ -105,7 +106,7 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.inv_freq = schedule.inv_freq.data();
   k.pair_stream = schedule.pair_stream.empty() ? nullptr : schedule.pair_stream.data();
   k.streams = schedule.streams;
-  k.attention_factor = schedule.attention_factor;
+  k.attention_factor = args.undo ? 1.0 / schedule.attention_factor : schedule.attention_factor;
   if (args.angles != nullptr) {
     k.angle_source = KernelAngleSource::caller;
     k.angles = kernel_angles(*args.angles);
@@ -118,7 +119,7 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
     k.xpos_center = schedule.xpos_center;
     k.xpos_reach = xpos_reach(schedule);
   }
-  k.inverse = args.direction == Direction::inverse;
+  k.inverse = (args.direction == Direction::inverse) != args.undo;
   k.copy_tail = args.copy_tail;
   return k;
 }

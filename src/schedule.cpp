@@ -361,6 +361,11 @@ Schedule with_xpos(Schedule schedule, double scale_base, double center) {
   if (!(scale_base >= 0) || !std::isfinite(scale_base)) {
     throw Error(fmt::format("xpos_scale_base={} must be finite and > 0 (0: no xPos)", scale_base));
   }
+  if (!std::isfinite(center)) throw Error(fmt::format("xpos_center={} must be finite", center));
+  if (scale_base == 0 && center != 0) {
+    // As validate(Spec): a centre without a scale base is a setting that would do nothing.
+    throw Error(fmt::format("xpos_center={} is set but xpos_scale_base is 0 (no xPos)", center));
+  }
   schedule.xpos_scale_base = scale_base;
   schedule.xpos_center = scale_base == 0 ? 0.0 : center;
   schedule.xpos_log_zeta = scale_base == 0 ? std::vector<double>{} : xpos_log_zeta(schedule.rotary_dim);

@@ -581,6 +581,17 @@ TEST(ApplyErrors, EveryRuleNamesTheValueAndWritesNothing) {
   std::vector<int32_t> far_positions = {0, 1, 2, 3, 4, 50};
   Schedule odd = s;
   odd.rotary_dim = 15;
+  std::vector<int64_t> m_positions(18, 1);
+  std::vector<int64_t> giant_positions = {0, (int64_t{1} << 62) + 1, 2, 3, 4, 5};
+  const Schedule three_streams =
+      make_schedule(Spec{.head_dim = 16, .stream_layout = StreamLayout::sections, .sections = {2, 3, 3}});
+  const Schedule yarn = make_schedule(Spec{.head_dim = 16, .schedule = ScheduleType::yarn, .factor = 4.0,
+                                           .original_max_position = 64});
+  const Table yarn_table = Table::range(yarn, 0, 8);
+  std::vector<float> caller_cos(3 * 8, 1.0f), caller_sin(3 * 8, 0.0f);
+  const CallerAngles caller{.index = CallerAngles::Index::per_token, .columns = CallerAngles::Columns::pairs,
+                            .cos = caller_cos.data(), .sin = caller_sin.data(), .shape = {1, 3, 8},
+                            .cos_strides = {24, 8, 1}, .sin_strides = {24, 8, 1}};
   const std::vector<Case> cases = {
       {"q is not set", [](Buffers&) { return ApplyArgs{}; }},
       {"q.head_dim=16 differs from the schedule's head_dim=32",
@@ -647,12 +658,137 @@ TEST(ApplyErrors, EveryRuleNamesTheValueAndWritesNothing) {
       {"q.dtype=9 is not f32, f64, f16 or bf16", [](Buffers& b) {
          TensorView q = b.qv(); q.dtype = static_cast<DType>(9); return ApplyArgs{.q = q}; }},
       {"rotary_dim=15 must be even", [](Buffers& b) { return ApplyArgs{.q = b.qv()}; }, &odd},
+      // Shapes, not counts: [seq, batch] = [3, 2] holds batch*seq entries but is transposed.
+      {"positions shape [3, 2] must be [batch=2, seq=3] or [1, seq=3] (one row for every batch row): it looks "
+       "transposed", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(bad_positions).with_shape(3, 2)}; }},
+      {"positions shape [6, 1] must be [batch=2, seq=3]", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(bad_positions).with_shape(6, 1)}; }},
+      {"positions shape [1, 6] must be [batch=2, seq=3]", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(bad_positions).with_shape(1, 6)}; }},
+      {"positions shape [3, 3, 2] must be [3, batch=2, seq=3] or [3, 1, seq=3]", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(m_positions, 3).with_shape(3, 2)}; },
+       &three_streams},
+      // Integer positions in full, not as doubles (4.611686018427388e+18).
+      {"positions[1]=4611686018427387905 must be in [0, 2^31)", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .positions = Positions::per_token(giant_positions)}; }},
+      {"undo cannot take the caller's cos/sin", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .angles = &caller, .undo = true}; }},
+      {"undo with attention_factor=", [&](Buffers& b) {
+         return ApplyArgs{.q = b.qv(), .table = &yarn_table, .undo = true}; }, &yarn},
   };
   for (size_t c = 0; c < cases.size(); ++c) {
     Buffers b;
     const Schedule& schedule = cases[c].schedule ? *cases[c].schedule : s;
     EXPECT_ROTARY_ERROR(apply(schedule, cases[c].make(b)), cases[c].needle);
     b.expect_untouched();
+  }
+}
+
+// ---- positions by shape: the documented shapes pass, counts alone no longer decide ----
+
+TEST(ApplyPositions, ShapedPositionsTakeBatchSeqOrOneRowAndAnEmptyBatch) {
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  const int64_t batch = 2, seq = 3, d = 8;
+  const std::vector<float> in = test::random_floats(static_cast<size_t>(batch * seq * d), 5);
+  const std::vector<int64_t> rows = {10, 11, 12, 20, 21, 22};  // [batch, seq]
+  const std::vector<int64_t> one_row = {10, 11, 12};           // [1, seq]
+  auto run = [&](const Positions& p) {
+    std::vector<float> x = in;
+    apply(s, {.q = TensorView::bshd(x.data(), DType::f32, batch, seq, 1, d), .positions = p});
+    return x;
+  };
+  EXPECT_EQ(run(Positions::per_token(rows).with_shape(batch, seq)), run(Positions::per_token(rows)));
+  EXPECT_EQ(run(Positions::per_token(one_row).with_shape(1, seq)), run(Positions::per_token(one_row)));
+  // The same entries read as [seq, batch] are another assignment of positions: refused.
+  EXPECT_ROTARY_ERROR(run(Positions::per_token(rows).with_shape(seq, batch)), "looks transposed");
+  // with_shape itself checks the entry count.
+  EXPECT_ROTARY_ERROR(Positions::per_token(rows).with_shape(4, 2), "positions shape [4, 2] does not hold 6 entries");
+  EXPECT_ROTARY_ERROR(Positions::sequential(3).with_shape(1, 3), "not sequential ones");
+  // An empty batch with [seq] positions (flat or shaped) is the no-op every empty tensor is.
+  std::vector<float> none;
+  for (const Positions& p : {Positions::per_token(one_row), Positions::per_token(one_row).with_shape(1, seq)}) {
+    apply(s, {.q = TensorView::bshd(none.data(), DType::f32, 0, seq, 1, d), .positions = p});
+  }
+}
+
+// ---- undo: the true inverse (1/g, xPos σ^-1), against MPFR; the transpose is not it ----
+
+TEST(ApplyUndo, IsTheExactInverseRotationDividedByTheFactor) {
+  // YaRN s=8 (g = 1 + 0.1 ln 8), partial rotary, both pairings; positions across the whole range.
+  for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+    const Schedule s = make_schedule(Spec{.head_dim = 40, .rotary_dim = 32, .pairing = pairing,
+                                          .schedule = ScheduleType::yarn, .factor = 8.0,
+                                          .original_max_position = 4096});
+    ASSERT_GT(s.attention_factor, 1.2);
+    const double g_undo = 1.0 / s.attention_factor;
+    for (const int64_t p : test_positions()) {
+      for (const DType dtype : {DType::f32, DType::f64}) {
+        const std::vector<double> x = test::random_doubles(40, static_cast<uint64_t>(p) + 3);
+        std::vector<float> xf(x.begin(), x.end());
+        std::vector<double> xd = x;
+        void* data = dtype == DType::f32 ? static_cast<void*>(xf.data()) : static_cast<void*>(xd.data());
+        apply(s, {.q = TensorView::bshd(data, dtype, 1, 1, 1, 40), .positions = Positions::sequential(p),
+                  .undo = true});
+        const double bound = dtype == DType::f32 ? kF32PairBound : kF64PairBound;
+        for (int64_t j = 0; j < 16; ++j) {
+          const auto [ia, ib] = s.channels(j);
+          const double a = dtype == DType::f32 ? double(float(x[ia])) : x[ia];
+          const double b = dtype == DType::f32 ? double(float(x[ib])) : x[ib];
+          const test::Exact e = test::mpfr_cos_sin(p, s.inv_freq[static_cast<size_t>(j)], g_undo);
+          const double ya = dtype == DType::f32 ? xf[ia] : xd[ia];
+          const double yb = dtype == DType::f32 ? xf[ib] : xd[ib];
+          const double limit = bound * g_undo * (std::fabs(a) + std::fabs(b)) * 1.01;
+          ASSERT_NEAR(ya, a * e.cos + b * e.sin, limit) << "pair " << j << " position " << p;
+          ASSERT_NEAR(yb, -a * e.sin + b * e.cos, limit) << "pair " << j << " position " << p;
+        }
+      }
+    }
+  }
+}
+
+TEST(ApplyUndo, TakesBackForwardWhereTheInverseScalesByTheFactorSquared) {
+  const Schedule s = make_schedule(Spec{.head_dim = 64, .schedule = ScheduleType::yarn, .factor = 16.0,
+                                        .original_max_position = 4096});
+  const double g = s.attention_factor;
+  const int64_t seq = 17, heads = 3, d = 64;
+  const std::vector<float> original = test::random_floats(static_cast<size_t>(seq * heads * d), 19);
+  for (const Direction dir : {Direction::forward, Direction::inverse}) {
+    std::vector<float> x = original, y = original;
+    const Positions positions = Positions::sequential(123456);
+    apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 1, seq, heads, d), .positions = positions,
+              .direction = dir});
+    y = x;
+    apply(s, {.q = TensorView::bshd(x.data(), DType::f32, 1, seq, heads, d), .positions = positions,
+              .direction = dir, .undo = true});
+    // The transpose of `dir`: what `inverse` documents it is, the backward pass.
+    apply(s, {.q = TensorView::bshd(y.data(), DType::f32, 1, seq, heads, d), .positions = positions,
+              .direction = dir == Direction::forward ? Direction::inverse : Direction::forward});
+    double worst_undo = 0, worst_ratio = 0;
+    for (size_t j = 0; j < x.size(); ++j) {
+      worst_undo = std::max(worst_undo, std::fabs(double(x[j]) - original[j]) / (std::fabs(original[j]) + 1));
+      if (std::fabs(original[j]) > 0.1) worst_ratio = std::max(worst_ratio, std::fabs(y[j] / original[j] - g * g));
+    }
+    EXPECT_LT(worst_undo, 8 * 0x1p-23) << "undo of " << (dir == Direction::forward ? "forward" : "inverse");
+    // Pair by pair the transpose returns g^2 times the input (to rounding): not an undo.
+    EXPECT_LT(worst_ratio, 1e-4);
+  }
+}
+
+TEST(ApplyUndo, WithoutFactorOrXposIsTheInverseBitForBit) {
+  const Schedule s = make_schedule(Spec{.head_dim = 48, .rotary_dim = 40, .base = 500000});
+  const int64_t seq = 9, d = 48;
+  const Table table = Table::range(s, 1000, seq);
+  const std::vector<float> original = test::random_floats(static_cast<size_t>(seq * 2 * d), 23);
+  for (const Table* t : {static_cast<const Table*>(nullptr), &table}) {
+    for (const Direction dir : {Direction::forward, Direction::inverse}) {
+      std::vector<float> a = original, b = original;
+      apply(s, {.q = TensorView::bshd(a.data(), DType::f32, 1, seq, 2, d), .positions = Positions::sequential(1000),
+                .direction = dir, .table = t, .undo = true});
+      apply(s, {.q = TensorView::bshd(b.data(), DType::f32, 1, seq, 2, d), .positions = Positions::sequential(1000),
+                .direction = dir == Direction::forward ? Direction::inverse : Direction::forward, .table = t});
+      EXPECT_EQ(a, b);
+    }
   }
 }
 

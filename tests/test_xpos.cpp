@@ -601,7 +601,8 @@ Strided strided(int kind, int64_t b, int64_t s, int64_t h, int64_t d) {
 // One call through Backend::cpu and Backend::reference: the same bytes everywhere, outputs and
 // untouched elements alike.
 void expect_cpu_is_reference(const Schedule& s, const PositionList& pos, DType dtype, Direction dir, bool table,
-                             bool in_place, int layout, bool q_is_key, uint64_t seed, const std::string& where) {
+                             bool in_place, int layout, bool q_is_key, uint64_t seed, const std::string& where,
+                             bool undo = false) {
   const int64_t batch = 1, tokens = pos.tokens(), hq = 3, hk = 2, d = s.head_dim;
   const Strided lq = strided(layout, batch, tokens, hq, d), lk = strided(layout, batch, tokens, hk, d);
   const Data q0(dtype, test::random_floats(static_cast<size_t>(lq.extent), seed, 3.0f));
@@ -615,7 +616,7 @@ void expect_cpu_is_reference(const Schedule& s, const PositionList& pos, DType d
       return TensorView{.data = data.ptr(), .dtype = dtype, .shape = {batch, tokens, heads, d}, .strides = l.strides};
     };
     ApplyArgs args{.q = view(buffers[0], lq, hq), .positions = pos.positions(), .direction = dir,
-                   .table = table ? &t : nullptr, .q_is_key = q_is_key, .backend = backend};
+                   .table = table ? &t : nullptr, .q_is_key = q_is_key, .undo = undo, .backend = backend};
     if (!q_is_key) args.k = view(buffers[1], lk, hk);
     if (!in_place) {
       args.q_out = view(buffers[2], lq, hq);
@@ -670,8 +671,16 @@ TEST_P(XposKernels, CpuEqualsReferenceBitForBit) {
                                 std::string(name) + " fractional positions");
         expect_cpu_is_reference(s, pos, dtype, Direction::forward, true, true, 1, true, seed++,
                                 std::string(name) + " q_is_key");
+        // undo (the true inverse: 1/g, σ^-1): a table only where g = 1 (apply refuses it otherwise).
+        for (const Direction dir : {Direction::forward, Direction::inverse}) {
+          const bool in_place = seed % 2 == 0;
+          expect_cpu_is_reference(s, pos, dtype, dir, s.attention_factor == 1.0, in_place, 2, false, seed++,
+                                  std::string(name) + " undo", /*undo=*/true);
+          expect_cpu_is_reference(s, fpos, dtype, dir, false, false, 0, true, seed++,
+                                  std::string(name) + " undo keys alone, fractional positions", /*undo=*/true);
+        }
         if (HasFatalFailure()) return;
-        cases += 2;
+        cases += 6;
       }
     }
   }

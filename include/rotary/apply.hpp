@@ -11,8 +11,10 @@
 namespace rotary {
 
 /// forward rotates pair (a, b) by +angle; inverse by -angle. The inverse is the transpose, i.e. the
-/// backward pass: it undoes forward exactly when attention_factor = 1 (otherwise it scales by
-/// attention_factor^2 overall, as the gradient must).
+/// backward pass (gradients), with the same scale as forward: the attention factor g, and under
+/// xPos the same σ. It undoes forward only when g = 1 and there is no xPos; otherwise a forward
+/// then inverse round trip scales each pair by (g σ)^2. To take a rotation back (un-rotate stored
+/// keys), set ApplyArgs::undo.
 enum class Direction { forward, inverse };
 
 /// Which implementation runs. `automatic` picks the fastest available (today: cpu); `cpu` is the
@@ -63,6 +65,14 @@ struct CallerAngles {
 /// (schedule.hpp), computed in double without libm (the same bits on every backend); each angle
 /// value (cos or sin times g, as a Table holds it) times σ is rounded once more to float, so the
 /// f32 bound below becomes about 2^-22 σ g (|a| + |b|). The inverse keeps σ (it is the transpose).
+///
+/// undo: the true inverse of `direction`: pair (a, b) turns by the opposite angle and is divided
+/// by g and by its xPos σ (a query's σ^-1 is a key's scale, and the other way round), so that
+/// apply(undo) after apply gives back the input to within a few roundings — what un-rotating
+/// stored keys needs. The values are cos and sin times fl64(1/g) (times σ^-1 under xPos), rounded
+/// once to float, then the rotation as below. With g = 1 and no xPos this is the inverse bit for
+/// bit. A Table holds cos and sin times g, so undo with g != 1 takes exact angles (table null);
+/// the caller's cos/sin hold an unknown factor, so undo refuses them.
 /// σ reaches e^80 at the reach's ends: f16 data overflows to inf once σ |x| > 65504 (for |x| ~ 1,
 /// from |p - c| ~ 8.85 γ), as flash-attn's f16 xPos does; keep xPos data in bf16, f32 or f64.
 ///
@@ -97,6 +107,8 @@ struct ApplyArgs {
   bool copy_tail = true;         ///< out of place: copy the channels outside the rotated slice
   bool q_is_key = false;         ///< xPos: scale q as a key (a call on keys alone; k unset);
                                  ///< without xPos it changes nothing
+  bool undo = false;             ///< take back a rotation made in `direction` (see above): turn
+                                 ///< the other way and divide out g and xPos's σ
   int threads = 0;               ///< 0: all OpenMP threads, else at most max_threads; results
                                  ///< are bit-identical for any value
   Backend backend = Backend::automatic;
@@ -109,11 +121,13 @@ struct ApplyArgs {
 /// without overflow for any extents and strides); outputs do not overlap themselves, each other,
 /// or an input they do not alias exactly (in place means the same data pointer and strides);
 /// positions: streams equal to the schedule's or 1 (one stream serving all), per-token count ==
-/// batch*seq or seq (one row broadcast over the batch), every position in [0, 2^31) (a whole number
+/// batch*seq or seq (one row broadcast over the batch; an empty batch takes either), and with a
+/// shape (Positions::with_shape) each stream [batch, seq] or [1, seq]; every position in [0, 2^31) (a whole number
 /// in the table, or below the rows of per_position caller angles, when one is given); caller
 /// angles: not together with a table, shape and width as CallerAngles says, not overlapping an
 /// output, not with an xPos schedule; xPos: every position within xpos_reach(schedule) of
 /// xpos_center (the message suggests a centre that serves the call); q_is_key only without k;
+/// undo: no caller angles, and no table unless attention_factor is 1;
 /// the table was built from an equal schedule; threads in [0, max_threads];
 /// direction and backend named enumerators.
 void validate(const Schedule& schedule, const ApplyArgs& args);

@@ -1,7 +1,9 @@
 // rotary — token positions: one stream per token for text, several for multimodal RoPE.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -28,6 +30,12 @@ inline constexpr int max_streams = 8;
 /// steps) turn pair j by the real number p * inv_freq[j], p the float's exact value, reduced
 /// exactly as integer positions are; a Table holds whole positions only, so a float position used
 /// with a Table must be a whole number in it. Non-owning: the array must outlive the call.
+///
+/// Shape: a span is flat, so apply can only count its entries. A caller that knows its array's
+/// shape (a numpy array, a .npy file, a torch tensor) says it with with_shape(rows, seq): each
+/// stream is then [rows, seq] with rows = batch or 1, and apply refuses any other shape, so that a
+/// transposed [seq, batch] array, [batch * seq, 1] or [1, batch * seq] is an error instead of
+/// tokens rotated at other tokens' positions (their entry counts are right).
 struct Positions {
   enum class Kind { sequential, per_token_i32, per_token_i64, per_token_f32, per_token_f64 };
   Kind kind = Kind::sequential;
@@ -35,6 +43,9 @@ struct Positions {
   const void* data = nullptr;  ///< per_token only
   int64_t count = 0;           ///< per_token only: entries per stream, batch * seq or seq
   int streams = 1;             ///< S in [1, max_streams]: streams given (per_token), or 1
+  /// per_token only: each stream's [rows, seq] as the caller's array has it, or unset: a flat
+  /// array of `count` entries per stream (batch * seq, or seq for one row serving every batch row).
+  std::optional<std::array<int64_t, 2>> shape = std::nullopt;
 
   static Positions sequential(int64_t offset = 0) { return Positions{.offset = offset}; }
   static Positions per_token(std::span<const int32_t> positions, int streams = 1) {
@@ -48,6 +59,25 @@ struct Positions {
   }
   static Positions per_token(std::span<const double> positions, int streams = 1) {
     return make(Kind::per_token_f64, positions.data(), positions.size(), streams);
+  }
+
+  /// These positions, each stream shaped [rows, seq] (see Shape above). Throws unless they are
+  /// per-token positions holding rows * seq entries per stream, rows >= 0 and seq >= 0.
+  Positions with_shape(int64_t rows, int64_t seq) const {
+    if (kind == Kind::sequential) throw Error("positions shape is for per-token positions, not sequential ones");
+    if (rows < 0 || seq < 0) {
+      throw Error("positions shape [" + std::to_string(rows) + ", " + std::to_string(seq) +
+                  "] must have extents >= 0");
+    }
+    // rows * seq == count without forming a product that may overflow.
+    const bool fits = seq == 0 ? count == 0 : (count % seq == 0 && count / seq == rows);
+    if (!fits) {
+      throw Error("positions shape [" + std::to_string(rows) + ", " + std::to_string(seq) + "] does not hold " +
+                  std::to_string(count) + " entries per stream");
+    }
+    Positions out = *this;
+    out.shape = std::array<int64_t, 2>{rows, seq};
+    return out;
   }
 
   bool is_fractional() const { return kind == Kind::per_token_f32 || kind == Kind::per_token_f64; }

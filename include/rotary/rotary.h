@@ -152,8 +152,8 @@ int rotary_schedule_from_hf_config(const char* config_json, int64_t seq_len, rot
 int rotary_schedule_from_preset(const char* name, int64_t seq_len, rotary_schedule** out);
 /** A copy of `schedule` with xPos (Sun et al. 2022; rotary::with_xpos, schedule.hpp): pair j of a
  *  query at position p scales by zeta_j^((p - center)/scale_base), of a key by its inverse,
- *  zeta_j = (2j + 0.4 r)/(1.4 r). scale_base finite and > 0 (torchscale: 512; 0 turns xPos off),
- *  center finite. rotary_apply then scales q as queries and k as keys (to rotate keys alone, pass
+ *  zeta_j = (2j + 0.4 r)/(1.4 r). scale_base finite and > 0 (torchscale: 512; 0 turns xPos off,
+ *  and then center must be 0), center finite. rotary_apply then scales q as queries and k as keys (to rotate keys alone, pass
  *  them as k beside a q with 0 heads) and refuses positions further from the centre than the
  *  scale's float range allows. On failure *out is NULL. */
 int rotary_schedule_with_xpos(const rotary_schedule* schedule, double scale_base, double center,
@@ -265,9 +265,22 @@ int rotary_tensor_bshd(void* data, rotary_dtype dtype, int64_t batch, int64_t se
 int rotary_tensor_bhsd(void* data, rotary_dtype dtype, int64_t batch, int64_t heads, int64_t seq,
                        int64_t head_dim, rotary_tensor* out);
 
-/** Direction of the rotation: inverse rotates by -angle (the backward pass; undoes forward when
- *  attention_factor is 1). */
-typedef enum rotary_direction { ROTARY_FORWARD = 0, ROTARY_INVERSE = 1 } rotary_direction;
+/** Direction of the rotation (rotary::Direction and ApplyArgs::undo, apply.hpp), the values of
+ *  rotary_apply_args.inverse:
+ *    ROTARY_FORWARD       rotate by +angle, times the attention factor g (and xPos's scale)
+ *    ROTARY_INVERSE       rotate by -angle with the same scale: the transpose, i.e. the backward
+ *                         pass. It undoes forward only when g = 1 and there is no xPos (else a
+ *                         round trip scales each pair by (g sigma)^2).
+ *    ROTARY_UNDO          the true inverse of forward: rotate by -angle and divide by g and by
+ *                         xPos's scale (un-rotating stored keys); exact angles when g != 1 (no
+ *                         table); refuses caller angles
+ *    ROTARY_UNDO_INVERSE  the true inverse of ROTARY_INVERSE */
+typedef enum rotary_direction {
+  ROTARY_FORWARD = 0,
+  ROTARY_INVERSE = 1,
+  ROTARY_UNDO = 2,
+  ROTARY_UNDO_INVERSE = 3
+} rotary_direction;
 
 /** Which implementation runs (rotary::Backend). */
 typedef enum rotary_backend {
@@ -287,7 +300,8 @@ typedef struct rotary_apply_args {
   const int64_t* positions;
   int64_t positions_count;
   int64_t offset;       /**< sequential positions only (0 when positions are given) */
-  int inverse;          /**< ROTARY_FORWARD (0) or ROTARY_INVERSE (1) */
+  int inverse;          /**< a rotary_direction: ROTARY_FORWARD (0), ROTARY_INVERSE (1),
+                             ROTARY_UNDO (2) or ROTARY_UNDO_INVERSE (3) */
   int threads;          /**< 0: all OpenMP threads, else at most rotary::max_threads (apply.hpp);
                              the same bits for any count */
   /** Per-token positions as int32, instead of `positions` (at most one of the two is set); the
@@ -322,7 +336,7 @@ typedef struct rotary_positions {
 
 /** Rotates q and (optionally) k: pair (a, b) of a head at position p, with phi = p * inv_freq[i]
  *  and g = attention_factor, becomes (g (a cos phi - b sin phi), g (a sin phi + b cos phi));
- *  inverse negates sin. Channels rotary_dim..head_dim pass through. Arithmetic, accuracy,
+ *  inverse negates sin (the transpose: see rotary_direction for the true inverse). Channels rotary_dim..head_dim pass through. Arithmetic, accuracy,
  *  threading and every rule as rotary::apply (apply.hpp): f32, f16 and bf16 in float32 with each
  *  result within 2^-23 * g * (|a| + |b|) of the exact rotation; f64 in double. Checks everything
  *  first; on failure nothing was written. Does not allocate. */

@@ -98,7 +98,8 @@ inline constexpr double xpos_max_log = 80.0;
 inline constexpr double xpos_min_attention_factor = 0x1p-10;
 inline constexpr double xpos_max_attention_factor = 0x1p12;
 
-/// `schedule` with xPos: xpos_scale_base = scale_base (> 0; 0 turns xPos off), xpos_center = center,
+/// `schedule` with xPos: xpos_scale_base = scale_base (> 0; 0 turns xPos off, and then center must
+/// be 0: a centre without a scale base is refused, as in a Spec), xpos_center = center (finite),
 /// xpos_log_zeta computed; validated (throws rotary::Error naming the value). The same as setting
 /// Spec::xpos_scale_base and xpos_center, for a schedule from a config or preset.
 Schedule with_xpos(Schedule schedule, double scale_base, double center = 0);

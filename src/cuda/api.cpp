@@ -52,6 +52,10 @@ void check_table(const Schedule& schedule, const ApplyArgs& args, const DeviceTa
   if (!(table.schedule() == schedule)) {
     throw Error("table was built from a different schedule than the one passed to apply");
   }
+  if (args.undo && schedule.attention_factor != 1.0) {
+    throw Error(fmt::format("undo with attention_factor={} needs exact angles (no table): a table holds "
+                            "cos and sin times the factor", schedule.attention_factor));
+  }
   const Positions& p = args.positions;
   const int64_t seq = args.q.seq();
   if (p.kind != Positions::Kind::sequential || seq == 0 || args.q.batch() == 0) return;

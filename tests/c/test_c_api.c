@@ -548,8 +548,11 @@ static void test_apply_errors(void) {
   args.k_out.dtype = (rotary_dtype)-4;
   EXPECT_ERROR(rotary_apply(schedule, &args), "k_out.dtype=");
   args = good;
-  args.inverse = 2;
-  EXPECT_ERROR(rotary_apply(schedule, &args), "inverse=2");
+  args.inverse = 4; /* 2 and 3 are ROTARY_UNDO and ROTARY_UNDO_INVERSE */
+  EXPECT_ERROR(rotary_apply(schedule, &args), "inverse=4");
+  args = good;
+  args.inverse = -1;
+  EXPECT_ERROR(rotary_apply(schedule, &args), "inverse=-1");
   args = good;
   args.skip_tail_copy = -1;
   EXPECT_ERROR(rotary_apply(schedule, &args), "skip_tail_copy=-1");
@@ -891,11 +894,74 @@ static void test_xpos(void) {
   CHECK(xpos == NULL);
   EXPECT_ERROR(rotary_schedule_with_xpos(plain, 512.0, NAN, &xpos), "xpos_center=nan");
   EXPECT_ERROR(rotary_schedule_with_xpos(NULL, 512.0, 0.0, &xpos), "schedule");
+  /* A centre without a scale base would do nothing: refused, as Python and the CLI refuse it. */
+  EXPECT_ERROR(rotary_schedule_with_xpos(plain, 0.0, 5.0, &xpos), "xpos_center=5");
+  CHECK(xpos == NULL);
   free(q);
   free(k);
   free(q_in);
   free(k_in);
   rotary_schedule_free(plain);
+}
+
+/* ROTARY_UNDO is the true inverse of forward: with YaRN's attention factor g = 1 + 0.1 ln 4 and
+ * xPos, forward then undo gives back q and k to a few float roundings, while ROTARY_INVERSE (the
+ * transpose) leaves each pair scaled by (g sigma)^2. Undo with a table refuses g != 1. */
+static void test_undo(void) {
+  rotary_spec spec;
+  rotary_schedule *yarn = NULL, *xpos = NULL;
+  float* q = random_floats(64);
+  float* k = random_floats(64);
+  float* q_in = copy_floats(q, 64);
+  float* k_in = copy_floats(k, 64);
+  rotary_apply_args args;
+  rotary_table* table = NULL;
+  int64_t i, direction;
+  memset(&spec, 0, sizeof spec);
+  spec.head_dim = 32;
+  spec.schedule = ROTARY_SCHEDULE_YARN;
+  spec.factor = 4;
+  spec.original_max_position = 4096;
+  CHECK(rotary_schedule_from_spec(&spec, -1, &yarn) == ROTARY_OK);
+  CHECK(rotary_schedule_with_xpos(yarn, 512.0, 1000.0, &xpos) == ROTARY_OK);
+  for (direction = ROTARY_INVERSE; direction <= ROTARY_UNDO; ++direction) {
+    double worst_q = 0, worst_k = 0;
+    memcpy(q, q_in, 64 * sizeof *q);
+    memcpy(k, k_in, 64 * sizeof *k);
+    memset(&args, 0, sizeof args);
+    CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 2, 1, 32, &args.q) == ROTARY_OK);
+    CHECK(rotary_tensor_bshd(k, ROTARY_F32, 1, 2, 1, 32, &args.k) == ROTARY_OK);
+    args.offset = 3000;
+    CHECK(rotary_apply(xpos, &args) == ROTARY_OK);
+    args.inverse = (int)direction;
+    CHECK(rotary_apply(xpos, &args) == ROTARY_OK);
+    for (i = 0; i < 64; ++i) {
+      worst_q = fmax(worst_q, fabs(q[i] - q_in[i]));
+      worst_k = fmax(worst_k, fabs(k[i] - k_in[i]));
+    }
+    if (direction == ROTARY_UNDO) {
+      /* |x| < 2, sigma^{+-1} < 4.2 at |p - c| = 2000: a few roundings of values below ~10. */
+      CHECK(worst_q < 1e-5 && worst_k < 1e-5);
+    } else {
+      CHECK(worst_q > 1e-2 && worst_k > 1e-2); /* the transpose does not undo it */
+    }
+  }
+  /* The table holds cos and sin times g: undo needs exact angles when g != 1. */
+  CHECK(rotary_table_range(yarn, 0, 8, ROTARY_ANGLES_EXACT, &table) == ROTARY_OK);
+  memcpy(q, q_in, 64 * sizeof *q);
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, 2, 1, 32, &args.q) == ROTARY_OK);
+  args.table = table;
+  args.inverse = ROTARY_UNDO;
+  EXPECT_ERROR(rotary_apply(yarn, &args), "undo with attention_factor=");
+  CHECK(memcmp(q, q_in, 64 * sizeof *q) == 0);
+  rotary_table_free(table);
+  rotary_schedule_free(xpos);
+  rotary_schedule_free(yarn);
+  free(q);
+  free(k);
+  free(q_in);
+  free(k_in);
 }
 
 int main(void) {
@@ -918,6 +984,7 @@ int main(void) {
   test_stream_errors();
   test_layer_type_and_vision();
   test_xpos();
+  test_undo();
   if (failures != 0) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;

@@ -87,8 +87,8 @@ static void apply_errors(const rotary_schedule* schedule, const rotary_table* ho
   EXPECT_ERROR(rotary_cuda_apply(schedule, &args, &positions, NULL, NULL),
                "args.positions, positions_i32, positions_count and offset must be 0 when positions are given");
   args.offset = 0;
-  args.inverse = 2;
-  EXPECT_ERROR(rotary_cuda_apply(schedule, &args, &positions, NULL, &options), "inverse=2 must be 0 or 1");
+  args.inverse = 4; /* 2 and 3 are ROTARY_UNDO and ROTARY_UNDO_INVERSE */
+  EXPECT_ERROR(rotary_cuda_apply(schedule, &args, &positions, NULL, &options), "inverse=4 is not a rotary_direction");
 }
 
 static void table_errors(const rotary_schedule* schedule) {
