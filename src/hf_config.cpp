@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -57,10 +58,17 @@ std::optional<double> opt_number(const json& object, std::string_view key, std::
 std::optional<int64_t> opt_integer(const json& object, std::string_view key, std::string_view prefix) {
   const json* v = find(object, key);
   if (!v) return std::nullopt;
-  // Integers may be written as 4096 or 4096.0 (both appear in real configs).
+  // JSON integers are read exactly (9007199254740993 is an integer, one beyond 2^53); integers may
+  // also be written as 4096.0 (both appear in real configs). The field's own rule (a range, say)
+  // then names the value.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    throw Error(fmt::format("{}{}={} must be an integer below 2^63", prefix, key, describe(*v)));
+  }
+  if (v->is_number_integer()) return v->get<int64_t>();
   const double d = number(*v, name_of(prefix, key));
-  if (d != std::floor(d) || std::fabs(d) > 9.0e15) {
-    throw Error(fmt::format("{}{}={} must be an integer", prefix, key, describe(*v)));
+  if (d != std::floor(d)) throw Error(fmt::format("{}{}={} must be an integer", prefix, key, describe(*v)));
+  if (!(std::fabs(d) < 0x1p63)) {
+    throw Error(fmt::format("{}{}={} must be an integer in [-2^63, 2^63)", prefix, key, describe(*v)));
   }
   return static_cast<int64_t>(d);
 }
@@ -211,6 +219,7 @@ struct LayerRope {
 struct RopeTypes {
   std::vector<LayerRope> types;  // in the order they first appear
   bool per_layer = false;        // false: one RoPE for every layer (types has one entry)
+  std::vector<std::string> notes;  // what reading them decided (rope_scaling over rope_parameters)
 };
 
 // A flat rope dict holds strings, numbers, lists and booleans; one per layer type holds objects.
@@ -260,19 +269,64 @@ void per_layer_dicts(const json& parameters, const json& config, const std::stri
   out.per_layer = true;
 }
 
-// The flat rope dict: v5 rope_parameters, else v4 rope_scaling, else none.
-LayerRope flat_rope(const json& config) {
+// The flat rope dict as transformers picks it (PreTrainedConfig.convert_rope_params_to_dict:
+// `rope_scaling or rope_parameters`): a non-empty v4 rope_scaling, else v5 rope_parameters, else
+// none. When both are given and differ, a note says which one is read.
+LayerRope flat_rope(const json& config, std::vector<std::string>& notes) {
   LayerRope flat{.name = std::string(default_layer_type), .dict = &empty_object(), .rope_name = "rope_scaling"};
-  if (const json* parameters = find(config, "rope_parameters")) {
+  const json* scaling = find(config, "rope_scaling");
+  if (scaling && !scaling->is_object()) {
+    throw Error(fmt::format("rope_scaling={} must be an object or null", describe(*scaling)));
+  }
+  const json* parameters = find(config, "rope_parameters");
+  if (scaling && !scaling->empty()) {
+    flat.dict = scaling;
+    if (parameters && *parameters != *scaling) {
+      notes.push_back(fmt::format("rope_scaling={} and rope_parameters={} differ: rope_scaling is read, as "
+                                  "transformers reads it (convert_rope_params_to_dict: rope_scaling or "
+                                  "rope_parameters)", excerpt(scaling->dump()), excerpt(parameters->dump())));
+    }
+  } else if (parameters) {
     flat.dict = parameters;
     flat.rope_name = "rope_parameters";
-  } else if (const json* scaling = find(config, "rope_scaling")) {
-    if (!scaling->is_object()) {
-      throw Error(fmt::format("rope_scaling={} must be an object or null", describe(*scaling)));
-    }
-    flat.dict = scaling;
   }
   return flat;
+}
+
+// Keys of a rope dict that transformers' validation of `rope_type` expects (modeling_rope_utils.py,
+// _validate_*_rope_parameters: required and optional keys), those every type takes, and the
+// model-specific keys rotary reads (its config classes' ignore_keys_at_rope_validation).
+bool rope_key_is_read(std::string_view rope_type, std::string_view key) {
+  for (const std::string_view k : {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section",
+                                   "mrope_interleaved", "interleaved"}) {
+    if (key == k) return true;
+  }
+  using Keys = std::initializer_list<std::string_view>;
+  const auto any_of = [&](Keys keys) { return std::find(keys.begin(), keys.end(), key) != keys.end(); };
+  if (rope_type == "linear" || rope_type == "dynamic" || rope_type == "proportional") return any_of({"factor"});
+  if (rope_type == "yarn") {
+    return any_of({"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+                   "mscale", "mscale_all_dim", "truncate"});
+  }
+  if (rope_type == "longrope") {
+    return any_of({"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"});
+  }
+  if (rope_type == "llama3") {
+    return any_of({"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"});
+  }
+  return false;
+}
+
+// transformers ignores the keys of a rope dict its rope_type does not read (it logs "Unrecognized
+// keys"); rotary ignores them too, each named in a note, so a misspelt key cannot go unseen.
+void note_unread_keys(const json& rope, const std::string& rope_name, const std::string& rope_type,
+                      std::vector<std::string>& notes) {
+  if (!rope.is_object()) return;
+  for (const auto& item : rope.items()) {
+    if (rope_key_is_read(rope_type, item.key())) continue;
+    notes.push_back(fmt::format("{}.{} is not a key of rope_type {}: ignored, as transformers ignores it",
+                                rope_name, excerpt(item.key()), rope_type));
+  }
 }
 
 // Gemma 3 (v4): rope_local_base_freq is the base of the sliding_attention layers, default schedule;
@@ -312,7 +366,7 @@ void deepseek_v4_v4(const json& config, const LayerRope& flat, RopeTypes& out) {
 // Every RoPE layer type of the language model `config`, each with its rope dict.
 RopeTypes rope_types(const json& config, const std::string& type) {
   RopeTypes out;
-  LayerRope flat = flat_rope(config);
+  LayerRope flat = flat_rope(config, out.notes);
   if (flat.dict != &empty_object() && !flat.dict->is_object()) {
     throw Error(fmt::format("{}={} must be an object or null", flat.rope_name, describe(*flat.dict)));
   }
@@ -343,6 +397,7 @@ std::vector<std::string> names_of(const RopeTypes& types) {
 // The requested layer type (empty: full_attention when present, else the first).
 void select_rope(const json& config, const std::string& requested, Source& src, ModelRope& out) {
   const RopeTypes types = rope_types(config, out.model_type);
+  out.notes.insert(out.notes.end(), types.notes.begin(), types.notes.end());
   out.layer_types = names_of(types);
   const std::string wanted = !requested.empty() ? requested
                              : std::find(out.layer_types.begin(), out.layer_types.end(), default_layer_type) !=
@@ -630,6 +685,7 @@ void read_schedule(const Source& src, const std::string& rope_type, ModelRope& o
                             "llama3, proportional, su)",
                             p, excerpt(rope_type)));
   }
+  note_unread_keys(rope, src.rope_name, rope_type, out.notes);
 }
 
 // ---- position streams (multimodal RoPE) ----
@@ -722,10 +778,21 @@ bool builds_default_nope_layers(const std::string& type) {
   return type == "llama4" || type == "llama4_text" || type == "smollm3";
 }
 
-int64_t layer_count(const std::optional<int64_t>& num_hidden_layers, size_t list_size) {
-  const int64_t n = num_hidden_layers ? *num_hidden_layers : static_cast<int64_t>(list_size);
-  if (n < 1 || n > kMaxLayers) throw Error(fmt::format("num_hidden_layers={} must be in [1, 2^20]", n));
-  return n;
+// The number of decoder layers: num_hidden_layers, or when the config lacks it the length of the
+// per-layer list `list` (layer_types, no_rope_layers) that asked.
+int64_t layer_count(const std::optional<int64_t>& num_hidden_layers, size_t list_size, std::string_view list) {
+  if (num_hidden_layers) {
+    const int64_t n = *num_hidden_layers;
+    if (n < 1 || n > kMaxLayers) throw Error(fmt::format("num_hidden_layers={} must be in [1, 2^20]", n));
+    return n;
+  }
+  if (list_size < 1) {
+    throw Error(fmt::format("num_hidden_layers is missing and {} is empty: the number of layers is unknown", list));
+  }
+  if (list_size > static_cast<size_t>(kMaxLayers)) {
+    throw Error(fmt::format("{} has {} values (num_hidden_layers is missing): at most 2^20 layers", list, list_size));
+  }
+  return static_cast<int64_t>(list_size);
 }
 
 // Per layer: does it apply RoPE at all (no_rope_layers, 1 = RoPE)? Empty when every layer does.
@@ -737,7 +804,7 @@ std::vector<bool> nope_mask(const json& config, const std::string& type, ModelRo
   }
   std::vector<bool> mask;
   if (list && !list->empty()) {
-    const int64_t n = layer_count(num_hidden_layers, list->size());
+    const int64_t n = layer_count(num_hidden_layers, list->size(), "no_rope_layers");
     if (list->size() < static_cast<size_t>(n)) {
       throw Error(fmt::format("no_rope_layers has {} values but num_hidden_layers={}", list->size(), n));
     }
@@ -752,7 +819,7 @@ std::vector<bool> nope_mask(const json& config, const std::string& type, ModelRo
                                       interval, type));
       return {};
     }
-    mask.resize(static_cast<size_t>(layer_count(num_hidden_layers, 0)));
+    mask.resize(static_cast<size_t>(layer_count(num_hidden_layers, 0, "no_rope_layers")));
     for (size_t i = 0; i < mask.size(); ++i) mask[i] = (static_cast<int64_t>(i) + 1) % interval != 0;
   }
   return mask;
@@ -780,7 +847,7 @@ json built_layer_types(const json& config, const std::string& type) {
   if (!interval && type != "bamba" && type != "recurrent_gemma") return nullptr;
   const auto num_hidden_layers = opt_integer(config, "num_hidden_layers", "");
   if (!num_hidden_layers) return nullptr;
-  const int64_t n = layer_count(num_hidden_layers, 0);
+  const int64_t n = layer_count(num_hidden_layers, 0, "layer_types");
   json types = json::array();
   if (interval) {
     const int64_t every = opt_integer(config, "full_attention_interval", "").value_or(4);
@@ -826,7 +893,7 @@ std::vector<bool> attention_mask(const json& config, const std::string& type, st
     types = &built;
   }
   if (!types || !types->is_array()) return {};  // type_mask checks it where it names RoPE types
-  const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size());
+  const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size(), "layer_types");
   if (types->size() < static_cast<size_t>(n)) {
     throw Error(fmt::format("layer_types has {} values but num_hidden_layers={}", types->size(), n));
   }
@@ -865,7 +932,7 @@ std::vector<bool> full_attention_by_pattern(const json& config) {
   const auto num_hidden_layers = opt_integer(config, "num_hidden_layers", "");
   if (!pattern || !num_hidden_layers) return {};
   if (*pattern < 1) throw Error(fmt::format("sliding_window_pattern={} must be >= 1", *pattern));
-  std::vector<bool> mask(static_cast<size_t>(layer_count(num_hidden_layers, 0)));
+  std::vector<bool> mask(static_cast<size_t>(layer_count(num_hidden_layers, 0, "sliding_window_pattern")));
   for (size_t i = 0; i < mask.size(); ++i) mask[i] = (static_cast<int64_t>(i) + 1) % *pattern == 0;
   return mask;
 }
@@ -884,7 +951,7 @@ std::vector<bool> type_mask(const Source& src, const std::string& model_type) {
     return mask;
   }
   if (!types->is_array()) throw Error(fmt::format("layer_types={} must be a list of strings", describe(*types)));
-  const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size());
+  const int64_t n = layer_count(opt_integer(config, "num_hidden_layers", ""), types->size(), "layer_types");
   if (types->size() < static_cast<size_t>(n)) {
     throw Error(fmt::format("layer_types has {} values but num_hidden_layers={}", types->size(), n));
   }

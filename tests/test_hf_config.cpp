@@ -208,6 +208,47 @@ TEST(HfConfig, YarnKeysExplicitAndImplicitFactor) {
               (0.1 * 0.707 * std::log(8.0) + 1) / (0.1 * std::log(8.0) + 1), 1e-15);
 }
 
+// transformers reads `rope_scaling or rope_parameters` and ignores (with a warning) rope keys its
+// rope_type does not take: rotary reads the same dict and names every ignored key in a note.
+TEST(HfConfig, RopeScalingOverRopeParametersAndUnreadKeysNoted) {
+  const ModelRope both = read(R"({"hidden_size": 256, "num_attention_heads": 4,
+      "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+      "rope_scaling": {"rope_type": "linear", "factor": 4.0}})");
+  EXPECT_EQ(*both.spec.factor, 4.0);
+  EXPECT_TRUE(has_note(both, "rope_scaling={\"factor\":4.0,\"rope_type\":\"linear\"} and rope_parameters="));
+  EXPECT_TRUE(has_note(both, "differ: rope_scaling is read, as transformers reads it"));
+  // Equal, or an empty rope_scaling: nothing to say, rope_parameters read.
+  const ModelRope empty_scaling = read(R"({"hidden_size": 256, "num_attention_heads": 4,
+      "rope_parameters": {"rope_type": "linear", "factor": 2.0}, "rope_scaling": {}})");
+  EXPECT_EQ(*empty_scaling.spec.factor, 2.0);
+  EXPECT_FALSE(has_note(empty_scaling, "differ"));
+  const ModelRope misspelt = read(R"({"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 8192,
+      "rope_parameters": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 4096,
+                          "beta_fats": 3, "mrope_section": [8, 12, 12]}})");
+  EXPECT_TRUE(has_note(misspelt, "rope_parameters.beta_fats is not a key of rope_type yarn: ignored, as transformers "
+                                 "ignores it"));
+  EXPECT_FALSE(has_note(misspelt, "mrope_section is not a key"));  // M-RoPE's sections: read by rotary
+  EXPECT_FALSE(has_note(misspelt, "original_max_position_embeddings is not a key"));
+}
+
+// JSON integers are exact: one beyond 2^53 is an integer the field's own rule judges.
+TEST(HfConfig, IntegersBeyondTwoToThe53AreIntegers) {
+  EXPECT_ROTARY_ERROR(read(R"({"head_dim": 9007199254740993, "hidden_size": 64, "num_attention_heads": 1})"),
+                      "head_dim=9007199254740993 exceeds");
+  EXPECT_ROTARY_ERROR(read(R"({"head_dim": 18446744073709551615, "hidden_size": 64, "num_attention_heads": 1})"),
+                      "head_dim=18446744073709551615 must be an integer below 2^63");
+  EXPECT_ROTARY_ERROR(read(R"({"head_dim": 1e300, "hidden_size": 64, "num_attention_heads": 1})"),
+                      "must be an integer in [-2^63, 2^63)");
+  EXPECT_ROTARY_ERROR(read(R"({"head_dim": 64.5, "hidden_size": 64, "num_attention_heads": 1})"),
+                      "head_dim=64.5 must be an integer");
+}
+
+// A missing num_hidden_layers is said to be missing, not reported as num_hidden_layers=0.
+TEST(HfConfig, MissingLayerCountIsNamedAsMissing) {
+  EXPECT_ROTARY_ERROR(read(R"({"hidden_size": 256, "num_attention_heads": 4, "layer_types": []})"),
+                      "num_hidden_layers is missing and layer_types is empty: the number of layers is unknown");
+}
+
 TEST(HfConfig, UnknownKeysIgnoredInvalidValuesNamed) {
   EXPECT_NO_THROW(read(R"({"hidden_size": 64, "num_attention_heads": 1, "vocab_size": 5, "whatever": {"a": [1]},
       "rope_scaling": {"rope_type": "linear", "factor": 2.0, "unused_key": 3}})"));
