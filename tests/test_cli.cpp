@@ -47,7 +47,7 @@ TEST(Cli, InfoJsonIsExactlyTheContract) {
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"head_dim", "rotary_dim", "pairing", "schedule", "base", "inv_freq",
                                             "attention_factor", "layout", "rotary_offset", "blocks", "streams",
-                                            "pair_stream"}));
+                                            "pair_stream", "xpos_scale_base", "xpos_center"}));
   EXPECT_EQ(j["layout"], "half");
   EXPECT_EQ(j["rotary_offset"], 0);
   EXPECT_EQ(j["blocks"], 1);

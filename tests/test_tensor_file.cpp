@@ -758,6 +758,147 @@ TEST(CliFiles, ApplyMropePositionsEqualsTheLibrary) {
   }
 }
 
+// Positions by shape, not count: every undocumented shape holding batch*seq entries is refused,
+// where it used to rotate tokens at other tokens' positions.
+TEST(CliFiles, PositionsAreCheckedByShape) {
+  TempDir dir;
+  const HostTensor q = tensor("array", "F32", {2, 3, 2, 8}, 1);  // batch 2, seq 3
+  write_bytes(dir / "q.npy", cli::format_npy(q));
+  auto positions = [&](const std::string& name, std::vector<int64_t> shape) {
+    HostTensor t{"array", "I64", shape, {}};
+    int64_t n = 1;
+    for (const int64_t e : shape) n *= e;
+    for (int64_t v = 0; v < n; ++v) {
+      const int64_t value = 100 + 7 * v;
+      t.data.insert(t.data.end(), reinterpret_cast<const unsigned char*>(&value),
+                    reinterpret_cast<const unsigned char*>(&value) + 8);
+    }
+    write_bytes(dir / name, cli::format_npy(t));
+    return dir / name;
+  };
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {positions("transposed.npy", {3, 2}), "has shape [3, 2]; the tensor needs [batch=2, seq=3] or [1, seq=3] (or "
+                                            "[seq=3]): it looks transposed"},
+      {positions("column.npy", {6, 1}), "has shape [6, 1]"},
+      {positions("row.npy", {1, 6}), "has shape [1, 6]"},
+      {positions("flat.npy", {6}), "has shape [6]"},
+  };
+  for (const auto& [file, needle] : refused) {
+    expect_user_error(run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--positions", file, "--out",
+                           dir / "o.npy"}), needle);
+  }
+  // M-RoPE's [S, seq, batch] is refused the same way.
+  expect_user_error(run({"apply", "--head-dim", "8", "--stream-layout", "sections", "--sections", "1,1,2", "--q",
+                         dir / "q.npy", "--positions", positions("mrope.npy", {3, 3, 2}), "--out", dir / "o.npy"}),
+                    "has shape [3, 3, 2]; the tensor needs [3, batch=2, seq=3] or [3, 1, seq=3]");
+  // Three streams given to a one-stream schedule (the message once said "give 1 or 1").
+  expect_user_error(run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--positions",
+                         positions("three.npy", {3, 1, 3}), "--out", dir / "o.npy"}),
+                    "has 3 streams but the schedule reads 1 (give [batch, seq] or [seq])");
+  EXPECT_FALSE(fs::exists(dir.path / "o.npy"));
+  // The documented shapes rotate as the library does with the same positions.
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"batch_seq.npy", {2, 3}}, {"one_seq.npy", {1, 3}}, {"seq.npy", {3}}}) {
+    const std::string file = positions(name, shape);
+    const RunResult r = run({"apply", "--head-dim", "8", "--q", dir / "q.npy", "--positions", file, "--out",
+                             dir / ("out_" + name)});
+    ASSERT_EQ(r.status, 0) << r.err;
+    HostTensor want = q;
+    std::vector<int64_t> values;
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 3; ++t) values.push_back(100 + 7 * (shape.size() == 2 && shape[0] == 2 ? b * 3 + t : t));
+    }
+    apply(s, ApplyArgs{.q = TensorView::bshd(want.data.data(), DType::f32, 2, 3, 2, 8),
+                       .positions = Positions::per_token(values)});
+    EXPECT_EQ(cli::read_tensor_file(dir / ("out_" + name)).tensors.at(0).data, want.data) << name;
+  }
+}
+
+// xPos through the CLI: --k holds keys, scaled by ζ^-(p-c)/γ (it was rotated as a query, losing xPos's
+// decay in q.k), and keys alone are a form of their own: --k with --k-out and no --q.
+TEST(CliFiles, KeysAreRotatedAsKeys) {
+  TempDir dir;
+  const HostTensor q = tensor("array", "F32", {1, 4, 2, 64}, 31), k = tensor("array", "F32", {1, 4, 1, 64}, 32);
+  write_bytes(dir / "q.npy", cli::format_npy(q));
+  write_bytes(dir / "k.npy", cli::format_npy(k));
+  const std::vector<std::string> spec = {"--head-dim", "64", "--xpos-scale-base", "512", "--xpos-center", "100",
+                                         "--offset", "2000"};
+  auto with_spec = [&](std::vector<std::string> args) {
+    args.insert(args.begin() + 1, spec.begin(), spec.end());
+    return run(args);
+  };
+  RunResult r = with_spec({"apply", "--q", dir / "q.npy", "--k", dir / "k.npy", "--out", dir / "q_rot.npy", "--k-out",
+                           dir / "k_rot.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = with_spec({"apply", "--k", dir / "k.npy", "--k-out", dir / "k_alone.npy"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote " + dir / "k_alone.npy"), std::string::npos) << r.out;
+  // The library's q and k in one call.
+  const Schedule s = make_schedule(Spec{.head_dim = 64, .xpos_scale_base = 512, .xpos_center = 100});
+  HostTensor wq = q, wk = k;
+  apply(s, ApplyArgs{.q = TensorView::bshd(wq.data.data(), DType::f32, 1, 4, 2, 64),
+                     .k = TensorView::bshd(wk.data.data(), DType::f32, 1, 4, 1, 64),
+                     .positions = Positions::sequential(2000)});
+  EXPECT_EQ(cli::read_tensor_file(dir / "q_rot.npy").tensors.at(0).data, wq.data);
+  EXPECT_EQ(cli::read_tensor_file(dir / "k_rot.npy").tensors.at(0).data, wk.data);
+  EXPECT_EQ(cli::read_tensor_file(dir / "k_alone.npy").tensors.at(0).data, wk.data);
+  expect_user_error(with_spec({"apply", "--out", dir / "o.npy"}), "--q is required (or --k with --k-out: keys alone)");
+  expect_user_error(with_spec({"apply", "--k", dir / "k.npy", "--k-out", dir / "o.npy", "--out", dir / "p.npy"}),
+                    "--out is set but --q is not");
+}
+
+// --undo takes a forward rotation back (the attention factor and xPos's scale divided out);
+// --inverse is the transpose and, with a factor, does not.
+TEST(CliFiles, UndoTakesBackForwardWhereInverseDoesNot) {
+  TempDir dir;
+  const HostTensor k = tensor("array", "F32", {1, 3, 2, 64}, 41);
+  write_bytes(dir / "k.npy", cli::format_npy(k));
+  const std::vector<std::string> spec = {"--head-dim", "64", "--schedule", "yarn", "--factor", "16",
+                                         "--original-max-position", "4096", "--xpos-scale-base", "512", "--offset",
+                                         "700"};
+  auto keys = [&](const std::string& in, const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"apply", "--k", dir / in, "--k-out", dir / out};
+    args.insert(args.end(), spec.begin(), spec.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  ASSERT_EQ(keys("k.npy", "k_rot.npy", {}).status, 0);
+  RunResult r = keys("k_rot.npy", "k_back.npy", {"--undo"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_round_trip(k, cli::read_tensor_file(dir / "k_back.npy").tensors[0]);
+  ASSERT_EQ(keys("k_rot.npy", "k_transposed.npy", {"--inverse"}).status, 0);
+  EXPECT_NE(read_bytes(dir / "k_transposed.npy"), read_bytes(dir / "k_back.npy"));
+  expect_user_error(keys("k_rot.npy", "o.npy", {"--undo", "--inverse"}), "--inverse and --undo cannot both be given");
+  expect_user_error(keys("k_rot.npy", "o.npy", {"--undo", "--angles", "hf-float32"}),
+                    "--undo with --angles=hf-float32 needs attention_factor 1");
+  EXPECT_FALSE(fs::exists(dir.path / "o.npy"));
+}
+
+// Options whose value the CLI once ignored or read as their default.
+TEST(CliFiles, IgnoredOptionValuesAreErrors) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
+  TensorFile one;
+  one.tensors = {tensor("q", "F32", {1, 3, 2, 8}, 2)};
+  write_bytes(dir / "one.safetensors", cli::format_safetensors(one));
+  const std::string q = dir / "q.npy", o = dir / "o.npy";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"apply", "--head-dim", "8", "--q", q, "--out", o, "--offset", ""}, "--offset='' is empty"},
+      {{"apply", "--head-dim", "8", "--q", q, "--out", o, "--threads", ""}, "--threads='' is empty"},
+      {{"apply", "--head-dim", "8", "--q", q, "--out", o, "--tensor", "q"},
+       "--tensor='q' names a tensor of a .safetensors input, but --q='" + q + "' is a .npy file"},
+      {{"apply", "--head-dim", "8", "--q", dir / "one.safetensors", "--out", dir / "o.safetensors", "--tensor", "k"},
+       "--tensor='k' is not in --q="},
+      {{"doctor", "--head-dim", "8", "--context", ""}, "--context='' is empty"},
+      {{"demo", "--seed", "-1"}, "--seed=-1 must be in [0, 2^63)"},
+      {{"demo", "--seed", "x"}, "--seed='x' is not an integer"},
+  };
+  for (const auto& [args, needle] : cases) expect_user_error(run(args), needle);
+  EXPECT_FALSE(fs::exists(o));
+  EXPECT_FALSE(fs::exists(dir.path / "o.safetensors"));
+}
+
 TEST(CliFiles, BadInputNamesTheOptionInOneLine) {
   TempDir dir;
   write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {1, 3, 2, 8}, 1)));
@@ -947,6 +1088,10 @@ TEST(CliFiles, ConvertWeightsTakesHeadCountsFromAConfigAndRefusesWrongOnes) {
       {{"--config", dir / "config.json", "--num-heads", "32"}, "--num-heads cannot be combined with --config"},
       {{"--config", dir / "missing.json"}, "--config '" + dir / "missing.json" + "' cannot be read"},
       {{"--num-heads", "32", "--num-kv-heads", "8", "--rotary-dim", "15"}, "--rotary-dim: rotary_dim=15 must be even"},
+      // head_dim derived from the rows, not given: the message says so rather than blame --head-dim.
+      {{"--num-heads", "5", "--num-kv-heads", "1"},
+       "tensor 'layers.0.q_proj.weight' has 512 rows, not a multiple of --num-heads=5: head_dim (rows / heads) "
+       "cannot be derived from it (give --head-dim)"},
   };
   for (const auto& [extra, needle] : wrong) {
     expect_user_error(convert("meta.safetensors", "wrong.safetensors", "half", extra), needle);

@@ -287,6 +287,9 @@ void print_info_json(const Resolved& r, std::ostream& out) {
                    schedule.streams);
   for (int64_t j = 0; j < schedule.pairs(); ++j) s += fmt::format("{}{}", j ? "," : "", schedule.stream_of(j));
   s += ']';
+  // xPos's settings (0, 0 without xPos): with them the schedule can be rebuilt from this output.
+  s += fmt::format(",\"xpos_scale_base\":{},\"xpos_center\":{}", g17(schedule.xpos_scale_base),
+                   g17(schedule.xpos_center));
   if (r.model) {
     s += fmt::format(",\"layer_type\":{},\"layer_types\":{},\"vision\":{}", json_string(r.model->layer_type),
                      json_strings(r.model->layer_types), r.model->vision);
@@ -403,6 +406,7 @@ struct Commands {
   CLI::App* convert = nullptr;
 
   DemoOptions demo_options;
+  std::string demo_seed;
   CLI::App* demo = nullptr;
 
   BenchOptions bench_options;
@@ -417,7 +421,9 @@ struct Commands {
     add_apply();
     add_convert();
     demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
-    demo->add_option("--seed", demo_options.seed, "random seed");
+    demo->add_option_function<std::string>(
+            "--seed", [this](const std::string& v) { demo_seed = v; }, "random seed, in [0, 2^63)")
+        ->type_name("VALUE");
     add_bench();
     add_doctor();
   }
@@ -444,18 +450,25 @@ struct Commands {
   void add_apply() {
     apply_cmd = app.add_subcommand("apply", "rotate q (and k) tensors in .npy/.safetensors files");
     apply_spec.attach(*apply_cmd);
-    apply_cmd->add_option("--q", file_options.q, "input tensor file (.npy or .safetensors)");
-    apply_cmd->add_option("--k", file_options.k, "second input tensor file");
+    apply_cmd->add_option("--q", file_options.q, "query tensor file (.npy or .safetensors)");
+    apply_cmd->add_option("--k", file_options.k,
+                          "key tensor file, rotated as keys (xPos scales keys by zeta^-(p-c)/gamma); "
+                          "without --q: keys alone");
     apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
     apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
     apply_cmd->add_option("--positions", file_options.positions,
                           ".npy of int32/int64/float32/float64 positions [batch, seq] or [seq], or [streams, batch, seq] or [streams, 1, seq] (M-RoPE)");
     apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
-    apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
+    apply_cmd->add_flag("--inverse", file_options.inverse,
+                        "rotate by -angle with the same scale: the transpose (the backward pass); it undoes "
+                        "the rotation only without an attention factor or xPos (see --undo)");
+    apply_cmd->add_flag("--undo", file_options.undo,
+                        "take back a forward rotation (un-rotate stored keys): turn by -angle and divide out "
+                        "the attention factor and xPos's scale");
     apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
     apply_cmd->add_option("--threads", apply_threads, fmt::format("threads in [0, {}] (0 = all)", max_threads));
-    apply_cmd->add_option("--out", file_options.out, "output for q");
-    apply_cmd->add_option("--k-out", file_options.k_out, "output for k");
+    apply_cmd->add_option("--out", file_options.out, "output for --q");
+    apply_cmd->add_option("--k-out", file_options.k_out, "output for --k");
   }
 
   void add_convert() {
@@ -529,6 +542,21 @@ struct Commands {
     throw Error(message);
   }
 
+  // An option given an empty value (`--offset ""`) is an error, never its default: a script whose
+  // variable came out empty would otherwise run with a setting it did not ask for.
+  void refuse_empty_values() const {
+    for (const CLI::App* command : app.get_subcommands()) {
+      for (const CLI::Option* option : command->get_options()) {
+        if (option->get_type_size() == 0 || option->count() == 0) continue;  // flags; not given
+        for (const std::string& value : option->results()) {
+          if (value.empty()) {
+            throw Error(fmt::format("{}='' is empty (leave the option out for its default)", option->get_name()));
+          }
+        }
+      }
+    }
+  }
+
   int run_info(std::ostream& out, std::ostream& err) {
     const Resolved r = info_spec.resolve();
     print_info(r, info_json, out);
@@ -557,7 +585,7 @@ struct Commands {
     }
     const Resolved r = doctor_spec.resolve();
     std::optional<int64_t> context;
-    if (!doctor_context.empty()) context = parse_int(doctor_context, "--context");
+    if (doctor_cmd->count("--context") > 0) context = parse_int(doctor_context, "--context");
     DoctorReport report;
     try {
       report = doctor(r.spec, {.context = context, .max_position_embeddings = r.model ? r.model->max_position_embeddings : 0});
@@ -585,8 +613,8 @@ struct Commands {
     const Resolved r = apply_spec.resolve();
     file_options.angles = parse_angles(apply_angles, "--angles");
     file_options.config = apply_spec.config_path;
-    if (!apply_offset.empty()) file_options.offset = parse_int(apply_offset, "--offset");
-    if (!apply_threads.empty()) file_options.threads = parse_int(apply_threads, "--threads");
+    if (apply_cmd->count("--offset") > 0) file_options.offset = parse_int(apply_offset, "--offset");
+    if (apply_cmd->count("--threads") > 0) file_options.threads = parse_int(apply_threads, "--threads");
     // A model whose code turns pairs by -angle (NanoChat): its forward is rotary's inverse.
     if (r.model && r.model->rotates_backward) file_options.inverse = !file_options.inverse;
     const int status = run_apply_files(r.schedule, file_options, out);
@@ -636,13 +664,21 @@ struct Commands {
       if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
       throw Error(excerpt(message, 300));  // CLI11 quotes the user's arguments
     }
+    refuse_empty_values();
     if (info->parsed()) return run_info(out, err);
     if (table->parsed()) return run_table(out, err);
     if (presets->parsed()) return run_presets(out);
     if (doctor_cmd->parsed()) return run_doctor(out, err);
     if (apply_cmd->parsed()) return run_apply(out, err);
     if (convert->parsed()) return run_convert(out);
-    if (demo->parsed()) return run_demo(demo_options, out);
+    if (demo->parsed()) {
+      if (demo->count("--seed") > 0) {
+        const int64_t seed = parse_int(demo_seed, "--seed");
+        if (seed < 0) throw Error(fmt::format("--seed={} must be in [0, 2^63)", seed));
+        demo_options.seed = static_cast<uint64_t>(seed);
+      }
+      return run_demo(demo_options, out);
+    }
     if (bench->parsed()) return run_bench_command(out);
     return 0;
   }

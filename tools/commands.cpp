@@ -1,6 +1,7 @@
 #include "commands.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -220,6 +221,8 @@ class TokenPositions {
       streams_ = static_cast<int>(entry_.shape[0]);
     }
     count_ = total / streams_;
+    // Each stream's [rows, seq]: [seq] is one row.
+    rows_ = entry_.shape.size() == 1 ? 1 : entry_.shape[entry_.shape.size() - 2];
     scan(total);
   }
 
@@ -235,9 +238,20 @@ class TokenPositions {
       throw Error(fmt::format("{} has {} entries{}; the tensor needs batch*seq={} or seq={}", shown_, count_,
                               streams_ > 1 ? " per stream" : "", g.tokens(), g.seq));
     }
+    // By shape, not by count alone: a transposed [seq, batch] file holds batch*seq entries too.
+    const int64_t cols = entry_.shape.back();
+    if (cols != g.seq || (rows_ != g.batch && rows_ != 1)) {
+      const std::string lead = streams_ > 1 ? fmt::format("{}, ", streams_) : "";
+      throw Error(fmt::format("{} has shape [{}]; the tensor needs [{}batch={}, seq={}] or [{}1, seq={}] (or [seq={}]){}",
+                              shown_, fmt::join(entry_.shape, ", "), lead, g.batch, g.seq, lead, g.seq, g.seq,
+                              rows_ == g.seq && cols == g.batch && g.seq != g.batch ? ": it looks transposed" : ""));
+    }
     if (streams_ != 1 && streams_ != schedule.streams) {
-      throw Error(fmt::format("{} has {} streams but the schedule reads {} (give {} or 1, one stream serving all)",
-                              shown_, streams_, schedule.streams, schedule.streams));
+      throw Error(schedule.streams == 1
+                      ? fmt::format("{} has {} streams but the schedule reads 1 (give [batch, seq] or [seq])", shown_,
+                                    streams_)
+                      : fmt::format("{} has {} streams but the schedule reads {} (give {} or 1, one stream serving "
+                                    "all)", shown_, streams_, schedule.streams, schedule.streams));
     }
   }
 
@@ -330,6 +344,7 @@ class TokenPositions {
   std::unique_ptr<InputFile> file_;
   HostTensor entry_;
   int64_t count_ = 0;   // entries per stream
+  int64_t rows_ = 1;    // each stream's rows: batch, or 1 for one row serving every batch row
   int streams_ = 1;
   bool fractional_ = false;
 };
@@ -337,8 +352,8 @@ class TokenPositions {
 // Rotates one tensor of `input` into `output` a block at a time; hf-float32 tables hold only the
 // block's distinct positions.
 void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const TokenPositions& positions,
-                   const Geometry& g, const InputFile& input, const HostTensor& t, AtomicOutputs::File& output,
-                   std::vector<unsigned char>& buffer) {
+                   const Geometry& g, const InputFile& input, const HostTensor& t, bool keys,
+                   AtomicOutputs::File& output, std::vector<unsigned char>& buffer) {
   const bool hf = o.angles == AngleMode::hf_float32;
   const int64_t streams = positions.streams();
   // Per token: its positions (8 bytes each) and, for hf-float32, a table row per stream (8 bytes
@@ -367,9 +382,11 @@ void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const To
     }
     const TensorView view = g.bhsd ? TensorView::bhsd(buffer.data(), g.dtype, 1, b.heads, b.tokens, g.head_dim)
                                    : TensorView::bshd(buffer.data(), g.dtype, 1, b.tokens, b.heads, g.head_dim);
+    // --k holds keys: xPos scales them by ζ^-(p-c)/γ, the queries of --q by ζ^+(p-c)/γ.
     apply(schedule, ApplyArgs{.q = view, .positions = block_positions,
                               .direction = o.inverse ? Direction::inverse : Direction::forward,
-                              .table = table ? &*table : nullptr, .threads = static_cast<int>(o.threads)});
+                              .table = table ? &*table : nullptr, .q_is_key = keys, .undo = o.undo,
+                              .threads = static_cast<int>(o.threads)});
     output.write(buffer.data(), static_cast<uint64_t>(bytes));
   });
 }
@@ -377,6 +394,7 @@ void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const To
 // One input and its output: the tensors, and how each is rotated (or copied when unset).
 struct ApplyJob {
   std::string out_option, out_path;
+  bool keys = false;  // --k: rotated as keys
   std::unique_ptr<InputFile> input;
   TensorFile index;
   std::vector<std::optional<Geometry>> rotate;
@@ -385,14 +403,18 @@ struct ApplyJob {
 
 ApplyJob plan_job(const Schedule& schedule, const ApplyFileOptions& o, const TokenPositions& positions,
                   const NamedPath& in, const NamedPath& out) {
-  ApplyJob job{.out_option = std::string(out.option), .out_path = out.path};
+  ApplyJob job{.out_option = std::string(out.option), .out_path = out.path, .keys = in.option == "--k"};
   OpenedTensors opened = open_tensors(in.option, in.path);
   job.input = std::move(opened.file);
   job.index = std::move(opened.index);
+  if (!o.tensor.empty() && !is_safetensors_path(in.path)) {
+    throw Error(fmt::format("--tensor='{}' names a tensor of a .safetensors input, but {}='{}' is a .npy file "
+                            "(one unnamed tensor)", excerpt(o.tensor), in.option, excerpt(in.path)));
+  }
   bool any = false;
   for (const HostTensor& t : job.index.tensors) {
     job.rotate.emplace_back();
-    if (!o.tensor.empty() && t.name != o.tensor && job.index.tensors.size() > 1) continue;
+    if (!o.tensor.empty() && t.name != o.tensor) continue;
     any = true;
     with_context(fmt::format("{} '{}' {}: ", in.option, excerpt(in.path), tensor_label(t)), [&] {
       const Geometry g = geometry_of(t, o.layout);
@@ -407,8 +429,13 @@ ApplyJob plan_job(const Schedule& schedule, const ApplyFileOptions& o, const Tok
 }
 
 void check_apply_options(const ApplyFileOptions& o) {
-  if (o.q.empty()) throw Error("--q is required");
-  if (o.out.empty()) throw Error("--out is required");
+  if (o.q.empty() && o.k.empty()) throw Error("--q is required (or --k with --k-out: keys alone)");
+  if (!o.q.empty() && o.out.empty()) throw Error("--out is required with --q");
+  if (o.q.empty() && !o.out.empty()) throw Error("--out is set but --q is not (keys alone write --k-out)");
+  if (o.inverse && o.undo) {
+    throw Error("--inverse and --undo cannot both be given (--undo takes back a forward rotation, "
+                "--inverse is its transpose)");
+  }
   if (o.layout != "bshd" && o.layout != "bhsd") {
     throw Error(fmt::format("--layout='{}' must be bshd or bhsd", excerpt(o.layout)));
   }
@@ -456,8 +483,13 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
     throw Error(fmt::format("--positions '{}' holds fractional positions; --angles=hf-float32 needs whole ones "
                             "(transformers' float32 table)", excerpt(o.positions)));
   }
+  if (o.undo && o.angles == AngleMode::hf_float32 && schedule.attention_factor != 1.0) {
+    throw Error(fmt::format("--undo with --angles=hf-float32 needs attention_factor 1, not {} (its float32 table "
+                            "holds cos and sin times the factor; --angles=exact divides it out)",
+                            schedule.attention_factor));
+  }
   std::vector<ApplyJob> jobs;
-  jobs.push_back(plan_job(schedule, o, positions, {"--q", o.q}, {"--out", o.out}));
+  if (!o.q.empty()) jobs.push_back(plan_job(schedule, o, positions, {"--q", o.q}, {"--out", o.out}));
   if (!o.k.empty()) jobs.push_back(plan_job(schedule, o, positions, {"--k", o.k}, {"--k-out", o.k_out}));
 
   // Every check passed. Each output is written to its temporary, then all are renamed together.
@@ -478,13 +510,15 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
         continue;
       }
       with_context(fmt::format("'{}' {}: ", excerpt(job.input->path()), tensor_label(t)), [&] {
-        rotate_tensor(schedule, o, positions, *job.rotate[i], *job.input, t, *files[j], buffer);
+        rotate_tensor(schedule, o, positions, *job.rotate[i], *job.input, t, job.keys, *files[j], buffer);
       });
       ++rotated;
     }
   }
   outputs.commit();
-  out << fmt::format("rotated {} tensor(s); wrote {}{}\n", rotated, o.out, o.k_out.empty() ? "" : " and " + o.k_out);
+  std::vector<std::string> written;
+  for (const ApplyJob& job : jobs) written.push_back(job.out_path);
+  out << fmt::format("rotated {} tensor(s); wrote {}\n", rotated, fmt::join(written, " and "));
   return 0;
 }
 
@@ -549,7 +583,8 @@ HeadCounts head_counts(const ConvertOptions& o) {
 // rows = heads * head_dim for one head_dim shared by q and k. Fills c.head_dim when it was 0.
 std::vector<char> classify(const ConvertOptions& o, const TensorFile& file, HeadCounts& c) {
   std::vector<char> role;  // 'q', 'k' or 0 (copied)
-  std::string head_dim_from = c.config.empty() ? "--head-dim" : c.config;
+  // Where head_dim comes from: the config, --head-dim, or (neither) the first projection's rows.
+  std::string head_dim_from = !c.config.empty() ? c.config : c.head_dim != 0 ? "--head-dim" : "";
   for (const HostTensor& t : file.tensors) {
     const bool is_q = wildcard_match(o.q_name, t.name);
     const bool is_k = wildcard_match(o.k_name, t.name);
@@ -565,6 +600,10 @@ std::vector<char> classify(const ConvertOptions& o, const TensorFile& file, Head
     if (c.head_dim == 0 && rows % heads == 0 && rows > 0) {
       c.head_dim = rows / heads;
       head_dim_from = tensor_label(t);
+    }
+    if (c.head_dim == 0) {
+      throw Error(fmt::format("{} has {} rows, not a multiple of {}: head_dim (rows / heads) cannot be derived from "
+                              "it (give --head-dim)", tensor_label(t), rows, c.heads_label(is_q)));
     }
     if (c.head_dim == 0 || rows != heads * c.head_dim) {
       throw Error(fmt::format("{} has {} rows, not {} heads x head_dim {} = {} (head_dim from {}; q and k share it)",

@@ -17,6 +17,7 @@ struct ApplyFileOptions {
   std::string config;  ///< the --config the schedule came from: an input, never overwritten
   std::optional<int64_t> offset;
   bool inverse = false;
+  bool undo = false;  ///< take back a rotation in the direction `inverse` says (ApplyArgs::undo)
   AngleMode angles = AngleMode::exact;
   int64_t threads = 0;
 };
