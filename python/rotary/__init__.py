@@ -95,27 +95,28 @@ def _position_range_error(name: str, index: int, value: Any) -> ValueError:
 
 
 def _object_positions(arr: np.ndarray, name: str) -> np.ndarray:
-    """Python ints of any size (numpy keeps those beyond int64 as objects)."""
+    """Python ints of any size (numpy keeps those beyond int64 as objects), in arr's shape."""
     flat = arr.reshape(-1)
     for i, value in enumerate(flat):
         if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{name}[{i}] must be an int, got {type(value).__name__}")
         if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
             raise _position_range_error(name, i, value)
-    return flat.astype(np.int64)
+    return flat.astype(np.int64).reshape(arr.shape)
 
 
 def _float_positions(arr: np.ndarray, name: str) -> np.ndarray:
-    """Real positions as a flat float64 array; whole ones (the common case) as int64, so that they
-    take the cached table. Beyond int64 they stay float64 for the library's range check."""
-    flat = np.array(arr.reshape(-1), dtype=np.float64)
+    """Real positions as a float64 array in arr's shape; whole ones (the common case) as int64, so
+    that they take the cached table. Beyond int64 they stay float64 for the library's range check."""
+    values = np.array(arr, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        whole = bool(np.all((flat == np.floor(flat)) & (np.abs(flat) < 2.0 ** 62)))
-    return flat.astype(np.int64) if whole else flat
+        whole = bool(np.all((values == np.floor(values)) & (np.abs(values) < 2.0 ** 62)))
+    return values.astype(np.int64) if whole else values
 
 
 def _positions_array(positions: Any, name: str = "positions", real: bool = False) -> np.ndarray:
-    """positions as a new flat int64 array (or, with ``real``, float64 for fractional ones);
+    """positions as a new C-ordered int64 array in their own shape (or, with ``real``, float64 for
+    fractional ones): the library checks the shape ([batch, seq], not a transposed [seq, batch]).
     TypeError unless they are integers (or real numbers), ValueError for values int64 cannot hold
     (the library checks the range of the others). Always a copy: another thread changing the
     caller's array cannot change positions after the library checked them."""
@@ -141,21 +142,22 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and flat.size and flat.max() > _INT64_MAX:
         i = int(np.argmax(flat > _INT64_MAX))
         raise _position_range_error(name, i, int(flat[i]))
-    return np.array(flat, dtype=np.int64)
+    return np.array(arr, dtype=np.int64, order="C")
 
 
 def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
     """apply's positions: ``[S, batch, seq]`` or ``[S, 1, seq]`` (S streams, transformers' M-RoPE
     ``position_ids``), ``[batch, seq]`` or ``[seq]`` (one stream); ints or reals."""
     try:
-        ndim = positions.dim() if _is_torch(positions) else np.ndim(positions)
+        shape = tuple(positions.shape) if _is_torch(positions) else np.shape(positions)
     except (TypeError, ValueError) as e:  # ragged lists
         raise TypeError(f"positions must be an array of integers or real numbers, got {_show(positions)}") from e
+    ndim = len(shape)
     if ndim > 3:
         raise ValueError(f"positions must have at most 3 dimensions ([streams, batch, seq]), got {ndim}")
     streams = 1
-    if ndim == 3:
-        streams = int(positions.shape[0])
+    if ndim == 3:  # nested lists and tuples too: np.shape, not .shape
+        streams = int(shape[0])
         if streams == 0:
             raise ValueError("positions has 0 streams ([streams, batch, seq] with streams >= 1)")
     if type(positions) is _torch_tensor_type() and positions.dtype in _torch_int_types() and positions.is_cpu:
@@ -478,7 +480,8 @@ class Rope:
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
               inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
               cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
-              cos_sin_columns: Optional[str] = None, out: Any = None, check: bool = False) -> Any:
+              cos_sin_columns: Optional[str] = None, out: Any = None, check: bool = False,
+              undo: bool = False) -> Any:
         """Rotates q (and k) and returns them (a tuple when k is given), as the same kind of object.
 
         Parameters
@@ -506,7 +509,9 @@ class Rope:
         inplace : bool
             Write the results into q and k themselves.
         inverse : bool
-            Rotate by -angle (the backward pass).
+            Rotate by -angle with the same scale: the transpose, i.e. the backward pass. It undoes a
+            forward rotation only when ``attention_factor`` is 1 and there is no xPos (otherwise the
+            round trip scales each pair by ``(attention_factor * sigma)**2``); see ``undo``.
         angles : {"exact", "on_the_fly", "hf-float32"}
             The angles' numerics, the same words everywhere in rotary: ``"exact"`` (cos/sin within
             1 ulp of exact at any position, from the Rope's cached table; the default),
@@ -538,6 +543,13 @@ class Rope:
             CUDA tensors: wait for the call and raise ValueError if a per-token position was
             unusable (see Notes); the error covers every earlier unchecked call on the device too.
             CPU: nothing to do (positions are checked before anything is written).
+        undo : bool
+            Take back a rotation (``inverse`` says which): turn by the opposite angle and divide by
+            ``attention_factor`` and by xPos's scale, so ``apply(apply(x), undo=True)`` gives x back
+            to a few roundings, e.g. to un-rotate stored keys (pass keys as ``k`` beside a q with 0
+            heads to scale them as keys under xPos). With attention_factor 1 and no xPos it equals
+            the inverse bit for bit. Exact angles only (a factor other than 1 refuses
+            ``"hf-float32"``); not with the caller's cos/sin.
 
         Returns
         -------
@@ -580,11 +592,11 @@ class Rope:
         graph that uses it may replay. ``threads`` does not apply.
         """
         return self._apply(q, k, positions, offset, layout, inplace, inverse, angles, threads, cos, sin,
-                           cos_sin_cache, cos_sin_columns, out, check)
+                           cos_sin_cache, cos_sin_columns, out, check, undo)
 
     def _apply(self, q: Any, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, inverse: Any,
                angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any,
-               out: Any = None, check: Any = False) -> Any:
+               out: Any = None, check: Any = False, undo: Any = False) -> Any:
         """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
         cost is mostly this layer's and the extension's argument handling)."""
         torch_tensor = _torch_tensor_type()
@@ -610,6 +622,9 @@ class Rope:
         else:
             q_out = None if inplace else _empty_like(q)
             k_out = None if (inplace or k is None) else _empty_like(k)
+        if undo is not False and _bool_arg(undo, "undo") and _bool_arg(inverse, "inverse"):
+            raise ValueError("inverse=True and undo=True cannot both be given (undo takes back a forward rotation; "
+                             "inverse is its transpose)")
         if self.rotates_backward:  # the model's code turns pairs by -angle (NanoChat)
             inverse = not _bool_arg(inverse, "inverse")
         if packed:  # one batch row of bshd views
@@ -618,7 +633,7 @@ class Rope:
         else:
             q4, k4, q_out4, k_out4 = q, k, q_out, k_out
         self._impl.apply(q4, k4, q_out4, k_out4, pos, streams, offset, layout, inverse, angles, threads,
-                         cos, sin, cos_sin_cache, cos_sin_columns, check)
+                         cos, sin, cos_sin_cache, cos_sin_columns, check, undo)
         rq = q if inplace else q_out
         if k is None:
             return rq

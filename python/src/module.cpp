@@ -569,9 +569,13 @@ class Borrowed {
   }
 
  private:
+  bool is_output() const { return name_.ends_with("_out"); }
+
   void from_numpy(const py::array& array, Access access) {
     if (access == Access::write && !array.writeable()) {
-      throw py::value_error(name_ + " is read-only and would be written (inplace=True writes q and k)");
+      // An output given by out= is written by definition; q and k only with inplace=True.
+      throw py::value_error(is_output() ? name_ + " is read-only (out= names arrays to write the results into)"
+                                        : name_ + " is read-only and would be written (inplace=True writes q and k)");
     }
     const py::dtype dtype = array.dtype();
     if (!dtype.attr("isnative").cast<bool>()) {
@@ -607,8 +611,12 @@ class Borrowed {
     const bool tracked = (torch_to_dlpack(obj) || py::hasattr(obj, requires_grad)) &&
                          obj.attr(requires_grad).cast<bool>();
     if (tracked && access == Access::write) {
-      throw py::value_error(name_ + " requires grad and would be written in place, which autograd forbids "
-                            "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
+      throw py::value_error(is_output()
+                                ? name_ + " requires grad and would be written, which autograd forbids (give out= "
+                                          "tensors that do not require grad, or use rotary.torch.apply_rope to "
+                                          "differentiate)"
+                                : name_ + " requires grad and would be written in place, which autograd forbids "
+                                          "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
     }
     if (tracked) obj = obj.attr("detach")();  // same memory, read only
     py::object capsule;
@@ -767,6 +775,16 @@ Positions device_positions(const DLTensor& t, int streams) {
   throw py::type_error("positions on " + device_name(t.device) + " must be int64, int32, float32 or float64");
 }
 
+// The caller's array shape, carried into the library (Positions::with_shape), which then refuses
+// every shape but [batch, seq] and [1, seq] per stream (a transposed [seq, batch] holds as many
+// entries): a 2-D array is [rows, seq], a 3-D one [streams, rows, seq]; a 1-D array stays flat
+// ([seq], or the documented flat [batch * seq]).
+Positions with_array_shape(const Positions& p, int64_t ndim, const int64_t* shape) {
+  if (ndim == 2) return p.with_shape(shape[0], shape[1]);
+  if (ndim == 3) return p.with_shape(shape[1], shape[2]);
+  return p;
+}
+
 PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   const int64_t streams = int_arg(streams_value, "positions streams");
   if (streams < 1 || streams > max_streams) {
@@ -780,21 +798,25 @@ PositionsArg positions_arg(py::handle v, py::handle streams_value) {
     if (t.device.device_type == kDLCPU) {
       out.copied = copy_positions(t);
       out.whole = std::span<const int64_t>(out.copied);
-      out.positions = Positions::per_token(out.whole, s);
+      out.positions = with_array_shape(Positions::per_token(out.whole, s), t.ndim, t.shape);
     } else {
       check_device(t.device, "positions");
-      out.positions = device_positions(t, s);
+      out.positions = with_array_shape(device_positions(t, s), t.ndim, t.shape);
       out.device = t.device;
       out.device_tensor = std::move(exported);
     }
   } else if (py::isinstance<py::array_t<int64_t>>(v)) {
     auto array = py::array_t<int64_t, py::array::c_style>::ensure(v);
+    check_positions_ndim(array.ndim());
     out.whole = std::span<const int64_t>(array.data(), static_cast<size_t>(array.size()));
-    out.positions = Positions::per_token(out.whole, s);
+    out.positions = with_array_shape(Positions::per_token(out.whole, s), array.ndim(), array.shape());
     out.array = array;
   } else if (py::isinstance<py::array_t<double>>(v)) {
     auto array = py::array_t<double, py::array::c_style>::ensure(v);
-    out.positions = Positions::per_token(std::span<const double>(array.data(), static_cast<size_t>(array.size())), s);
+    check_positions_ndim(array.ndim());
+    out.positions = with_array_shape(
+        Positions::per_token(std::span<const double>(array.data(), static_cast<size_t>(array.size())), s),
+        array.ndim(), array.shape());
     out.array = array;
   } else {
     throw py::type_error("positions must be an int64 or float64 numpy array here, got " + type_name(v));
@@ -1059,14 +1081,16 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
               const py::object& offset, const py::object& layout, const py::object& inverse,
               const py::object& angles, const py::object& threads, const py::object& cos,
               const py::object& sin, const py::object& cos_sin_cache, const py::object& cos_sin_columns,
-              const py::object& check_arg) {
+              const py::object& check_arg, const py::object& undo_arg) {
   const Layout lay = layout_arg(layout);
-  const Angles angle_source = angles_arg(angles);
+  Angles angle_source = angles_arg(angles);
+  const bool undo = undo_arg.ptr() != Py_False && bool_arg(undo_arg, "undo");
   const Access in_access = q_out.is_none() ? Access::write : Access::read;
   Borrowed bq(q, "q", in_access), bk(k, "k", in_access);
   Borrowed bq_out(q_out, "q_out", Access::write), bk_out(k_out, "k_out", Access::write);
   ApplyArgs args{.q = bq.view(lay), .k = bk.view(lay), .q_out = bq_out.view(lay), .k_out = bk_out.view(lay)};
   args.direction = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
+  args.undo = undo;
   const std::optional<int> small_threads = small_int(threads);
   args.threads = small_threads ? *small_threads : threads_arg(threads);
   const std::optional<int> small_offset = small_int(offset);
@@ -1090,6 +1114,16 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
     args.angles = &caller.angles;
   } else if (!cos_sin_columns.is_none()) {
     throw py::value_error("cos_sin_columns is set but neither cos/sin nor cos_sin_cache is");
+  }
+  if (undo && !given && rope.schedule().attention_factor != 1.0) {
+    // Tables hold cos and sin times the factor: undo divides it out from exact angles on the fly
+    // (the same exact values the Rope's table holds), and refuses transformers' float32 table.
+    if (angle_source == Angles::hf_float32) {
+      throw py::value_error("undo=True with angles='hf-float32' needs attention_factor 1, not " +
+                            py::repr(py::float_(rope.schedule().attention_factor)).cast<std::string>() +
+                            " (its float32 table holds cos and sin times the factor; angles='exact' divides it out)");
+    }
+    angle_source = Angles::on_the_fly;
   }
   const DLDevice device = call_device({&bq, &bk, &bq_out, &bk_out, caller.cos ? &*caller.cos : nullptr,
                                        caller.sin ? &*caller.sin : nullptr});
@@ -1285,7 +1319,7 @@ PYBIND11_MODULE(_rotary, m) {
       .def("apply", &apply_py, py::arg("q"), py::arg("k"), py::arg("q_out"), py::arg("k_out"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"), py::arg("angles"),
            py::arg("threads"), py::arg("cos"), py::arg("sin"), py::arg("cos_sin_cache"), py::arg("cos_sin_columns"),
-           py::arg("check") = false)
+           py::arg("check") = false, py::arg("undo") = false)
       .def("rerotate", &rerotate_py, py::arg("k"), py::arg("k_out"), py::arg("delta"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"))
       .def("switch", &switch_py, py::arg("k"), py::arg("k_out"), py::arg("to"), py::arg("positions"),
