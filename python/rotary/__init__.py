@@ -120,6 +120,9 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
     (the library checks the range of the others). Always a copy: another thread changing the
     caller's array cannot change positions after the library checked them."""
     if _is_torch(positions):
+        if positions.is_meta:  # no values to read (the torch operators name the meta tensor the same way)
+            raise ValueError(f"{name} is on meta: a meta tensor has no values (give positions on the CPU, or on "
+                             "the CUDA device of q)")
         dtype = positions.dtype
         if dtype.is_complex or dtype == sys.modules["torch"].bool or (dtype.is_floating_point and not real):
             raise TypeError(f"{name} must hold integers{' or real numbers' if real else ''}, got dtype {positions.dtype}")
