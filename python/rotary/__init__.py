@@ -503,7 +503,8 @@ class Rope:
             stream). Packed q: ``[tokens]``, or ``[streams, tokens]``. Default ``offset + 0..seq-1``
             for every batch row in every stream (packed: ``offset + 0..tokens-1``).
         offset : int
-            First position when ``positions`` is not given (a KV-cache decode step's position).
+            First position when ``positions`` is not given (a KV-cache decode step's position);
+            with ``positions`` it must stay 0 (ValueError: add it to the positions instead).
         layout : {"bshd", "bhsd", "thd"}
             Order of q's and k's dimensions; default ``"bshd"``.
         inplace : bool
@@ -554,8 +555,8 @@ class Rope:
             An argument of the wrong kind (a list for q, strings for positions, a str for threads
             ...), naming it.
         ValueError
-            A value that breaks a rule (shapes, positions outside [0, 2^31), a streams count the
-            Rope does not take, cos/sin of the wrong width, threads > max_threads, layout, tensors
+            A value that breaks a rule (shapes, positions outside [0, 2^31), an offset other than 0
+            beside positions, a streams count the Rope does not take, cos/sin of the wrong width, threads > max_threads, layout, tensors
             on different devices, a CUDA tensor in a build without CUDA kernels ...), naming it;
             q and k are untouched.
         RuntimeError
@@ -648,7 +649,7 @@ class Rope:
             The positions the keys were rotated at, as ``apply`` takes them (default
             ``offset + 0..seq-1``). Every position plus its stream's delta must stay in [0, 2^31).
         offset : int
-            First position when ``positions`` is not given.
+            First position when ``positions`` is not given; with ``positions`` it must stay 0.
         layout : {"bshd", "bhsd", "thd"}
             Order of k's dimensions.
         inplace : bool
@@ -666,6 +667,7 @@ class Rope:
             positions not numbers.
         ValueError
             A position plus delta leaving [0, 2^31) (naming both), a delta outside (-2^31, 2^31),
+            an offset other than 0 beside positions,
             a count of deltas that is neither 1 nor the Rope's streams, and everything ``apply``
             refuses; k is untouched.
 

@@ -1053,6 +1053,15 @@ void check_positions_py(const py::object& device_value) {
 }
 #endif
 
+// offset is the first of sequential positions; with per-token positions it would be dropped, so the
+// pair is refused (the C ABI's rule: offset must be 0 when positions are given; the CLI's
+// "--positions and --offset cannot both be given").
+void refuse_offset_with_positions(int64_t offset, const py::object& positions) {
+  if (offset == 0 || positions.is_none()) return;
+  throw py::value_error("offset=" + std::to_string(offset) + " is for sequential positions only, but positions "
+                        "are given (add the offset to the positions, or leave positions out)");
+}
+
 // q_out unset means in place: q (and k) are then written. `check`: see apply_cuda.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
               const py::object& k_out, const py::object& positions, const py::object& streams,
@@ -1072,6 +1081,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   const std::optional<int> small_offset = small_int(offset);
   const int64_t first = small_offset ? *small_offset : int_arg(offset, "offset", "must keep positions in [0, 2^31)");
   [[maybe_unused]] const bool check_now = check_arg.ptr() != Py_False && bool_arg(check_arg, "check");
+  refuse_offset_with_positions(first, positions);
   PositionsArg pos;
   if (positions.is_none()) {
     pos.positions = Positions::sequential(first);
@@ -1132,9 +1142,11 @@ void move_keys(const py::object& k, const py::object& k_out, const py::object& p
   Borrowed bk(k, "k", k_out.is_none() ? Access::write : Access::read), bk_out(k_out, "k_out", Access::write);
   RotatedKeys keys{.k = bk.view(lay), .k_out = bk_out.view(lay)};
   keys.rotated = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
+  const int64_t first = int_arg(offset, "offset", "must keep positions in [0, 2^31)");
+  refuse_offset_with_positions(first, positions);
   PositionsArg pos;
   if (positions.is_none()) {
-    pos.positions = Positions::sequential(int_arg(offset, "offset", "must keep positions in [0, 2^31)"));
+    pos.positions = Positions::sequential(first);
   } else {
     pos = positions_arg(positions, streams);
   }

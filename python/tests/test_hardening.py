@@ -500,5 +500,52 @@ def test_plot_helpers_leave_the_decimal_context_alone():
     assert decimal.getcontext().prec == precision
 
 
+# An offset beside positions was dropped (the positions alone were used); the CLI and the C ABI
+# refuse the pair. Every Python entry that takes both, on numpy and torch, eager and compiled.
+OFFSET_WITH_POSITIONS = "offset=5 is for sequential positions only, but positions are given"
+
+
+def _offset_with_positions_calls():
+    from rotary.torch import apply_rope, apply_rope_
+    rope, other = Rope(16), Rope(16, base=500.0)
+    op_tail = ("bshd", False, "exact", None, None, None, None)
+    compiled = torch.compile(lambda q, p: apply_rope(rope, q, positions=p, offset=5), fullgraph=True,
+                             backend="aot_eager")
+    return {
+        "Rope.apply numpy": lambda q, p: rope.apply(q.numpy(), positions=p.numpy(), offset=5),
+        "Rope.apply torch in place": lambda q, p: rope.apply(q, positions=p, offset=np.int64(5), inplace=True),
+        "Rope.apply out=": lambda q, p: rope.apply(q, positions=p.tolist(), offset=5, out=torch.empty_like(q)),
+        "Rope.rerotate": lambda q, p: rope.rerotate(q, 1, positions=p, offset=5, inplace=True),
+        "Rope.switch": lambda q, p: rope.switch(q, other, positions=p, offset=5, inplace=True),
+        "apply_rope": lambda q, p: apply_rope(rope, q, positions=p, offset=5),
+        "apply_rope autograd": lambda q, p: apply_rope(rope, q.requires_grad_(), positions=p, offset=5),
+        "apply_rope_": lambda q, p: apply_rope_(rope, q, positions=p, offset=5),
+        "rotary::rope": lambda q, p: torch.ops.rotary.rope(q, None, rope._handle, p, 5, *op_tail),
+        "rotary::rope_": lambda q, p: torch.ops.rotary.rope_(q, None, rope._handle, p, 5, *op_tail),
+        "compiled apply_rope": compiled,
+    }
+
+
+OFFSET_CALLS = _offset_with_positions_calls()
+
+
+@pytest.mark.parametrize("call", OFFSET_CALLS.values(), ids=OFFSET_CALLS.keys())
+def test_offset_beside_positions_is_refused(call):
+    q = torch.randn(1, 3, 2, 16)
+    original = q.clone()
+    with pytest.raises(ValueError, match="^" + OFFSET_WITH_POSITIONS):
+        call(q, torch.tensor([4, 7, 9]))
+    assert torch.equal(q.detach(), original)  # refused before any write
+
+
+def test_offset_zero_beside_positions_and_offset_alone_still_work():
+    rope, q = Rope(16), np.random.default_rng(5).standard_normal((1, 3, 2, 16)).astype(np.float32)
+    positions = np.array([5, 6, 7])
+    np.testing.assert_array_equal(rope.apply(q, positions=positions, offset=0), rope.apply(q, offset=5))
+    np.testing.assert_array_equal(rope.rerotate(q, 2, positions=positions, offset=0), rope.rerotate(q, 2, offset=5))
+    with pytest.raises(TypeError, match="^offset must be an int, got str"):  # checked with positions too
+        rope.rerotate(q, 2, positions=positions, offset="5")
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["stress"]:
     print("mismatches:", _stress_shared_rope(rounds=6))

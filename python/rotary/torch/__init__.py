@@ -278,8 +278,12 @@ def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any,
              cos_sin_cache: Any, cos_sin_columns: Any) -> tuple:
     """The operators' arguments after q and k, checked for kind (values are the kernel's to check)."""
     offset = _int_arg(offset, "offset")
-    if not torch.compiler.is_compiling() and not _INT64_MIN <= offset <= _INT64_MAX:  # the schema's int
-        raise ValueError(f"offset={_show(offset)} must keep positions in [0, 2^31)")  # the kernel's words
+    if not torch.compiler.is_compiling():  # compiled, the kernel raises these when the graph runs
+        if not _INT64_MIN <= offset <= _INT64_MAX:  # the schema's int
+            raise ValueError(f"offset={_show(offset)} must keep positions in [0, 2^31)")  # the kernel's words
+        if offset != 0 and positions is not None:  # the kernel's rule and words: an offset would be dropped
+            raise ValueError(f"offset={_show(offset)} is for sequential positions only, but positions are given "
+                             "(add the offset to the positions, or leave positions out)")
     return (rope._handle, _positions_tensor(positions), offset, _str_arg(layout, "layout"),
             _bool_arg(inverse, "inverse"), _str_arg(angles, "angles"), _angles_tensor(cos, "cos"),
             _angles_tensor(sin, "sin"), _angles_tensor(cos_sin_cache, "cos_sin_cache"),
@@ -307,7 +311,8 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         integers (int64, int32 ...) or real numbers; default ``offset + 0..seq-1``. Under
         ``torch.compile``, give a tensor.
     offset : int
-        First position when ``positions`` is not given.
+        First position when ``positions`` is not given; with ``positions`` it must stay 0
+        (ValueError, as ``Rope.apply``).
     layout : {"bshd", "bhsd", "thd"}
         Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
     inverse : bool
