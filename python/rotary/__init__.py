@@ -147,6 +147,18 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
     return np.array(flat, dtype=np.int64)
 
 
+def _empty_reals(positions: Any) -> bool:
+    """positions hold no value and have a real dtype: ``[]`` (float64 to numpy), ``torch.tensor([])``
+    (float32), an empty float array. Such a selection is empty, not of the wrong kind."""
+    if _is_torch(positions):
+        return positions.numel() == 0 and positions.dtype.is_floating_point
+    try:
+        arr = np.asarray(positions)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return arr.size == 0 and arr.dtype.kind == "f"
+
+
 def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
     """apply's positions: ``[S, batch, seq]`` or ``[S, 1, seq]`` (S streams, transformers' M-RoPE
     ``position_ids``), ``[batch, seq]`` or ``[seq]`` (one stream); ints or reals."""
@@ -459,7 +471,9 @@ class Rope:
         Parameters
         ----------
         positions : array-like of int
-            Whole positions in [0, 2^31).
+            Whole positions in [0, 2^31). An empty selection (``[]``, which numpy reads as
+            float64, or ``torch.tensor([])``) gives empty cos and sin, as an empty tensor is a
+            no-op everywhere in rotary.
         angles : {"exact", "hf-float32"}
             ``"exact"``: within 1 ulp of the exact values; ``"hf-float32"``: transformers' float32
             pipeline.
@@ -476,7 +490,13 @@ class Rope:
         ValueError
             A position out of range (naming it), or unknown angles.
         """
-        return self._impl.table(_positions_array(positions), angles)
+        try:
+            flat = _positions_array(positions)
+        except TypeError:
+            if not _empty_reals(positions):
+                raise
+            flat = np.zeros(0, dtype=np.int64)  # numpy's [] is float64: no value to be whole or not
+        return self._impl.table(flat, angles)
 
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
               inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,

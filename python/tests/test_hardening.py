@@ -547,5 +547,20 @@ def test_offset_zero_beside_positions_and_offset_alone_still_work():
         rope.rerotate(q, 2, positions=positions, offset="5")
 
 
+@pytest.mark.parametrize("positions", [[], (), [[]], np.array([]), np.zeros(0, np.float32), torch.tensor([])],
+                         ids=["list", "tuple", "nested", "float64 array", "float32 array", "float32 tensor"])
+@pytest.mark.parametrize("angles", ["exact", "hf-float32"])
+def test_an_empty_table_selection_is_an_empty_table(positions, angles):
+    # numpy reads [] as float64 and torch.tensor([]) is float32: no value is fractional, the
+    # selection is empty (as numpy's x[[]]), not a wrong kind.
+    cos, sin = Rope(64).table(positions, angles=angles)
+    for t in (cos, sin):
+        assert t.shape == (0, 32) and t.dtype == np.float32
+    with pytest.raises(TypeError, match="^positions must hold integers, got dtype float64"):
+        Rope(64).table([0.0])  # a real value is still refused, whole or not
+    with pytest.raises(TypeError, match="^positions must hold integers, got dtype bool"):
+        Rope(64).table(np.zeros(0, bool))
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["stress"]:
     print("mismatches:", _stress_shared_rope(rounds=6))
