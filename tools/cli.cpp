@@ -179,6 +179,12 @@ struct SpecOptions {
   }
 };
 
+// --angles' help: hf-float32 is transformers' pipeline but for its pow (include/rotary/table.hpp).
+constexpr const char* hf_float32_help =
+    "exact (default) or hf-float32 (transformers' float32 pipeline, but for base^(2j/d) correctly rounded "
+    "where torch's float32 pow is not: a few pairs, then up to 2^-21*p*inv_freq rad from transformers' "
+    "angle; README, angles=\"hf-float32\")";
+
 AngleMode parse_angles(const std::string& text, std::string_view option) {
   if (text == "exact") return AngleMode::exact;
   if (text == "hf-float32") return AngleMode::hf_float32;
@@ -430,7 +436,7 @@ struct Commands {
     table_spec.attach(*table);
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
     table->add_flag("--json", table_json, "print JSON");
-    table->add_option("--angles", table_angles, "exact (default) or hf-float32");
+    table->add_option("--angles", table_angles, hf_float32_help);
   }
 
   void add_doctor() {
@@ -452,7 +458,7 @@ struct Commands {
                           ".npy of int32/int64/float32/float64 positions [batch, seq] or [seq], or [streams, batch, seq] or [streams, 1, seq] (M-RoPE)");
     apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
     apply_cmd->add_flag("--inverse", file_options.inverse, "rotate by -angle (the backward pass)");
-    apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
+    apply_cmd->add_option("--angles", apply_angles, hf_float32_help);
     apply_cmd->add_option("--threads", apply_threads, fmt::format("threads in [0, {}] (0 = all)", max_threads));
     apply_cmd->add_option("--out", file_options.out, "output for q");
     apply_cmd->add_option("--k-out", file_options.k_out, "output for k");

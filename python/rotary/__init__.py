@@ -421,7 +421,9 @@ class Rope:
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
     inv_freq_hf32 = property(lambda self: np.array(self._impl.inv_freq_hf32, dtype=np.float32),
                              doc="transformers' float32 inv_freq (what angles='hf-float32' turns by), float32 "
-                                 "[rotary_dim/2].")
+                                 "[rotary_dim/2]; its power base**(2j/d) correctly rounded, so one ulp from "
+                                 "transformers' on the few pairs where torch's float32 pow is not (see "
+                                 "Rope.apply's Notes).")
     attention_factor = property(lambda self: self._impl.attention_factor,
                                 doc="Factor multiplied into cos and sin (YaRN mscale, LongRoPE).")
     head_dim = property(lambda self: self._impl.head_dim)
@@ -476,7 +478,8 @@ class Rope:
             no-op everywhere in rotary.
         angles : {"exact", "hf-float32"}
             ``"exact"``: within 1 ulp of the exact values; ``"hf-float32"``: transformers' float32
-            pipeline.
+            pipeline, but for the power ``base**(2j/d)``, correctly rounded where torch's float32
+            pow is not (a few pairs: see ``apply``'s Notes).
 
         Returns
         -------
@@ -535,8 +538,9 @@ class Rope:
             The angles' numerics, the same words everywhere in rotary: ``"exact"`` (cos/sin within
             1 ulp of exact at any position, from the Rope's cached table; the default),
             ``"on_the_fly"`` (the same exact values computed per call, no table) or
-            ``"hf-float32"`` (transformers' float32 pipeline, to reproduce a model's training
-            numerics; whole positions). ``"table"`` is accepted as ``"exact"``'s former name.
+            ``"hf-float32"`` (transformers' float32 pipeline, a model's training numerics, with
+            one exception given in Notes; whole positions). ``"table"`` is accepted as
+            ``"exact"``'s former name.
         threads : int
             0 = all, at most ``rotary.max_threads``; results are bit-identical for any count.
         cos, sin : array-like or torch.Tensor, optional
@@ -588,6 +592,16 @@ class Rope:
         views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
         and leaves them untouched. Empty tensors (a zero extent) give empty results. For autograd
         and ``torch.compile`` use ``rotary.torch.apply_rope``.
+
+        ``angles="hf-float32"`` replays transformers' float32 arithmetic (``inv_freq_hf32``, the
+        angle ``fl32(inv_freq * fl32(p))``, cos/sin within 2 ulps of its forward) but for one step:
+        the power ``base**(2j/d)`` is correctly rounded, and torch's float32 pow is not on a few
+        pairs (which ones depends on the CPU's vector unit and on the tensor's length; on x86
+        AVX2/AVX512, pair 37 of base 1e6 at head_dim 128: Qwen2, Qwen2.5, Qwen3, CodeLlama; pair
+        19 of base 5e6: Qwen3-VL). On such a pair ``inv_freq_hf32`` is one ulp from transformers'
+        ``inv_freq`` and the angle up to ``2**-21 * p * inv_freq`` from its angle: at p = 2^31 - 1,
+        0.06 rad on Qwen's pair 37 and 2 rad on Qwen3-VL's pair 19. To rotate by a model's own
+        angles bit for bit, pass its cos and sin (``cos=``, ``sin=``).
 
         CUDA tensors: the kernels are queued on torch's current stream of their device and the call
         returns without waiting, so it can be captured in a CUDA graph (after one warm-up call on

@@ -319,7 +319,8 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         Rotate by -angle.
     angles : {"exact", "on_the_fly", "hf-float32"}
         As ``Rope.apply``: exact from the cached table (default), exact computed per call, or
-        transformers' float32 numerics.
+        transformers' float32 numerics (but for the correctly rounded power ``base**(2j/d)``:
+        see ``Rope.apply``'s Notes).
     cos, sin, cos_sin_cache, cos_sin_columns :
         The caller's own angles, as ``Rope.apply`` takes them; constants (no gradient flows into
         them).
