@@ -547,8 +547,9 @@ class Rope:
             The model's own cos and sin (already times its attention factor), used instead of
             rotary's angles (``angles`` must stay ``"exact"``): 3-D ``[batch or 1, seq, width]``,
             one row per token, as transformers' ``cos, sin = rotary_emb(x, position_ids)`` gives
-            them; or 2-D ``[rows, width]``, row p for every token at position p (flash-attn's
-            tables; ``positions`` then index them).
+            them (``positions`` and ``offset`` are then not read, and refused); or 2-D ``[rows,
+            width]``, row p for every token at position p (flash-attn's tables; ``positions`` or
+            ``offset`` then index them).
         cos_sin_cache : array-like or torch.Tensor, optional
             Instead of cos and sin, vLLM's ``cos_sin_cache`` ``[rows, rotary_dim]``: row p holds the
             rotary_dim/2 cos values of position p, then the sin values.

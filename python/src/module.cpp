@@ -1098,6 +1098,12 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
     }
     caller_angles_arg(rope.schedule(), cos, sin, cos_sin_cache, cos_sin_columns, caller);
     args.angles = &caller.angles;
+    if (caller.angles.index == CallerAngles::Index::per_token && (!positions.is_none() || first != 0)) {
+      // Row (b, s) serves token (b, s) whatever its position: positions and offset would be dropped.
+      throw py::value_error(std::string(positions.is_none() ? "offset=" + std::to_string(first) : "positions") +
+                            " is not read with per-token cos/sin [batch or 1, seq, width] (row (b, s) rotates token "
+                            "(b, s)): leave it out, or give cos/sin per position [rows, width] for positions to index");
+    }
   } else if (!cos_sin_columns.is_none()) {
     throw py::value_error("cos_sin_columns is set but neither cos/sin nor cos_sin_cache is");
   }

@@ -538,6 +538,34 @@ def test_offset_beside_positions_is_refused(call):
     assert torch.equal(q.detach(), original)  # refused before any write
 
 
+@pytest.mark.parametrize("kind", ["numpy", "torch", "apply_rope"])
+def test_positions_and_offset_beside_per_token_cos_sin_are_refused(kind):
+    # Per-token cos/sin [batch or 1, seq, width] give each token its row: positions and offset were
+    # checked, then not read (the rotation ignored them). Per-position cos/sin [rows, width] are
+    # indexed by them and keep taking both.
+    from rotary.torch import apply_rope
+    rope = Rope(16)
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 3, 2, 16)).astype(np.float32)
+    angle = np.arange(8)[:, None] * rope.inv_freq
+    table_cos, table_sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    token_cos, token_sin = table_cos[None, 4:7], table_sin[None, 4:7]  # tokens at positions 4, 5, 6
+    if kind == "numpy":
+        call = rope.apply
+    else:
+        q, table_cos, table_sin, token_cos, token_sin = (torch.from_numpy(t) for t in
+                                                         (q, table_cos, table_sin, token_cos, token_sin))
+        call = rope.apply if kind == "torch" else (lambda *a, **kw: apply_rope(rope, *a, **kw))
+    want = call(q, offset=4, cos=table_cos, sin=table_sin)  # rows 4, 5, 6 of the per-position table
+    np.testing.assert_array_equal(np.asarray(call(q, cos=token_cos, sin=token_sin)), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(call(q, positions=[4, 5, 6], cos=table_cos, sin=table_sin)),
+                                  np.asarray(want))
+    with pytest.raises(ValueError, match=r"^positions is not read with per-token cos/sin \[batch or 1, seq, width\]"):
+        call(q, positions=[0, 1, 2], cos=token_cos, sin=token_sin)
+    with pytest.raises(ValueError, match=r"^offset=4 is not read with per-token cos/sin"):
+        call(q, offset=4, cos=token_cos, sin=token_sin)
+
+
 def test_offset_zero_beside_positions_and_offset_alone_still_work():
     rope, q = Rope(16), np.random.default_rng(5).standard_normal((1, 3, 2, 16)).astype(np.float32)
     positions = np.array([5, 6, 7])

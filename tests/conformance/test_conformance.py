@@ -544,7 +544,7 @@ def test_hf_float32_differs_from_transformers_only_where_torch_pow_misrounds(ste
         k = torch.randn(1, 1, len(POW_EXCEPTION_POSITIONS), rope.head_dim, generator=g)
         cos, sin = emb
         hq, hk = hf.rotate(q, k, emb)
-        rq, rk = rope.apply(q, k, positions=streams[0], layout="bhsd", cos=cos, sin=sin)
+        rq, rk = rope.apply(q, k, layout="bhsd", cos=cos, sin=sin)  # per token: row s is token s's
         scale = rope.attention_factor * float(torch.cat([q.abs().flatten(), k.abs().flatten()]).max())
         for name, theirs, ours in (("q", hq, rq), ("k", hk, rk)):
             error = float((theirs - ours).abs().max())
