@@ -581,9 +581,9 @@ class Rope:
             ...), naming it.
         ValueError
             A value that breaks a rule (shapes, positions outside [0, 2^31), an offset other than 0
-            beside positions, a streams count the Rope does not take, cos/sin of the wrong width, threads > max_threads, layout, tensors
-            on different devices, a CUDA tensor in a build without CUDA kernels ...), naming it;
-            q and k are untouched.
+            beside positions, a streams count the Rope does not take, cos/sin of the wrong width,
+            threads > max_threads, layout, tensors on different devices, a CUDA tensor in a build
+            without CUDA kernels, a meta tensor ...), naming it; q and k are untouched.
         RuntimeError
             The CUDA runtime failed (``rotary._rotary.CudaError``: no device, memory exhausted).
 

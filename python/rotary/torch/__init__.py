@@ -13,7 +13,8 @@ An operator cannot take a Python object, so ``rope`` is the Rope's handle (``Rop
 that names one live Rope for the life of the process; a copy or an unpickled Rope gets its own).
 Both have fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces through them
 without a graph break; they give shapes only to calls whose tensors are all fake (tracing) or all
-on ``meta``: a meta tensor among real ones gets a ValueError naming it, before anything is written. Kernels are registered for device type ``"cpu"`` and, when rotary was built
+on ``meta``: a meta tensor among real ones gets a ValueError naming it, before anything is
+written. Kernels are registered for device type ``"cpu"`` and, when rotary was built
 with its CUDA kernels (``pip install . --config-settings=cmake.define.ROTARY_CUDA=ON``;
 ``rotary._rotary.cuda`` says), ``"cuda"``: the same bits as the CPU's, queued on torch's current
 stream without waiting (CUDA-graph safe; see ``Rope.apply`` for what runs on the device and

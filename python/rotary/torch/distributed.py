@@ -256,7 +256,7 @@ def unshard(x: Array, cp_size: int, scheme: str = "zigzag", *, dim: int) -> Arra
     -------
     torch.Tensor or numpy.ndarray
         A new tensor/array of x's kind and shape, the sequence in position order.
-        Differentiable for tensors. Time and memory are those of one copy of x, whatever
+        Differentiable for tensors. Time and memory grow with x's size alone, not with
         cp_size.
 
     Raises
