@@ -179,6 +179,12 @@ struct SpecOptions {
   }
 };
 
+// --angles' help: hf-float32 is transformers' pipeline but for its pow (include/rotary/table.hpp).
+constexpr const char* hf_float32_help =
+    "exact (default) or hf-float32 (transformers' float32 pipeline, but for base^(2j/d) correctly rounded "
+    "where torch's float32 pow is not: a few pairs, then up to 2^-21*p*inv_freq rad from transformers' "
+    "angle; README, angles=\"hf-float32\")";
+
 AngleMode parse_angles(const std::string& text, std::string_view option) {
   if (text == "exact") return AngleMode::exact;
   if (text == "hf-float32") return AngleMode::hf_float32;
@@ -436,7 +442,7 @@ struct Commands {
     table_spec.attach(*table);
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
     table->add_flag("--json", table_json, "print JSON");
-    table->add_option("--angles", table_angles, "exact (default) or hf-float32");
+    table->add_option("--angles", table_angles, hf_float32_help);
   }
 
   void add_doctor() {
@@ -465,7 +471,7 @@ struct Commands {
     apply_cmd->add_flag("--undo", file_options.undo,
                         "take back a forward rotation (un-rotate stored keys): turn by -angle and divide out "
                         "the attention factor and xPos's scale");
-    apply_cmd->add_option("--angles", apply_angles, "exact (default) or hf-float32");
+    apply_cmd->add_option("--angles", apply_angles, hf_float32_help);
     apply_cmd->add_option("--threads", apply_threads, fmt::format("threads in [0, {}] (0 = all)", max_threads));
     apply_cmd->add_option("--out", file_options.out, "output for --q");
     apply_cmd->add_option("--k-out", file_options.k_out, "output for --k");

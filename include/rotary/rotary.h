@@ -210,7 +210,9 @@ const char* rotary_preset_name(int64_t index);
 /** How a table forms its angles (rotary::AngleMode). */
 typedef enum rotary_angle_mode {
   ROTARY_ANGLES_EXACT = 0,     /**< the real p * inv_freq: within 1 float ulp for any p < 2^31 */
-  ROTARY_ANGLES_HF_FLOAT32 = 1 /**< transformers' float32 pipeline, to match training numerics */
+  ROTARY_ANGLES_HF_FLOAT32 = 1 /**< transformers' float32 pipeline, to match training numerics, but for
+                                    base^(2j/d) correctly rounded where torch's float32 pow is not (a few
+                                    pairs: rotary::AngleMode says which and how far apart) */
 } rotary_angle_mode;
 
 /** Immutable: float32 cos and sin (times attention_factor) per position, as rotary::Table.

@@ -14,11 +14,19 @@ namespace rotary {
 ///   exact:      the real number p * inv_freq (double parameters), the default.
 ///   hf_float32: transformers' float32 pipeline, for matching a model's training numerics:
 ///               angle = fl32(f * fl32(p)); value = fl32(fl32(cos angle) * fl32(g)), with f
-///               transformers' own float32 inv_freq (Schedule::inv_freq_hf32, its pow correctly rounded; the
-///               float32 nearest inv_freq for a Schedule without it) and the cos of the float angle
-///               correctly rounded: within 2 ulps of transformers' forward (torch's float32 cos
-///               and sin are within 1 ulp of these, then both sides multiply by fl32(g)). Off the
-///               exact angle by up to ~1e-2 rad near p = 2^20.
+///               transformers' float32 inv_freq (Schedule::inv_freq_hf32; the float32 nearest
+///               inv_freq for a Schedule without it) and the cos of the float angle correctly
+///               rounded: within 2 ulps of transformers' forward (torch's float32 cos and sin are
+///               within 1 ulp of these, then both sides multiply by fl32(g)). Off the exact angle
+///               by up to ~1e-2 rad near p = 2^20.
+///               One exception: inv_freq_hf32 takes the power base^(2j/d) correctly rounded, and
+///               torch's float32 pow is not on a few pairs (which ones depends on the CPU's vector
+///               unit and on the tensor's length; on x86 AVX2/AVX512, pair 37 of base 1e6 at
+///               head_dim 128: Qwen2, Qwen2.5, Qwen3, CodeLlama; pair 19 of base 5e6: Qwen3-VL).
+///               There f is one ulp from transformers' and the angle up to 2^-21 * p * f from its
+///               angle (at p = 2^31 - 1: 0.06 rad on Qwen's pair 37, 2 rad on Qwen3-VL's pair
+///               19). To rotate by a model's own angles bit for bit, pass its cos/sin
+///               (ApplyArgs::angles).
 /// Table values are the same bits on every machine, compiler, C library and CPU target, and equal
 /// the float rows apply computes on the fly (NaNs compare as NaN): the exact angles come from the
 /// project's own double-double reduction and polynomials (src/math/exact_angle.hpp), not libm.

@@ -121,6 +121,9 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
     (the library checks the range of the others). Always a copy: another thread changing the
     caller's array cannot change positions after the library checked them."""
     if _is_torch(positions):
+        if positions.is_meta:  # no values to read (the torch operators name the meta tensor the same way)
+            raise ValueError(f"{name} is on meta: a meta tensor has no values (give positions on the CPU, or on "
+                             "the CUDA device of q)")
         dtype = positions.dtype
         if dtype.is_complex or dtype == sys.modules["torch"].bool or (dtype.is_floating_point and not real):
             raise TypeError(f"{name} must hold integers{' or real numbers' if real else ''}, got dtype {positions.dtype}")
@@ -143,6 +146,18 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
         i = int(np.argmax(flat > _INT64_MAX))
         raise _position_range_error(name, i, int(flat[i]))
     return np.array(arr, dtype=np.int64, order="C")
+
+
+def _empty_reals(positions: Any) -> bool:
+    """positions hold no value and have a real dtype: ``[]`` (float64 to numpy), ``torch.tensor([])``
+    (float32), an empty float array. Such a selection is empty, not of the wrong kind."""
+    if _is_torch(positions):
+        return positions.numel() == 0 and positions.dtype.is_floating_point
+    try:
+        arr = np.asarray(positions)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return arr.size == 0 and arr.dtype.kind == "f"
 
 
 def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
@@ -408,7 +423,9 @@ class Rope:
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
     inv_freq_hf32 = property(lambda self: np.array(self._impl.inv_freq_hf32, dtype=np.float32),
                              doc="transformers' float32 inv_freq (what angles='hf-float32' turns by), float32 "
-                                 "[rotary_dim/2].")
+                                 "[rotary_dim/2]; its power base**(2j/d) correctly rounded, so one ulp from "
+                                 "transformers' on the few pairs where torch's float32 pow is not (see "
+                                 "Rope.apply's Notes).")
     attention_factor = property(lambda self: self._impl.attention_factor,
                                 doc="Factor multiplied into cos and sin (YaRN mscale, LongRoPE).")
     head_dim = property(lambda self: self._impl.head_dim)
@@ -458,10 +475,13 @@ class Rope:
         Parameters
         ----------
         positions : array-like of int
-            Whole positions in [0, 2^31).
+            Whole positions in [0, 2^31). An empty selection (``[]``, which numpy reads as
+            float64, or ``torch.tensor([])``) gives empty cos and sin, as an empty tensor is a
+            no-op everywhere in rotary.
         angles : {"exact", "hf-float32"}
             ``"exact"``: within 1 ulp of the exact values; ``"hf-float32"``: transformers' float32
-            pipeline.
+            pipeline, but for the power ``base**(2j/d)``, correctly rounded where torch's float32
+            pow is not (a few pairs: see ``apply``'s Notes).
 
         Returns
         -------
@@ -475,7 +495,13 @@ class Rope:
         ValueError
             A position out of range (naming it), or unknown angles.
         """
-        return self._impl.table(_positions_array(positions), angles)
+        try:
+            flat = _positions_array(positions)
+        except TypeError:
+            if not _empty_reals(positions):
+                raise
+            flat = np.zeros(0, dtype=np.int64)  # numpy's [] is float64: no value to be whole or not
+        return self._impl.table(flat, angles)
 
     def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
               inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
@@ -503,7 +529,8 @@ class Rope:
             stream). Packed q: ``[tokens]``, or ``[streams, tokens]``. Default ``offset + 0..seq-1``
             for every batch row in every stream (packed: ``offset + 0..tokens-1``).
         offset : int
-            First position when ``positions`` is not given (a KV-cache decode step's position).
+            First position when ``positions`` is not given (a KV-cache decode step's position);
+            with ``positions`` it must stay 0 (ValueError: add it to the positions instead).
         layout : {"bshd", "bhsd", "thd"}
             Order of q's and k's dimensions; default ``"bshd"``.
         inplace : bool
@@ -516,16 +543,18 @@ class Rope:
             The angles' numerics, the same words everywhere in rotary: ``"exact"`` (cos/sin within
             1 ulp of exact at any position, from the Rope's cached table; the default),
             ``"on_the_fly"`` (the same exact values computed per call, no table) or
-            ``"hf-float32"`` (transformers' float32 pipeline, to reproduce a model's training
-            numerics; whole positions). ``"table"`` is accepted as ``"exact"``'s former name.
+            ``"hf-float32"`` (transformers' float32 pipeline, a model's training numerics, with
+            one exception given in Notes; whole positions). ``"table"`` is accepted as
+            ``"exact"``'s former name.
         threads : int
             0 = all, at most ``rotary.max_threads``; results are bit-identical for any count.
         cos, sin : array-like or torch.Tensor, optional
             The model's own cos and sin (already times its attention factor), used instead of
             rotary's angles (``angles`` must stay ``"exact"``): 3-D ``[batch or 1, seq, width]``,
             one row per token, as transformers' ``cos, sin = rotary_emb(x, position_ids)`` gives
-            them; or 2-D ``[rows, width]``, row p for every token at position p (flash-attn's
-            tables; ``positions`` then index them).
+            them (``positions`` and ``offset`` are then not read, and refused); or 2-D ``[rows,
+            width]``, row p for every token at position p (flash-attn's tables; ``positions`` or
+            ``offset`` then index them).
         cos_sin_cache : array-like or torch.Tensor, optional
             Instead of cos and sin, vLLM's ``cos_sin_cache`` ``[rows, rotary_dim]``: row p holds the
             rotary_dim/2 cos values of position p, then the sin values.
@@ -563,10 +592,10 @@ class Rope:
             An argument of the wrong kind (a list for q, strings for positions, a str for threads
             ...), naming it.
         ValueError
-            A value that breaks a rule (shapes, positions outside [0, 2^31), a streams count the
-            Rope does not take, cos/sin of the wrong width, threads > max_threads, layout, tensors
-            on different devices, a CUDA tensor in a build without CUDA kernels ...), naming it;
-            q and k are untouched.
+            A value that breaks a rule (shapes, positions outside [0, 2^31), an offset other than 0
+            beside positions, a streams count the Rope does not take, cos/sin of the wrong width,
+            threads > max_threads, layout, tensors on different devices, a CUDA tensor in a build
+            without CUDA kernels, a meta tensor ...), naming it; q and k are untouched.
         RuntimeError
             The CUDA runtime failed (``rotary._rotary.CudaError``: no device, memory exhausted).
 
@@ -576,6 +605,16 @@ class Rope:
         views and tensors that require grad are fine. ``inplace=True`` refuses them (ValueError)
         and leaves them untouched. Empty tensors (a zero extent) give empty results. For autograd
         and ``torch.compile`` use ``rotary.torch.apply_rope``.
+
+        ``angles="hf-float32"`` replays transformers' float32 arithmetic (``inv_freq_hf32``, the
+        angle ``fl32(inv_freq * fl32(p))``, cos/sin within 2 ulps of its forward) but for one step:
+        the power ``base**(2j/d)`` is correctly rounded, and torch's float32 pow is not on a few
+        pairs (which ones depends on the CPU's vector unit and on the tensor's length; on x86
+        AVX2/AVX512, pair 37 of base 1e6 at head_dim 128: Qwen2, Qwen2.5, Qwen3, CodeLlama; pair
+        19 of base 5e6: Qwen3-VL). On such a pair ``inv_freq_hf32`` is one ulp from transformers'
+        ``inv_freq`` and the angle up to ``2**-21 * p * inv_freq`` from its angle: at p = 2^31 - 1,
+        0.06 rad on Qwen's pair 37 and 2 rad on Qwen3-VL's pair 19. To rotate by a model's own
+        angles bit for bit, pass its cos and sin (``cos=``, ``sin=``).
 
         CUDA tensors: the kernels are queued on torch's current stream of their device and the call
         returns without waiting, so it can be captured in a CUDA graph (after one warm-up call on
@@ -660,7 +699,7 @@ class Rope:
             The positions the keys were rotated at, as ``apply`` takes them (default
             ``offset + 0..seq-1``). Every position plus its stream's delta must stay in [0, 2^31).
         offset : int
-            First position when ``positions`` is not given.
+            First position when ``positions`` is not given; with ``positions`` it must stay 0.
         layout : {"bshd", "bhsd", "thd"}
             Order of k's dimensions.
         inplace : bool
@@ -678,6 +717,7 @@ class Rope:
             positions not numbers.
         ValueError
             A position plus delta leaving [0, 2^31) (naming both), a delta outside (-2^31, 2^31),
+            an offset other than 0 beside positions,
             a count of deltas that is neither 1 nor the Rope's streams, and everything ``apply``
             refuses; k is untouched.
 

@@ -81,7 +81,7 @@ QWEN_VISION_START_TOKEN_ID = 151652
 QWEN2_5_VL_TOKENS_PER_SECOND = 2
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
-_TIME_LIMIT = 2.0 ** 62  # largest time index accepted before the int64 conversion
+_POSITION_LIMIT = 1 << 31  # positions are in [0, 2^31), as everywhere in rotary
 
 
 def _show(value: Any) -> str:
@@ -118,6 +118,9 @@ def _check_ids(input_ids: Any) -> np.ndarray:
     ids = _int_array(input_ids, "input_ids")
     if ids.ndim != 2 or ids.shape[0] == 0 or ids.shape[1] == 0:
         raise ValueError(f"input_ids must be a non-empty 2-D array [batch, seq], got shape {ids.shape}")
+    if ids.shape[1] > _POSITION_LIMIT:
+        raise ValueError(f"input_ids has seq={ids.shape[1]} tokens per row, more than the 2^31 positions "
+                         "[0, 2^31) can number")
     return ids
 
 
@@ -140,21 +143,26 @@ def _check_mask(attention_mask: Any, shape: tuple) -> Optional[np.ndarray]:
     return mask.astype(bool)
 
 
-def _check_grid(grid: Any, name: str, merge: int) -> list[tuple[int, int, int]]:
-    """grid [n, 3] of positive ints, h and w multiples of merge, as a list of Python int triples."""
+def _check_grid(grid: Any, name: str, merge: int, tokens: int) -> list[tuple[int, int, int]]:
+    """grid [n, 3] of positive ints, h and w multiples of merge, as a list of Python int triples;
+    checked on the array first, so that no more than ``tokens`` (input_ids' size: every row is a block
+    of one token at least) rows become Python objects."""
     if grid is None:
         return []
     arr = _int_array(grid, name)
     if arr.ndim != 2 or arr.shape[1] != 3:
         raise ValueError(f"{name} must have shape [n, 3] (t, h, w), got shape {arr.shape}")
-    rows = [tuple(int(v) for v in row) for row in arr.tolist()]
-    for i, (t, h, w) in enumerate(rows):
-        if min(t, h, w) < 1:
-            raise ValueError(f"{name}[{i}]={_show([t, h, w])} must be positive (t, h, w >= 1)")
-        if h % merge or w % merge:
-            raise ValueError(f"{name}[{i}]={_show([t, h, w])}: h and w must be multiples of "
-                             f"spatial_merge_size={merge}")
-    return rows
+    bad = np.flatnonzero((arr < 1).any(axis=1))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}]={_show(arr[bad[0]].tolist())} must be positive (t, h, w >= 1)")
+    bad = np.flatnonzero((arr[:, 1:] % merge != 0).any(axis=1))
+    if bad.size:
+        raise ValueError(f"{name}[{bad[0]}]={_show(arr[bad[0]].tolist())}: h and w must be multiples of "
+                         f"spatial_merge_size={merge}")
+    if arr.shape[0] > tokens:
+        raise ValueError(f"{name} has {arr.shape[0]} rows but input_ids hold {tokens} tokens (each row is a block "
+                         "of one token at least)")
+    return [tuple(int(v) for v in row) for row in arr.tolist()]
 
 
 def _check_family(family: Any) -> str:
@@ -200,9 +208,9 @@ def _video_intervals(family: str, videos: list, second_per_grid_ts: Any,
     intervals = []
     for i, ((t, _, _), s) in enumerate(zip(videos, seconds)):
         interval = np.float32(tps) * np.float32(s)  # transformers: tokens_per_second * second_per_grid_t
-        if float(interval) * (t - 1) >= _TIME_LIMIT:
+        if float(interval) * (t - 1) >= _POSITION_LIMIT:
             raise ValueError(f"second_per_grid_ts[{i}]={_show(s)} with tokens_per_second={_show(tps)} and "
-                             f"t={t} gives time indices beyond 2^62")
+                             f"t={t} gives time indices beyond 2^31 (positions are in [0, 2^31))")
         intervals.append(interval)
     return intervals
 
@@ -215,18 +223,32 @@ def _block_positions(t: int, h: int, w: int, interval: np.float32, start: int) -
 
 
 class _Grids:
-    """The grid rows of one kind (image or video), consumed in order across the batch."""
+    """The grid rows of one kind (image or video), consumed in order across the batch. ``per_frame``
+    (Qwen3-VL videos): each row of t temporal patches is t blocks of one patch, taken one by one as
+    the prompt's blocks ask for them, never listed (t is any int: a grid [2^26, 2, 2] of a prompt
+    with two frames is refused after two blocks, not after listing 2^26)."""
 
-    def __init__(self, kind: str, name: str, rows: list, intervals: list, token_id: int):
+    def __init__(self, kind: str, name: str, rows: list, intervals: list, token_id: int,
+                 per_frame: bool = False):
         self.kind, self.name, self.rows, self.intervals, self.token_id = kind, name, rows, intervals, token_id
-        self.used = 0
+        self.per_frame = per_frame
+        self.blocks = sum(t for t, _, _ in rows) if per_frame else len(rows)
+        self.used = 0  # blocks taken
+        self._row, self._frame = 0, 0  # the next block: its grid row and (per_frame) its frame in that row
 
     def take(self, row: int) -> tuple[tuple[int, int, int], np.float32]:
-        if self.used >= len(self.rows):
+        if self.used >= self.blocks:
             raise ValueError(f"input_ids row {row} needs {self.kind} block number {self.used + 1} but {self.name} "
-                             f"describes only {len(self.rows)}")
+                             f"describes only {self.blocks}")
+        (t, h, w), interval = self.rows[self._row], self.intervals[self._row]
         self.used += 1
-        return self.rows[self.used - 1], self.intervals[self.used - 1]
+        if not self.per_frame:
+            self._row += 1
+            return (t, h, w), interval
+        self._frame += 1
+        if self._frame == t:
+            self._row, self._frame = self._row + 1, 0
+        return (1, h, w), interval
 
 
 def _next_index(hits: np.ndarray, st: int, remaining: int, end: int) -> int:
@@ -344,10 +366,13 @@ def mrope_positions(input_ids: Any, *, family: str, image_grid_thw: Any = None, 
     ValueError
         Wrong shapes, unknown family, grids with values < 1 or h, w not multiples of the merge size,
         a block that does not match its grid, vision tokens no grid covers, grids left unused, an
-        all-padding row with grids, arguments given for another family. The message names the
-        argument (and the row) and the rule.
+        all-padding row with grids, arguments given for another family, more grid rows than
+        input_ids has tokens, positions reaching 2^31 (a row longer than 2^31 tokens, Qwen2.5-VL
+        time indices beyond 2^31). The message names the argument (and the row) and the rule.
 
-    Allocates the outputs; reads its inputs only; thread safe.
+    Allocates the outputs; reads its inputs only; thread safe. Time and memory are linear in the
+    size of input_ids and the grids' row counts: a grid's blocks are built one at a time, each after
+    its tokens are found in input_ids (Qwen3-VL's per-frame split included).
     """
     family = _check_family(family)
     ids = _check_ids(input_ids)
@@ -359,29 +384,30 @@ def mrope_positions(input_ids: Any, *, family: str, image_grid_thw: Any = None, 
     if len(set(special.values())) != 3:
         raise ValueError(f"image_token_id, video_token_id and vision_start_token_id must differ, got "
                          f"{_show(list(special.values()))}")
-    images = _check_grid(image_grid_thw, "image_grid_thw", merge)
-    videos = _check_grid(video_grid_thw, "video_grid_thw", merge)
+    images = _check_grid(image_grid_thw, "image_grid_thw", merge, ids.size)
+    videos = _check_grid(video_grid_thw, "video_grid_thw", merge, ids.size)
     intervals = _video_intervals(family, videos, second_per_grid_ts, tokens_per_second)
-    if family == "qwen3_vl":  # one block per temporal patch (frame), each of t = 1
-        intervals = [iv for (t, _, _), iv in zip(videos, intervals) for _ in range(t)]
-        videos = [(1, h, w) for t, h, w in videos for _ in range(t)]
     if image_grid_thw is None and video_grid_thw is None:
         _refuse_vision_tokens(ids, mask, special)
         return _text_only(ids, mask)
     image_grids = _Grids("image", "image_grid_thw", images, [np.float32(1)] * len(images), special["image_token_id"])
+    # Qwen3-VL: one block per temporal patch (frame), each of t = 1
     video_grids = _Grids("video", "video_grid_thw" + (" (split per frame)" if family == "qwen3_vl" else ""),
-                         videos, intervals, special["video_token_id"])
+                         videos, intervals, special["video_token_id"], per_frame=family == "qwen3_vl")
     batch, seq = ids.shape
     positions = np.ones((3, batch, seq), dtype=np.int64)
     deltas = np.empty((batch, 1), dtype=np.int64)
     for b in range(batch):
         keep = np.ones(seq, dtype=bool) if mask is None else mask[b]
         row = _row_positions(ids[b][keep], b, special["vision_start_token_id"], (image_grids, video_grids), merge)
+        last = int(row.max())
+        if last >= _POSITION_LIMIT:
+            raise ValueError(f"input_ids row {b} reaches position {last}: positions are in [0, 2^31)")
         positions[:, b, keep] = row
-        deltas[b, 0] = int(row.max()) + 1 - seq
+        deltas[b, 0] = last + 1 - seq
     for grids in (image_grids, video_grids):
-        if grids.used != len(grids.rows):
-            raise ValueError(f"{grids.name} describes {len(grids.rows)} {grids.kind} blocks but input_ids hold "
+        if grids.used != grids.blocks:
+            raise ValueError(f"{grids.name} describes {grids.blocks} {grids.kind} blocks but input_ids hold "
                              f"{grids.used}")
     return positions, deltas
 
@@ -412,7 +438,8 @@ def mrope_decode_positions(deltas: Any, start: int, count: int = 1) -> np.ndarra
     start : int >= 0
         Cache position of the first token: the number of tokens (padding included) already cached.
     count : int >= 0, default 1
-        Number of consecutive tokens.
+        Number of consecutive tokens; every position ``start + deltas[b] + k`` must lie in
+        [0, 2^31).
 
     Returns
     -------
@@ -423,7 +450,9 @@ def mrope_decode_positions(deltas: Any, start: int, count: int = 1) -> np.ndarra
     TypeError
         deltas not integers, start or count not ints.
     ValueError
-        deltas not of shape [batch, 1], start or count negative, a position beyond int64.
+        deltas not of shape [batch, 1], start or count negative, a position outside [0, 2^31)
+        (rotary's positions; this also bounds the output to ``3 * batch * count`` int64 with
+        ``count <= 2^31``), checked before anything is allocated.
     """
     arr = _int_array(deltas, "deltas")
     if arr.ndim != 2 or arr.shape[1] != 1:
@@ -432,8 +461,8 @@ def mrope_decode_positions(deltas: Any, start: int, count: int = 1) -> np.ndarra
     count = _int_arg(count, "count", 0)
     first = [start + int(d) for d in arr[:, 0].tolist()]
     for b, p in enumerate(first):
-        if not (-_INT64_MAX - 1 <= p and p + max(count - 1, 0) <= _INT64_MAX):
-            raise ValueError(f"deltas[{b}]={_show(p - start)} with start={start} and count={count} gives "
-                             f"positions beyond int64")
+        if count and not (0 <= p and p + count <= _POSITION_LIMIT):  # checked before anything is allocated
+            raise ValueError(f"deltas[{b}]={_show(p - start)} with start={start} and count={count} gives positions "
+                             f"{p} .. {p + count - 1}, outside [0, 2^31)")
     row = np.asarray(first, dtype=np.int64)[:, None] + np.arange(count, dtype=np.int64)
     return np.broadcast_to(row, (3,) + row.shape).copy()

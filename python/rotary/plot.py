@@ -180,9 +180,14 @@ def first_drop(values: np.ndarray) -> Optional[int]:
 
 
 def first_wrap(theta: float, window: int) -> Optional[int]:
-    """The first distance < window at which (distance·θ) mod 2π drops, or None."""
+    """The first distance < window at which (distance·θ) mod 2π drops, or None: among distances 0 ..
+    floor(2π/θ) + 1, as ``angle_difference`` draws them. Below floor(2π/θ) - 1 the angle d·θ stays
+    under 2π - θ and only grows, so only the last few distances are computed (the answer of the
+    whole curve, without its 2π/θ points: 16 GB for θ = 2^-28 at a 2^31 window)."""
     last = min(window - 1, math.floor(2 * math.pi / theta) + 1) if theta > 0 else 0
-    return first_drop(angle_difference(theta, last)[1])
+    first = max(0, last - 4)
+    drop = first_drop(_wrapped(np.arange(first, last + 1, dtype=np.float64), theta))
+    return None if drop is None else first + drop
 
 
 def _default_rope(rope: Rope) -> Rope:
@@ -201,15 +206,20 @@ def schedule_ratios(head_dim: int, base: float, original: int, factor: float) ->
     half = head_dim // 2
     plain = Rope(head_dim, base=base).inv_freq
     ramp = np.linspace(1.0, factor, half)  # an illustrative LongRoPE long_factor list: 1 .. factor
+    # LongRoPE's long frequencies are inv_freq / long_factor whatever its lengths: a shorter original
+    # keeps max_position = factor * original within rotary's 2^31 positions (a model of 2^30 tokens
+    # drawn at factor 2 would need 2^31 + 2).
+    longrope_original = max(1, min(original, int(_POSITION_LIMIT // factor)))
+    longrope_max = max(longrope_original + 1, min(int(longrope_original * factor), _POSITION_LIMIT))
     ropes = {
         "linear (PI)": Rope(head_dim, base=base, schedule="linear", factor=factor),
         "NTK-aware": Rope(head_dim, base=base, schedule="ntk", factor=factor),
         "YaRN": Rope(head_dim, base=base, schedule="yarn", factor=factor, original_max_position=original),
         "Llama 3": Rope(head_dim, base=base, schedule="llama3", factor=factor, low_freq_factor=1.0,
                         high_freq_factor=4.0, original_max_position=original),
-        "LongRoPE (long factors 1..s)": Rope(head_dim, base=base, schedule="longrope", original_max_position=original,
-                                             max_position=int(original * factor), short_factor=[1.0] * half,
-                                             long_factor=list(ramp), seq_len=int(original * factor)),
+        "LongRoPE (long factors 1..s)": Rope(head_dim, base=base, schedule="longrope",
+                                             original_max_position=longrope_original, max_position=longrope_max,
+                                             short_factor=[1.0] * half, long_factor=list(ramp), seq_len=longrope_max),
     }
     return {name: r.inv_freq / plain for name, r in ropes.items()}
 
@@ -345,9 +355,11 @@ def _distances(window: int, max_points: int) -> np.ndarray:
 
 
 def monotone_rope(model: Model) -> Rope:
-    """He & Xu's monotone schedule for the model's head and base over its whole context."""
+    """He & Xu's monotone schedule for the model's head and base over its whole context (rotary's 2^31
+    positions at most, the longest schedule the library builds)."""
     rope = model.rope
-    return Rope(rope.head_dim, rope.rotary_dim, rope.base, schedule="monotone", max_length=model.context)
+    return Rope(rope.head_dim, rope.rotary_dim, rope.base, schedule="monotone",
+                max_length=min(model.context, _POSITION_LIMIT))
 
 
 def wrap_figure(models: Sequence[Model], max_points: int = 1 << 14) -> Figure:
@@ -364,7 +376,8 @@ def wrap_figure(models: Sequence[Model], max_points: int = 1 << 14) -> Figure:
         series.append(Series(f"{m.name}: pair 0 of {m.rope.schedule} (θ = {theta:.4g}, {when})", d,
                              _wrapped(d, theta), {"color": mine, "lw": 0.5}))
         mono = float(monotone_rope(m).inv_freq[0])
-        series.append(Series(f"{m.name}: monotone (He & Xu) for its {m.context}-token context (θ = {mono:.3g})", d,
+        span = f"its {m.context}-token context" if m.context <= _POSITION_LIMIT else "2^31 positions"
+        series.append(Series(f"{m.name}: monotone (He & Xu) for {span} (θ = {mono:.3g})", d,
                              _wrapped(d, mono), {"color": reference, "lw": 1.5}))
         vlines.append(Line(m.context - 1, f"{m.name}: last distance {m.context - 1}",
                            {"color": reference, "ls": ":", "lw": 0.8}))
@@ -565,9 +578,39 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (ValueError, TypeError, OSError) as e:
         print(f"rotary.plot: error: {e}", file=sys.stderr)
         return 2
-    for path in plot_all(models, args.out):
+    problem = output_folder_problem(args.out)
+    if problem is not None:
+        print(f"rotary.plot: error: --out {args.out!r} {problem}", file=sys.stderr)
+        return 2
+    try:
+        paths = plot_all(models, args.out)
+    except OSError as e:  # the folder was writable a moment ago: a full disk, a file in the way ...
+        print(f"rotary.plot: error: --out {args.out!r}: cannot write {_show_path(e)}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0
+
+
+def output_folder_problem(out: str) -> Optional[str]:
+    """Makes the folder ``out`` (and its parents) for the figures; None when it is a writable folder,
+    else what is wrong with it (one phrase, for ``--out PATH <phrase>``)."""
+    try:
+        os.makedirs(out, exist_ok=True)
+    except FileExistsError:
+        return "is a file, not a folder"
+    except OSError as e:
+        return f"cannot be made: {e.strerror or e}"
+    if not os.path.isdir(out):
+        return "is not a folder"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def _show_path(e: OSError) -> str:
+    return repr(e.filename) if e.filename is not None else "a figure"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ import sys
 from . import plot
 
 
+def _error(message: str) -> int:
+    print(f"rotary.report: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m rotary.report")
     parser.add_argument("--cli", required=True, help="path of the rotary executable")
@@ -20,20 +25,36 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", default="llama-3.1-8b")
     parser.add_argument("--extra", nargs="*", default=[], help="text files to include verbatim")
     args = parser.parse_args(argv)
-    demo = subprocess.run([args.cli, "demo"], capture_output=True, text=True)
+    # Every argument checked before the demo runs (it takes a while): one line on stderr, exit 2.
+    try:
+        model = plot.load_model(preset=args.preset)
+    except (ValueError, TypeError) as e:
+        return _error(f"--preset: {e}")
+    for extra in args.extra:
+        if not os.path.isfile(extra):
+            return _error(f"--extra {extra!r} is not a file")
+    problem = plot.output_folder_problem(args.out)
+    if problem is not None:
+        return _error(f"--out {args.out!r} {problem}")
+    try:
+        demo = subprocess.run([args.cli, "demo"], capture_output=True, text=True)
+    except OSError as e:
+        return _error(f"--cli {args.cli!r} cannot be run: {e.strerror or e}")
     if demo.returncode != 0:
         print(demo.stdout + demo.stderr, file=sys.stderr)
         return 1
-    model = plot.load_model(preset=args.preset)
     figures = os.path.join(args.out, "figures")
-    paths = plot.plot_all([model], figures)
-    lines = ["# rotary report", "", f"Model: {args.preset} ({model.rope!r}; original context {model.original}, "
-             f"context {model.context} = {model.context_source}).", "",
-             "## Demo: schedule, table accuracy, apply accuracy and time", "", "```", demo.stdout.rstrip(), "```", ""]
-    for extra in args.extra:
-        if os.path.exists(extra):
+    try:
+        paths = plot.plot_all([model], figures)
+        lines = ["# rotary report", "", f"Model: {args.preset} ({model.rope!r}; original context {model.original}, "
+                 f"context {model.context} = {model.context_source}).", "",
+                 "## Demo: schedule, table accuracy, apply accuracy and time", "", "```", demo.stdout.rstrip(), "```",
+                 ""]
+        for extra in args.extra:
             with open(extra, encoding="utf-8") as f:
                 lines += [f"## {os.path.basename(extra)}", "", "```", f.read().rstrip(), "```", ""]
+    except OSError as e:
+        return _error(f"cannot {'read' if e.filename in args.extra else 'write'} {e.filename!r}: {e.strerror or e}")
     captions = {
         "1": "Long-term decay: RoFormer's relative upper bound of |q·k| against distance, default vs the schedule.",
         "2": f"Angle difference mod 2π of the first pair against distance over the model's {model.context}-token context: the model's first pair wraps (at distance 7 when θ = 1); the monotone schedule ([{plot.HE_XU}]({plot.HE_XU_LINK})) for that context never wraps.",
@@ -47,8 +68,11 @@ def main(argv=None) -> int:
         name = os.path.basename(path)
         lines += [f"![{name}](figures/{name})", "", captions[name[0]], ""]
     report = os.path.join(args.out, "report.md")
-    with open(report, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
+    try:
+        with open(report, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+    except OSError as e:
+        return _error(f"--out {args.out!r}: cannot write {report!r}: {e.strerror or e}")
     print(f"report written to {report}")
     return 0
 

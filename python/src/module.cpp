@@ -1075,6 +1075,15 @@ void check_positions_py(const py::object& device_value) {
 }
 #endif
 
+// offset is the first of sequential positions; with per-token positions it would be dropped, so the
+// pair is refused (the C ABI's rule: offset must be 0 when positions are given; the CLI's
+// "--positions and --offset cannot both be given").
+void refuse_offset_with_positions(int64_t offset, const py::object& positions) {
+  if (offset == 0 || positions.is_none()) return;
+  throw py::value_error("offset=" + std::to_string(offset) + " is for sequential positions only, but positions "
+                        "are given (add the offset to the positions, or leave positions out)");
+}
+
 // q_out unset means in place: q (and k) are then written. `check`: see apply_cuda.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
               const py::object& k_out, const py::object& positions, const py::object& streams,
@@ -1096,6 +1105,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
   const std::optional<int> small_offset = small_int(offset);
   const int64_t first = small_offset ? *small_offset : int_arg(offset, "offset", "must keep positions in [0, 2^31)");
   [[maybe_unused]] const bool check_now = check_arg.ptr() != Py_False && bool_arg(check_arg, "check");
+  refuse_offset_with_positions(first, positions);
   PositionsArg pos;
   if (positions.is_none()) {
     pos.positions = Positions::sequential(first);
@@ -1112,6 +1122,12 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
     }
     caller_angles_arg(rope.schedule(), cos, sin, cos_sin_cache, cos_sin_columns, caller);
     args.angles = &caller.angles;
+    if (caller.angles.index == CallerAngles::Index::per_token && (!positions.is_none() || first != 0)) {
+      // Row (b, s) serves token (b, s) whatever its position: positions and offset would be dropped.
+      throw py::value_error(std::string(positions.is_none() ? "offset=" + std::to_string(first) : "positions") +
+                            " is not read with per-token cos/sin [batch or 1, seq, width] (row (b, s) rotates token "
+                            "(b, s)): leave it out, or give cos/sin per position [rows, width] for positions to index");
+    }
   } else if (!cos_sin_columns.is_none()) {
     throw py::value_error("cos_sin_columns is set but neither cos/sin nor cos_sin_cache is");
   }
@@ -1166,9 +1182,11 @@ void move_keys(const py::object& k, const py::object& k_out, const py::object& p
   Borrowed bk(k, "k", k_out.is_none() ? Access::write : Access::read), bk_out(k_out, "k_out", Access::write);
   RotatedKeys keys{.k = bk.view(lay), .k_out = bk_out.view(lay)};
   keys.rotated = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
+  const int64_t first = int_arg(offset, "offset", "must keep positions in [0, 2^31)");
+  refuse_offset_with_positions(first, positions);
   PositionsArg pos;
   if (positions.is_none()) {
-    pos.positions = Positions::sequential(int_arg(offset, "offset", "must keep positions in [0, 2^31)"));
+    pos.positions = Positions::sequential(first);
   } else {
     pos = positions_arg(positions, streams);
   }

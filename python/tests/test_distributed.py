@@ -453,6 +453,54 @@ def test_shard_slices_any_tensor_as_the_positions(scheme):
     assert np.array_equal(cp.unshard(np.concatenate(arrays, -1), world, scheme, dim=-1), ids.numpy())
 
 
+def test_unshard_costs_one_copy_whatever_cp_size():
+    # unshard looked up each chunk's slot in a list (cp_size^2 steps): 2^16 ranks took hours, and an
+    # empty sequence (every cp_size divides 0) with a huge cp_size never returned. The input is
+    # built here from Megatron-LM's rule (rank r holds chunks r and 2*cp_size-1-r), not by shard.
+    import signal
+
+    def too_slow(*_):
+        raise TimeoutError("unshard took more than 20 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, 20)
+    try:
+        cp_size, chunk = 1 << 16, 2
+        chunks = np.arange(2 * cp_size * chunk).reshape(2 * cp_size, chunk)
+        held = np.stack([np.arange(cp_size), 2 * cp_size - 1 - np.arange(cp_size)], 1).reshape(-1)
+        shards = chunks[held].reshape(-1)
+        assert np.array_equal(cp.unshard(shards, cp_size, dim=0), np.arange(chunks.size))
+        whole = cp.unshard(torch.from_numpy(shards).view(1, -1, 1).double().requires_grad_(), cp_size, dim=1)
+        assert torch.equal(whole.detach().view(-1), torch.arange(chunks.size, dtype=torch.float64))
+        assert cp.unshard(torch.empty(2, 0, 3), 1 << 30, dim=1).shape == (2, 0, 3)
+        assert cp.unshard(np.empty((0, 4)), 1 << 31, "contiguous", dim=0).shape == (0, 4)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("call", [
+    lambda n, scheme, length: cp.shard_positions(length, n, 0, scheme),
+    lambda n, scheme, length: cp.shard(torch.empty(3, length), n, 0, scheme, dim=1),
+    lambda n, scheme, length: cp.unshard(np.empty(length), n, scheme, dim=0),
+], ids=["shard_positions", "shard", "unshard"])
+def test_cp_size_is_bounded_by_the_chunks_a_sequence_can_hold(call):
+    # 2 * cp_size zigzag chunks (cp_size contiguous ones) of a sequence of at most 2^31 positions.
+    # The refusals come first, on a sequence of 2 tokens: before the bound, a cp_size this large was
+    # refused only for not dividing the length, and accepted for an empty sequence.
+    with pytest.raises(ValueError, match=r"^cp_size=1073741825 must be <= 2\^30: scheme 'zigzag' cuts a sequence "
+                                         r"into 2\*cp_size chunks, and a sequence has at most 2\^31 positions"):
+        call((1 << 30) + 1, "zigzag", 2)
+    with pytest.raises(ValueError, match=r"^cp_size=2147483649 must be <= 2\^31: scheme 'contiguous'"):
+        call((1 << 31) + 1, "contiguous", 2)
+    with pytest.raises(ValueError, match=r"^cp_size=18446744073709551616 must be <= 2\^30"):
+        call(1 << 64, "zigzag", 2)
+    with pytest.raises(ValueError, match=r"^cp_size=0 must be >= 1"):
+        call(0, "zigzag", 2)
+    call(1 << 30, "zigzag", 0)  # the largest groups, on the one sequence they can split: at once
+    call(1 << 31, "contiguous", 0)
+
+
 def test_shard_copies_and_carries_gradients():
     x = torch.randn(2, 8, requires_grad=True)
     part = cp.shard(x, 2, 1, dim=1)

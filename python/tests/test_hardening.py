@@ -500,5 +500,95 @@ def test_plot_helpers_leave_the_decimal_context_alone():
     assert decimal.getcontext().prec == precision
 
 
+# An offset beside positions was dropped (the positions alone were used); the CLI and the C ABI
+# refuse the pair. Every Python entry that takes both, on numpy and torch, eager and compiled.
+OFFSET_WITH_POSITIONS = "offset=5 is for sequential positions only, but positions are given"
+
+
+def _offset_with_positions_calls():
+    from rotary.torch import apply_rope, apply_rope_
+    rope, other = Rope(16), Rope(16, base=500.0)
+    op_tail = ("bshd", False, "exact", None, None, None, None)
+    compiled = torch.compile(lambda q, p: apply_rope(rope, q, positions=p, offset=5), fullgraph=True,
+                             backend="aot_eager")
+    return {
+        "Rope.apply numpy": lambda q, p: rope.apply(q.numpy(), positions=p.numpy(), offset=5),
+        "Rope.apply torch in place": lambda q, p: rope.apply(q, positions=p, offset=np.int64(5), inplace=True),
+        "Rope.apply out=": lambda q, p: rope.apply(q, positions=p.tolist(), offset=5, out=torch.empty_like(q)),
+        "Rope.rerotate": lambda q, p: rope.rerotate(q, 1, positions=p, offset=5, inplace=True),
+        "Rope.switch": lambda q, p: rope.switch(q, other, positions=p, offset=5, inplace=True),
+        "apply_rope": lambda q, p: apply_rope(rope, q, positions=p, offset=5),
+        "apply_rope autograd": lambda q, p: apply_rope(rope, q.requires_grad_(), positions=p, offset=5),
+        "apply_rope_": lambda q, p: apply_rope_(rope, q, positions=p, offset=5),
+        "rotary::rope": lambda q, p: torch.ops.rotary.rope(q, None, rope._handle, p, 5, *op_tail),
+        "rotary::rope_": lambda q, p: torch.ops.rotary.rope_(q, None, rope._handle, p, 5, *op_tail),
+        "compiled apply_rope": compiled,
+    }
+
+
+OFFSET_CALLS = _offset_with_positions_calls()
+
+
+@pytest.mark.parametrize("call", OFFSET_CALLS.values(), ids=OFFSET_CALLS.keys())
+def test_offset_beside_positions_is_refused(call):
+    q = torch.randn(1, 3, 2, 16)
+    original = q.clone()
+    with pytest.raises(ValueError, match="^" + OFFSET_WITH_POSITIONS):
+        call(q, torch.tensor([4, 7, 9]))
+    assert torch.equal(q.detach(), original)  # refused before any write
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch", "apply_rope"])
+def test_positions_and_offset_beside_per_token_cos_sin_are_refused(kind):
+    # Per-token cos/sin [batch or 1, seq, width] give each token its row: positions and offset were
+    # checked, then not read (the rotation ignored them). Per-position cos/sin [rows, width] are
+    # indexed by them and keep taking both.
+    from rotary.torch import apply_rope
+    rope = Rope(16)
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 3, 2, 16)).astype(np.float32)
+    angle = np.arange(8)[:, None] * rope.inv_freq
+    table_cos, table_sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    token_cos, token_sin = table_cos[None, 4:7], table_sin[None, 4:7]  # tokens at positions 4, 5, 6
+    if kind == "numpy":
+        call = rope.apply
+    else:
+        q, table_cos, table_sin, token_cos, token_sin = (torch.from_numpy(t) for t in
+                                                         (q, table_cos, table_sin, token_cos, token_sin))
+        call = rope.apply if kind == "torch" else (lambda *a, **kw: apply_rope(rope, *a, **kw))
+    want = call(q, offset=4, cos=table_cos, sin=table_sin)  # rows 4, 5, 6 of the per-position table
+    np.testing.assert_array_equal(np.asarray(call(q, cos=token_cos, sin=token_sin)), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(call(q, positions=[4, 5, 6], cos=table_cos, sin=table_sin)),
+                                  np.asarray(want))
+    with pytest.raises(ValueError, match=r"^positions is not read with per-token cos/sin \[batch or 1, seq, width\]"):
+        call(q, positions=[0, 1, 2], cos=token_cos, sin=token_sin)
+    with pytest.raises(ValueError, match=r"^offset=4 is not read with per-token cos/sin"):
+        call(q, offset=4, cos=token_cos, sin=token_sin)
+
+
+def test_offset_zero_beside_positions_and_offset_alone_still_work():
+    rope, q = Rope(16), np.random.default_rng(5).standard_normal((1, 3, 2, 16)).astype(np.float32)
+    positions = np.array([5, 6, 7])
+    np.testing.assert_array_equal(rope.apply(q, positions=positions, offset=0), rope.apply(q, offset=5))
+    np.testing.assert_array_equal(rope.rerotate(q, 2, positions=positions, offset=0), rope.rerotate(q, 2, offset=5))
+    with pytest.raises(TypeError, match="^offset must be an int, got str"):  # checked with positions too
+        rope.rerotate(q, 2, positions=positions, offset="5")
+
+
+@pytest.mark.parametrize("positions", [[], (), [[]], np.array([]), np.zeros(0, np.float32), torch.tensor([])],
+                         ids=["list", "tuple", "nested", "float64 array", "float32 array", "float32 tensor"])
+@pytest.mark.parametrize("angles", ["exact", "hf-float32"])
+def test_an_empty_table_selection_is_an_empty_table(positions, angles):
+    # numpy reads [] as float64 and torch.tensor([]) is float32: no value is fractional, the
+    # selection is empty (as numpy's x[[]]), not a wrong kind.
+    cos, sin = Rope(64).table(positions, angles=angles)
+    for t in (cos, sin):
+        assert t.shape == (0, 32) and t.dtype == np.float32
+    with pytest.raises(TypeError, match="^positions must hold integers, got dtype float64"):
+        Rope(64).table([0.0])  # a real value is still refused, whole or not
+    with pytest.raises(TypeError, match="^positions must hold integers, got dtype bool"):
+        Rope(64).table(np.zeros(0, bool))
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["stress"]:
     print("mismatches:", _stress_shared_rope(rounds=6))

@@ -355,7 +355,8 @@ GOOD = np.array([[TXT, VS] + [IMG] * 4 + [VE]])
      "tokens_per_second=nan must be finite and >= 0"),
     (dict(family="qwen2_5_vl", tokens_per_second="2"), TypeError, "tokens_per_second must be a number, got str"),
     (dict(family="qwen2_5_vl", video_grid_thw=[[3, 2, 2]], second_per_grid_ts=[1e30]), ValueError,
-     "second_per_grid_ts[0]=1e+30 with tokens_per_second=2 and t=3 gives time indices beyond 2^62"),
+     "second_per_grid_ts[0]=1e+30 with tokens_per_second=2 and t=3 gives time indices beyond 2^31 (positions are in "
+     "[0, 2^31))"),
 ])
 def test_bad_arguments_are_refused_with_the_argument_named(kwargs, error, needle):
     args = dict(input_ids=GOOD, family="qwen2_vl", image_grid_thw=[[1, 4, 4]])
@@ -412,9 +413,69 @@ def test_long_values_are_cut_in_messages():
     ((np.array([[1]]), 2.0), TypeError, "start must be an int, got float"),
     ((np.array([[1]]), 0, -2), ValueError, "count=-2 must be in [0, 2^63)"),
     ((np.array([[2 ** 62]]), 2 ** 62, 1), ValueError,
-     "deltas[0]=4611686018427387904 with start=4611686018427387904 and count=1 gives positions beyond int64"),
+     "deltas[0]=4611686018427387904 with start=4611686018427387904 and count=1 gives positions 9223372036854775808 .. "
+     "9223372036854775808, outside [0, 2^31)"),
+    ((np.array([[0]]), 2 ** 31 - 1, 2), ValueError,
+     "deltas[0]=0 with start=2147483647 and count=2 gives positions 2147483647 .. 2147483648, outside [0, 2^31)"),
+    ((np.array([[5], [-20]]), 10, 1), ValueError,
+     "deltas[1]=-20 with start=10 and count=1 gives positions -10 .. -10, outside [0, 2^31)"),
+    ((np.array([[0]]), 0, 2 ** 40), ValueError,  # 24 TiB of output: refused before allocating
+     "deltas[0]=0 with start=0 and count=1099511627776 gives positions 0 .. 1099511627775, outside [0, 2^31)"),
 ])
 def test_decode_refusals(args, error, needle):
     with pytest.raises(error) as e:
         mrope_decode_positions(*args)
     assert needle in str(e.value)
+
+
+def test_decode_positions_reach_the_last_position_and_no_further():
+    np.testing.assert_array_equal(mrope_decode_positions(np.array([[-1]]), 2 ** 31 - 1, 1), [[[2 ** 31 - 2]]] * 3)
+    np.testing.assert_array_equal(mrope_decode_positions(np.array([[0]]), 2 ** 31 - 1), [[[2 ** 31 - 1]]] * 3)
+    assert mrope_decode_positions(np.array([[-20]]), 10, 0).shape == (3, 1, 0)  # no position, none out of range
+
+
+# ---- resources: work and memory follow the prompt, not the grids' numbers ----
+
+@pytest.mark.parametrize("family", MROPE_FAMILIES)
+def test_a_grid_of_millions_of_frames_is_refused_without_listing_them(family):
+    # Qwen3-VL splits a video of t temporal patches into t one-frame blocks; they were listed (one
+    # tuple and one float per frame) before the prompt was read: 5.6 GB for t = 2^26. A two-frame
+    # prompt now fails at its third frame, in the memory of the prompt.
+    import tracemalloc
+    frame = [VS, VID, VE]  # one merged token per 2 x 2 frame
+    ids = np.array([[TXT] + frame * 2 + [TXT]])
+    needle = {"qwen3_vl": "video_grid_thw (split per frame) describes 4194304 video blocks but input_ids hold 2",
+              "qwen2_vl": "the video block at unmasked index 2 must be 4194304 video tokens",
+              "qwen2_5_vl": "the video block at unmasked index 2 must be 4194304 video tokens"}[family]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as e:
+            mrope_positions(ids, family=family, video_grid_thw=[[2 ** 22, 2, 2]])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert needle in str(e.value)
+    assert peak < 1 << 20, f"{peak} bytes allocated to refuse a 2-frame prompt"
+
+
+def test_more_grid_rows_than_tokens_are_refused_before_they_are_listed():
+    ids = np.array([[TXT, VS, IMG, VE]])
+    with pytest.raises(ValueError, match=r"^image_grid_thw has 1000000 rows but input_ids hold 4 tokens \(each row "
+                                         r"is a block of one token at least\)"):
+        mrope_positions(ids, family="qwen2_vl", image_grid_thw=np.ones((10 ** 6, 3), np.int64) * 2)
+    with pytest.raises(ValueError, match=r"^image_grid_thw\[999999\]=\[1, 2, 3\]: h and w must be multiples"):
+        mrope_positions(ids, family="qwen2_vl", image_grid_thw=np.array([[1, 2, 2]] * 999999 + [[1, 2, 3]]))
+
+
+def test_positions_beyond_two_to_the_31_are_refused():
+    # Qwen2.5-VL's time index is i * tokens_per_second * second_per_grid_t: 2 * (2^29 - 32) per
+    # patch puts the third patch (i = 2) at 2^31 - 128, and the 200 text tokens before the block
+    # carry it (2^31 + 73) and the text after it (2^31 + 74) past 2^31 - 1, the last position rotary
+    # (or any int32 position) can rotate.
+    ids = np.array([[TXT] * 200 + [VS] + [VID] * 3 + [VE]])
+    grid = dict(video_grid_thw=[[3, 2, 2]], tokens_per_second=2)
+    positions, _ = mrope_positions(ids, family="qwen2_5_vl", second_per_grid_ts=[2.0 ** 28], **grid)
+    assert positions[0, 0, 203] == 201 + 2 * 2 ** 29  # the third patch at start + 2^30, within range
+    with pytest.raises(ValueError, match=r"^input_ids row 0 reaches position 2147483722: positions are in "
+                                         r"\[0, 2\^31\)"):
+        mrope_positions(ids, family="qwen2_5_vl", second_per_grid_ts=[2.0 ** 29 - 32], **grid)

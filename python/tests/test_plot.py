@@ -230,6 +230,87 @@ def test_main_errors_are_one_line(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing drawn
 
 
+# ---- long contexts, and the command lines' bad arguments ----------------------------------------
+
+def _long_config(tmp_path, name, context, **scaling):
+    """A Llama config of ``context`` positions (rope_scaling given as keywords)."""
+    config = {"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 10000.0, "model_type": "llama",
+              "max_position_embeddings": context}
+    if scaling:
+        config["rope_scaling"] = scaling
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.parametrize("context", [2 ** 30 + 1, 2 ** 31, 2 ** 33])
+@pytest.mark.parametrize("scaling", [{}, {"rope_type": "linear", "factor": 4.0}, {"rope_type": "dynamic", "factor": 4.0}],
+                         ids=["default", "linear", "dynamic"])
+def test_figures_describe_contexts_beyond_2_to_the_30(tmp_path, context, scaling):
+    # Figure 4's LongRoPE illustration asked for factor x L > 2^31 positions (a model of 2^30 + 1
+    # tokens, factor 2), figure 2's monotone schedule for more than 2^31: both raised.
+    model = plot.load_model(config=_long_config(tmp_path, "long", context, **scaling))
+    figures = {f.file: f for f in plot.figures([model])}
+    ratios = {s.label.split(" at factor")[0]: s.y for s in figures["4_schedule_ratios.png"].series}
+    factor = plot.schedule_factor(model)[0]
+    half = model.rope.rotary_dim // 2
+    np.testing.assert_allclose(ratios["LongRoPE (long factors 1..s)"], 1 / np.linspace(1.0, factor, half), rtol=1e-15)
+    monotone = [s for s in figures["2_angle_difference_wrap.png"].series if "monotone" in s.label]
+    span = f"its {context}-token context" if context <= 2 ** 31 else "2^31 positions"
+    assert monotone[0].label.startswith(f"long: monotone (He & Xu) for {span} (θ = ")
+
+
+def test_first_wrap_computes_only_the_last_distances():
+    # first_wrap built the whole curve, 2π/θ distances (26 GB for θ = 2^-28 in a 2^31 window), to find
+    # its first drop, which the last distances hold.
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        wrap = plot.first_wrap(2.0 ** -20, 2 ** 31)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    d = math.ceil(2 * math.pi * 2 ** 20)  # the first distance whose angle d·θ reaches 2π
+    assert wrap == d and (d * 2.0 ** -20) % (2 * math.pi) < ((d - 1) * 2.0 ** -20) % (2 * math.pi)
+    assert peak < 1 << 20, f"{peak} bytes to find one wrap"
+    assert plot.first_wrap(1.0, 7) is None and plot.first_wrap(1.0, 8) == 7  # 7 rad > 2π > 6 rad
+    assert plot.first_wrap(0.0, 100) is None
+
+
+def test_main_draws_a_model_of_more_than_2_to_the_30_tokens(tmp_path, capsys):
+    out = tmp_path / "figures"
+    assert plot.main(["--config", _long_config(tmp_path, "long", 2 ** 30 + 1), "--out", str(out)]) == 0
+    assert len(capsys.readouterr().out.split()) == 6 and len(list(out.iterdir())) == 6
+
+
+def test_main_names_an_output_folder_it_cannot_write(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    for out, problem in ((blocker, "is a file, not a folder"), (blocker / "sub", "cannot be made: Not a directory")):
+        assert plot.main(["--preset", "llama-3.1-8b", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"rotary.plot: error: --out {str(out)!r} {problem}\n"
+
+
+def test_report_names_its_bad_arguments_in_one_line(tmp_path, capsys):
+    from rotary import report
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    cases = [
+        (["--cli", str(tmp_path / "none"), "--out", str(tmp_path / "r")],
+         f"--cli {str(tmp_path / 'none')!r} cannot be run: No such file or directory"),
+        (["--cli", "true", "--out", str(blocker)], f"--out {str(blocker)!r} is a file, not a folder"),
+        (["--cli", "true", "--out", str(tmp_path / "r"), "--extra", str(tmp_path / "none.txt")],
+         f"--extra {str(tmp_path / 'none.txt')!r} is not a file"),
+        (["--cli", "true", "--preset", "no-such-model", "--out", str(tmp_path / "r")],
+         "--preset: preset 'no-such-model' is unknown"),
+    ]
+    for argv, message in cases:
+        assert report.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"rotary.report: error: {message}") and err.count("\n") == 1, err
+
+
 def _rotary_command():
     """The `rotary` command beside this Python (pip's scripts folder), else the CMake build's."""
     import shutil

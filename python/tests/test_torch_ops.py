@@ -192,6 +192,77 @@ def test_a_device_without_a_kernel_gets_a_clear_error():
     assert [t.device.type for t in out] == ["meta", "meta"] and out[1].shape == (1, 2, 1, 16)
 
 
+# Every tensor argument of a call, on the CPU, for the meta test below: positions with (cos, sin)
+# per position (rows indexed by positions), or cos_sin_cache (vLLM's [rows, rotary_dim]).
+def _cpu_call_tensors(rope, with_cache):
+    g = torch.Generator().manual_seed(3)
+    tensors = dict(q=torch.randn(1, 3, 2, 16, generator=g), k=torch.randn(1, 3, 1, 16, generator=g),
+                   positions=torch.tensor([0, 2, 5]))
+    angle = torch.arange(8, dtype=torch.float64)[:, None] * torch.as_tensor(rope.inv_freq)
+    if with_cache:
+        tensors["cos_sin_cache"] = torch.cat([angle.cos(), angle.sin()], -1).float()
+    else:
+        tensors["cos"], tensors["sin"] = angle.cos().float(), angle.sin().float()
+    return tensors
+
+
+# How a call with one meta tensor among CPU ones reaches rotary: apply_rope/apply_rope_ (their
+# eager path for plain CPU q and k, the operator otherwise), apply_rope recorded by autograd, the
+# raw operators, Rope.apply.
+META_CALLS = {
+    "apply_rope": lambda rope, t: apply_rope(rope, t["q"], t["k"], positions=t["positions"], cos=t.get("cos"),
+                                             sin=t.get("sin"), cos_sin_cache=t.get("cos_sin_cache")),
+    "apply_rope autograd": lambda rope, t: apply_rope(rope, t["q"].requires_grad_(t["q"].is_floating_point()),
+                                                      t["k"], positions=t["positions"], cos=t.get("cos"),
+                                                      sin=t.get("sin"), cos_sin_cache=t.get("cos_sin_cache")),
+    "apply_rope_": lambda rope, t: apply_rope_(rope, t["q"], t["k"], positions=t["positions"], cos=t.get("cos"),
+                                               sin=t.get("sin"), cos_sin_cache=t.get("cos_sin_cache")),
+    "rotary::rope": lambda rope, t: OP(t["q"], t["k"], *op_args(rope, t["positions"], cos=t.get("cos"),
+                                                                sin=t.get("sin"), cache=t.get("cos_sin_cache"))),
+    "rotary::rope_": lambda rope, t: OP_(t["q"], t["k"], *op_args(rope, t["positions"], cos=t.get("cos"),
+                                                                  sin=t.get("sin"), cache=t.get("cos_sin_cache"))),
+    "Rope.apply": lambda rope, t: rope.apply(t["q"], t["k"], positions=t["positions"], cos=t.get("cos"),
+                                             sin=t.get("sin"), cos_sin_cache=t.get("cos_sin_cache")),
+    "Rope.apply in place": lambda rope, t: rope.apply(t["q"], t["k"], positions=t["positions"], cos=t.get("cos"),
+                                                      sin=t.get("sin"), cos_sin_cache=t.get("cos_sin_cache"),
+                                                      inplace=True),
+}
+
+
+@pytest.mark.parametrize("call", META_CALLS.values(), ids=META_CALLS.keys())
+@pytest.mark.parametrize("name", ["q", "k", "positions", "cos", "sin", "cos_sin_cache"])
+def test_a_meta_tensor_among_cpu_tensors_is_refused_naming_it(call, name):
+    # The dispatcher sends a call with any meta tensor to the fake kernel, which gave uninitialised
+    # CPU memory out of place and left q and k unrotated in place, without an error.
+    rope = Rope(16)
+    tensors = _cpu_call_tensors(rope, with_cache=name == "cos_sin_cache")
+    want = call(rope, {n: t.clone() for n, t in tensors.items()})  # all on the CPU: it rotates
+    assert isinstance(want, (torch.Tensor, tuple, list)) or want is None
+    tensors[name] = torch.empty_like(tensors[name], device="meta")
+    before = {n: t.clone() for n, t in tensors.items() if not t.is_meta}
+    with pytest.raises(ValueError, match=rf"^{name} (is on meta|cannot be borrowed through DLPack: .* meta)"):
+        call(rope, tensors)
+    for n, t in before.items():  # nothing written
+        assert torch.equal(tensors[n].detach(), t), n
+
+
+def test_meta_tensors_alone_give_shapes_and_outputs_on_meta_are_refused():
+    rope, q = Rope(16), torch.randn(1, 3, 2, 16)
+    meta = {n: torch.empty_like(t, device="meta") for n, t in _cpu_call_tensors(rope, False).items()}
+    out = apply_rope(rope, meta["q"], meta["k"], positions=meta["positions"], cos=meta["cos"], sin=meta["sin"])
+    assert [(t.device.type, t.shape) for t in out] == [("meta", (1, 3, 2, 16)), ("meta", (1, 3, 1, 16))]
+    assert OP_(meta["q"], meta["k"], *op_args(rope, meta["positions"])) is None
+    for out in (torch.empty(1, 3, 2, 16, device="meta"),):
+        with pytest.raises(ValueError, match=r"^q_out .*meta"):
+            rope.apply(q, out=out)
+    with pytest.raises(ValueError, match=r"^k .*meta"):
+        rope.rerotate(torch.empty(1, 3, 2, 16, device="meta"), 1)
+    with pytest.raises(ValueError, match=r"^positions is on meta"):
+        rope.rerotate(q.clone(), 1, positions=torch.zeros(3, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match=r"^positions is on meta"):
+        rope.table(torch.zeros(3, dtype=torch.int64, device="meta"))
+
+
 def test_plain_tensors_are_borrowed_without_their_python_dlpack_method(monkeypatch):
     # Tensor.__dlpack__ runs Python checks costing ~3 us a tensor: plain tensors take torch's exporter
     # (to_dlpack) instead; subclasses such as Parameter still go through __dlpack__.

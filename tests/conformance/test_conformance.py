@@ -466,6 +466,144 @@ def _check_pairing(hf: HfRope, rope: Any) -> None:
             f"(pairing {rope.pairing}, layout {rope.layout})")
 
 
+# ---- angles="hf-float32": its one documented exception, measured ----
+
+# Models whose rotary runs one torch float32 pow over base^(2j/d) (default, YaRN, llama3, M-RoPE): the
+# README's example (base 1e6 at head_dim 128: Qwen2, Qwen2.5, Qwen3, CodeLlama), Qwen3-VL's base 5e6,
+# and Llama 3.1's 5e5.
+POW_EXCEPTION_CASES = ["Qwen--Qwen2-7B-Instruct", "Qwen--Qwen2.5-7B-Instruct", "Qwen--Qwen3-8B",
+                       "codellama--CodeLlama-7b-hf", "Qwen--Qwen2.5-VL-7B-Instruct", "Qwen--Qwen3-VL-32B-Instruct",
+                       "meta-llama--Llama-3.1-8B"]
+POW_EXCEPTION_POSITIONS = [0, 1, 1000, 1 << 20, (1 << 24) + 1, 1 << 30, 2**31 - 1]
+# The documented bound on a pair whose float32 inv_freq is one ulp (of the power; <= 2 ulps after
+# the reciprocal, POW_ULPS) from transformers': |f_t - f_r| <= 2^-22 f, and each side's float32
+# product fl32(fl32(p) * f) rounds once more (2^-24 of it): below 2^-21 p f in all.
+POW_ANGLE_BOUND = 2.0**-21
+# What reading an angle back from float32 cos/sin (atan2) adds, both sides together.
+ATAN2_RAD = 2.0**-20
+# A rotation by the model's own cos/sin against transformers' apply_rotary_pos_emb, relative to
+# attention_factor * max |q|: rotary's kernel rounds each output once, torch's q*cos +
+# rotate_half(q)*sin three times (two products and a sum).
+OWN_COS_SIN_ROTATION = 2.0**-21
+
+
+@pytest.mark.parametrize("stem", POW_EXCEPTION_CASES)
+def test_hf_float32_differs_from_transformers_only_where_torch_pow_misrounds(stem: str) -> None:
+    """The exception the README, table.hpp, the docstrings and the CLI help state for
+    angles="hf-float32", measured against real torch and transformers on this machine: which pairs
+    (those whose power torch's float32 pow does not round correctly, and only those), by how much
+    (one ulp of the power; the angle within POW_ANGLE_BOUND * p * inv_freq up to 2^31 - 1), and the
+    way around it (the model's own cos/sin)."""
+    config = _load(stem)
+    hf = HfRope(_hf_text_config(config, None), "full_attention")
+    rope = rotary.Rope.from_hf_config(config)
+    pairs = rope.rotary_dim // 2
+    # transformers' power, on this machine: base (a Python float, rounded to float32 where it meets
+    # the tensor) ** (arange(0, dim, 2).float() / dim), as one tensor of `pairs` values.
+    base = np.float32(rope.base)
+    exponents = torch.arange(0, 2 * pairs, 2, dtype=torch.int64).float() / (2 * pairs)
+    torch_pow = (float(base) ** exponents).numpy()
+    exact_pow = np.power(np.float64(base), exponents.double().numpy()).astype(np.float32)
+    misrounded = torch_pow.view(np.int32) != exact_pow.view(np.int32)
+    assert np.all(np.abs(torch_pow.view(np.int32).astype(np.int64) - exact_pow.view(np.int32))[misrounded] == 1)
+
+    differs = hf.inv_freq.view(np.uint32) != rope.inv_freq_hf32.view(np.uint32)
+    where = f"{stem} (capability {torch.backends.cpu.get_cpu_capability()})"
+    assert not (differs & ~misrounded).any(), (
+        f"{where}: inv_freq_hf32 differs from transformers' at pairs {np.nonzero(differs & ~misrounded)[0]} "
+        "where torch's pow is correctly rounded")
+    if rope.schedule == "default":  # 1.0 / tensor is one correctly rounded reciprocal: rotary's, bit for bit
+        assert np.array_equal(rope.inv_freq_hf32, np.float32(1) / exact_pow)
+    if (float(base), 2 * pairs) == (1e6, 128) and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert differs[37], f"{where}: the documented example, pair 37, is correctly rounded by torch here"
+
+    # The angles, at positions up to 2^31 - 1 (each pair at its stream's position).
+    streams = _stream_positions(POW_EXCEPTION_POSITIONS, hf.streams)
+    emb = hf.forward(torch.from_numpy(streams if hf.streams > 1 else streams[0]))
+    theirs_cos, theirs_sin = (t.reshape(-1, pairs).astype(np.float64) for t in _cos_sin(emb, pairs))
+    ours_cos, ours_sin = (t.astype(np.float64) for t in _rotary_rows(rope, streams, "hf-float32"))
+    pick = rope.pair_stream if hf.streams > 1 else np.zeros(pairs, dtype=np.int32)
+    p = streams[pick, 0, :].T.astype(np.float64)  # [positions, pairs]
+    gap = np.abs((np.arctan2(theirs_sin, theirs_cos) - np.arctan2(ours_sin, ours_cos) + np.pi) % (2 * np.pi) - np.pi)
+    bound = POW_ANGLE_BOUND * p * rope.inv_freq_hf32.astype(np.float64) + ATAN2_RAD
+    row, j = np.unravel_index(int(np.argmax(gap - bound)), gap.shape)
+    assert gap[row, j] <= bound[row, j], (
+        f"{where}: hf-float32 angle of pair {j} at position {int(p[row, j])} is {gap[row, j]:.3g} rad from "
+        f"transformers', beyond the documented {bound[row, j]:.3g}")
+    for name, theirs, ours in (("cos", theirs_cos, ours_cos), ("sin", theirs_sin, ours_sin)):
+        ulps = _ulps_apart(theirs[:, ~differs].astype(np.float32), ours[:, ~differs].astype(np.float32))
+        assert ulps.size == 0 or ulps.max() <= COS_SIN_ULPS, f"{where}: {name} {ulps.max():.3g} ulps off elsewhere"
+    if differs.any():
+        warnings.warn(f"{where}: hf-float32 differs from transformers at pairs {np.nonzero(differs)[0].tolist()}, "
+                      f"by up to {gap[:, differs].max():.3g} rad at position {max(POW_EXCEPTION_POSITIONS)}")
+
+    # The way around it: the model's own cos/sin, rotated by rotary's kernel, give transformers' rotation.
+    if hf.streams == 1:
+        g = torch.Generator().manual_seed(22)
+        q = torch.randn(1, 2, len(POW_EXCEPTION_POSITIONS), rope.head_dim, generator=g)
+        k = torch.randn(1, 1, len(POW_EXCEPTION_POSITIONS), rope.head_dim, generator=g)
+        cos, sin = emb
+        hq, hk = hf.rotate(q, k, emb)
+        rq, rk = rope.apply(q, k, layout="bhsd", cos=cos, sin=sin)  # per token: row s is token s's
+        scale = rope.attention_factor * float(torch.cat([q.abs().flatten(), k.abs().flatten()]).max())
+        for name, theirs, ours in (("q", hq, rq), ("k", hk, rk)):
+            error = float((theirs - ours).abs().max())
+            assert error <= OWN_COS_SIN_ROTATION * scale, f"{where}: {name} with the model's cos/sin off by {error:.3g}"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _rotary_cli() -> Optional[str]:
+    """The `rotary` command: beside this Python, built by CMake here, or on PATH; None if none."""
+    import shutil
+    import sysconfig
+    for candidate in (Path(sysconfig.get_path("scripts")) / "rotary", REPO / "build" / "rotary",
+                      REPO / "build" / "cli" / "rotary"):
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which("rotary")
+
+
+def _flat(text: str) -> str:
+    """Whitespace (line breaks, the /// of wrapped comment lines) as single spaces."""
+    return " ".join(text.replace("///", " ").split())
+
+
+def test_every_description_of_hf_float32_states_its_exception() -> None:
+    """Where users read what angles="hf-float32" does, the exception measured above is stated: the
+    correctly rounded power, which pairs, how far; never "reproduces" without it."""
+    import subprocess
+    from rotary.torch import apply_rope
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for paragraph in readme.split("\n\n"):
+        if "hf-float32" in paragraph:
+            assert "reproduc" not in paragraph, f"README says hf-float32 reproduces transformers: {paragraph[:200]}"
+    texts = {
+        "README": (_flat(readme), ["the power `base^(2j/d)` is rounded correctly, and torch's float32 `pow` is not",
+                                   "pair 37 of base 10^6 at head_dim 128", "2^-21·p·inv_freq", "pass its cos/sin"]),
+        "table.hpp": (_flat((REPO / "include/rotary/table.hpp").read_text()),
+                      ["One exception: inv_freq_hf32 takes the power base^(2j/d) correctly rounded", "2^-21 * p * f"]),
+        "rotary.h": (_flat((REPO / "include/rotary/rotary.h").read_text()),
+                     ["base^(2j/d) correctly rounded where torch's float32 pow is not"]),
+        "Rope.apply": (_flat(rotary.Rope.apply.__doc__), ["the power ``base**(2j/d)`` is correctly rounded",
+                                                          "``2**-21 * p * inv_freq``", "pass its cos and sin"]),
+        "Rope.table": (_flat(rotary.Rope.table.__doc__), ["correctly rounded where torch's float32 pow is not"]),
+        "Rope.inv_freq_hf32": (_flat(rotary.Rope.inv_freq_hf32.__doc__), ["correctly rounded, so one ulp"]),
+        "apply_rope": (_flat(apply_rope.__doc__), ["correctly rounded power"]),
+    }
+    cli = _rotary_cli()
+    if cli is not None:
+        for command in ("table", "apply"):
+            help_text = subprocess.run([cli, command, "--help"], capture_output=True, text=True, check=True).stdout
+            texts[f"rotary {command} --help"] = (_flat(help_text), ["base^(2j/d) correctly rounded where torch's "
+                                                                   "float32 pow is not", "2^-21*p*inv_freq"])
+    for where, (text, needles) in texts.items():
+        for needle in needles:
+            assert needle in text, f"{where} does not state hf-float32's exception: {needle!r}"
+
+
 def _layer_applies_rope(layer: Any) -> bool:
     """Whether one of transformers' decoder layers rotates q and k: it has softmax attention
     (recurrent and convolutional mixers live under other names, linear_attn, mamba, conv) whose

@@ -12,7 +12,9 @@ Two operators in the ``rotary`` namespace carry rotary's kernels through PyTorch
 An operator cannot take a Python object, so ``rope`` is the Rope's handle (``Rope._handle``, an int
 that names one live Rope for the life of the process; a copy or an unpickled Rope gets its own).
 Both have fake (meta) implementations, so ``torch.compile(fullgraph=True)`` traces through them
-without a graph break. Kernels are registered for device type ``"cpu"`` and, when rotary was built
+without a graph break; they give shapes only to calls whose tensors are all fake (tracing) or all
+on ``meta``: a meta tensor among real ones gets a ValueError naming it, before anything is
+written. Kernels are registered for device type ``"cpu"`` and, when rotary was built
 with its CUDA kernels (``pip install . --config-settings=cmake.define.ROTARY_CUDA=ON``;
 ``rotary._rotary.cuda`` says), ``"cuda"``: the same bits as the CPU's, queued on torch's current
 stream without waiting (CUDA-graph safe; see ``Rope.apply`` for what runs on the device and
@@ -98,6 +100,7 @@ if _rotary.cuda:
 
 @_rope_op.register_fake
 def _rope_fake(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns):
+    _shapes_only("rope", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
     # Rope.apply's outputs: torch.empty_like of q and k (their strides when dense, else contiguous).
     return [torch.empty_like(q)] if k is None else [torch.empty_like(q), torch.empty_like(k)]
 
@@ -150,7 +153,28 @@ if _rotary.cuda:
 @_rope_inplace_op.register_fake
 def _rope_inplace_fake(q, k, rope, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache,
                        cos_sin_columns):
+    _shapes_only("rope_", q=q, k=k, positions=positions, cos=cos, sin=sin, cos_sin_cache=cos_sin_cache)
     return None
+
+
+_is_fake = torch._subclasses.fake_tensor.is_fake
+
+
+def _shapes_only(op: str, **tensors: Optional[Tensor]) -> None:
+    """What the fake kernels check before giving shapes. They are for tensors without values: fake
+    tensors (torch.compile, FakeTensorMode) or meta tensors, all of a call's. The dispatcher also
+    sends them a call mixing meta tensors with real ones (CPU, CUDA: the meta kernel wins), whose
+    outputs would be uninitialised memory and whose in-place writes would never happen: that call is
+    refused, naming the meta tensor and a real one (the extension's rule and words for mixed
+    devices). Values are the kernels' to check: under torch.compile they raise when the graph runs."""
+    real = next(((name, t) for name, t in tensors.items()
+                 if t is not None and t.device.type != "meta" and not _is_fake(t)), None)
+    if real is not None:
+        meta = next((name for name, t in tensors.items() if t is not None and t.device.type == "meta"), None)
+        if meta is None:  # not a dispatch torch makes today; refused all the same
+            raise ValueError(f"{real[0]} is on {real[1].device}, but rotary::{op} was asked for shapes only")
+        raise ValueError(f"{meta} is on meta but {real[0]} is on {real[1].device} (every tensor of a call must be "
+                         f"on one device; a meta tensor has no values to rotate)")
 
 
 def _same_kind(op: str, **tensors: Optional[Tensor]) -> None:
@@ -255,8 +279,12 @@ def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any,
              cos_sin_cache: Any, cos_sin_columns: Any) -> tuple:
     """The operators' arguments after q and k, checked for kind (values are the kernel's to check)."""
     offset = _int_arg(offset, "offset")
-    if not torch.compiler.is_compiling() and not _INT64_MIN <= offset <= _INT64_MAX:  # the schema's int
-        raise ValueError(f"offset={_show(offset)} must keep positions in [0, 2^31)")  # the kernel's words
+    if not torch.compiler.is_compiling():  # compiled, the kernel raises these when the graph runs
+        if not _INT64_MIN <= offset <= _INT64_MAX:  # the schema's int
+            raise ValueError(f"offset={_show(offset)} must keep positions in [0, 2^31)")  # the kernel's words
+        if offset != 0 and positions is not None:  # the kernel's rule and words: an offset would be dropped
+            raise ValueError(f"offset={_show(offset)} is for sequential positions only, but positions are given "
+                             "(add the offset to the positions, or leave positions out)")
     return (rope._handle, _positions_tensor(positions), offset, _str_arg(layout, "layout"),
             _bool_arg(inverse, "inverse"), _str_arg(angles, "angles"), _angles_tensor(cos, "cos"),
             _angles_tensor(sin, "sin"), _angles_tensor(cos_sin_cache, "cos_sin_cache"),
@@ -284,14 +312,16 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         integers (int64, int32 ...) or real numbers; default ``offset + 0..seq-1``. Under
         ``torch.compile``, give a tensor.
     offset : int
-        First position when ``positions`` is not given.
+        First position when ``positions`` is not given; with ``positions`` it must stay 0
+        (ValueError, as ``Rope.apply``).
     layout : {"bshd", "bhsd", "thd"}
         Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
     inverse : bool
         Rotate by -angle.
     angles : {"exact", "on_the_fly", "hf-float32"}
         As ``Rope.apply``: exact from the cached table (default), exact computed per call, or
-        transformers' float32 numerics.
+        transformers' float32 numerics (but for the correctly rounded power ``base**(2j/d)``:
+        see ``Rope.apply``'s Notes).
     cos, sin, cos_sin_cache, cos_sin_columns :
         The caller's own angles, as ``Rope.apply`` takes them; constants (no gradient flows into
         them).
@@ -308,7 +338,7 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
         An argument of the wrong kind, naming it.
     ValueError
         A value that breaks a rule (shapes, positions, layout, a tensor on a device without a
-        kernel ...), naming it; q and k are untouched.
+        kernel or on ``meta`` among real tensors ...), naming it; q and k are untouched.
     """
     if _direct(q, k) and type(rope) is Rope:
         return rope._apply(q, k, positions, offset, layout, False, inverse, angles, 0, cos, sin, cos_sin_cache,

@@ -65,10 +65,18 @@ def _scheme_arg(scheme: Any) -> str:
     return scheme
 
 
-def _cp_size_arg(cp_size: Any) -> int:
+def _cp_size_arg(cp_size: Any, scheme: str) -> int:
+    """cp_size in [1, 2^30] ("zigzag") or [1, 2^31] ("contiguous"): the scheme cuts a sequence into
+    2 * cp_size (cp_size) chunks, and a sequence holds at most 2^31 positions. Past that no
+    sequence but the empty one splits, and nothing is worth computing for it."""
     cp_size = _int_arg(cp_size, "cp_size")
     if cp_size < 1:
         raise ValueError(f"cp_size={_show(cp_size)} must be >= 1")
+    chunks = 2 if scheme == "zigzag" else 1
+    if cp_size > _POSITION_LIMIT // chunks:
+        count = "2*cp_size" if scheme == "zigzag" else "cp_size"
+        raise ValueError(f"cp_size={_show(cp_size)} must be <= 2^{31 - chunks + 1}: scheme '{scheme}' cuts a "
+                         f"sequence into {count} chunks, and a sequence has at most 2^31 positions")
     return cp_size
 
 
@@ -77,7 +85,7 @@ def _group_args(cp_size: Any, cp_rank: Any, scheme: Any) -> tuple[int, int, str]
     cp_size = _int_arg(cp_size, "cp_size")
     cp_rank = _int_arg(cp_rank, "cp_rank")
     scheme = _scheme_arg(scheme)
-    cp_size = _cp_size_arg(cp_size)
+    cp_size = _cp_size_arg(cp_size, scheme)
     if not 0 <= cp_rank < cp_size:
         raise ValueError(f"cp_rank={_show(cp_rank)} must be in [0, cp_size={cp_size})")
     return cp_size, cp_rank, scheme
@@ -127,6 +135,20 @@ def _concat_chunks(x: Array, dim: int, chunk: int, chunks: list[int]) -> Array:
     return np.concatenate([x[lead + (slice(c * chunk, (c + 1) * chunk),)] for c in chunks], axis=dim)
 
 
+def _unzigzag(x: Array, dim: int, cp_size: int, chunk: int) -> Array:
+    """A new array/tensor: x's zigzag shards in rank order put back in position order, by whole
+    strides (no loop over ranks). Along dim x is [cp_size ranks][2 slots][chunk]: rank r's first
+    slot holds chunk r, its second chunk 2*cp_size-1-r. So the first slots in rank order are chunks
+    0 .. cp_size-1, and the second slots in reverse rank order are chunks cp_size .. 2*cp_size-1."""
+    if isinstance(x, torch.Tensor):
+        slots = x.unflatten(dim, (cp_size, 2, chunk))
+        return torch.cat([slots.select(dim + 1, 0), slots.select(dim + 1, 1).flip(dim)], dim).flatten(dim, dim + 1)
+    slots = x.reshape(x.shape[:dim] + (cp_size, 2, chunk) + x.shape[dim + 1:])
+    lead = (slice(None),) * (dim + 1)
+    ordered = np.concatenate([slots[lead + (0,)], np.flip(slots[lead + (1,)], axis=dim)], axis=dim)
+    return ordered.reshape(x.shape)
+
+
 # ---- The API --------------------------------------------------------------------------------------
 
 def shard_positions(seq_len: int, cp_size: int, cp_rank: int, scheme: str = "zigzag") -> torch.Tensor:
@@ -138,7 +160,8 @@ def shard_positions(seq_len: int, cp_size: int, cp_rank: int, scheme: str = "zig
         Length of the whole sequence, in [0, 2^31]; divisible by ``2 * cp_size`` (``"zigzag"``)
         or by ``cp_size`` (``"contiguous"``).
     cp_size : int
-        Ranks in the context-parallel group, >= 1.
+        Ranks in the context-parallel group: in [1, 2^30] for ``"zigzag"`` (its 2 * cp_size
+        chunks cannot outnumber a sequence's 2^31 positions), [1, 2^31] for ``"contiguous"``.
     cp_rank : int
         This rank's index in the group, in [0, cp_size).
     scheme : {"zigzag", "contiguous"}
@@ -160,8 +183,8 @@ def shard_positions(seq_len: int, cp_size: int, cp_rank: int, scheme: str = "zig
     TypeError
         seq_len, cp_size or cp_rank not an int (a bool is not), scheme not a str.
     ValueError
-        cp_size < 1, cp_rank outside [0, cp_size), seq_len outside [0, 2^31] or not divisible as
-        the scheme needs, or an unknown scheme, naming the value.
+        cp_size outside its range, cp_rank outside [0, cp_size), seq_len outside [0, 2^31] or not
+        divisible as the scheme needs, or an unknown scheme, naming the value.
     """
     seq_len = _int_arg(seq_len, "seq_len")
     cp_size, cp_rank, scheme = _group_args(cp_size, cp_rank, scheme)
@@ -223,7 +246,7 @@ def unshard(x: Array, cp_size: int, scheme: str = "zigzag", *, dim: int) -> Arra
     x : torch.Tensor or numpy.ndarray
         The shards of ranks 0 .. cp_size-1, one after the other along ``dim``.
     cp_size : int
-        Ranks in the context-parallel group, >= 1.
+        Ranks in the context-parallel group, as ``shard_positions`` takes it.
     scheme : {"zigzag", "contiguous"}
         The scheme the shards were made with.
     dim : int
@@ -233,24 +256,26 @@ def unshard(x: Array, cp_size: int, scheme: str = "zigzag", *, dim: int) -> Arra
     -------
     torch.Tensor or numpy.ndarray
         A new tensor/array of x's kind and shape, the sequence in position order.
-        Differentiable for tensors.
+        Differentiable for tensors. Time and memory grow with x's size alone, not with
+        cp_size.
 
     Raises
     ------
     TypeError
         x not a tensor or array, dim/cp_size not an int, scheme not a str.
     ValueError
-        dim out of range, ``x.shape[dim]`` not divisible as the scheme needs, cp_size < 1 or an
-        unknown scheme, naming the value.
+        dim out of range, ``x.shape[dim]`` not divisible as the scheme needs, cp_size outside its
+        range or an unknown scheme, naming the value.
     """
     _check_array(x, "x")
     dim = _dim_arg(x, dim)
     cp_size = _int_arg(cp_size, "cp_size")
     scheme = _scheme_arg(scheme)
-    cp_size = _cp_size_arg(cp_size)
+    cp_size = _cp_size_arg(cp_size, scheme)
     chunk = _chunk_length(int(x.shape[dim]), f"x.shape[{dim}]", cp_size, scheme)
-    slots = [c for r in range(cp_size) for c in _rank_chunks(cp_size, r, scheme)]  # chunk held in each slot
-    return _concat_chunks(x, dim, chunk, [slots.index(c) for c in range(len(slots))])
+    if scheme == "contiguous":  # rank order is position order
+        return x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)
+    return _unzigzag(x, dim, cp_size, chunk)
 
 
 class _GatherShards(torch.autograd.Function):
