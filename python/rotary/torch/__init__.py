@@ -317,7 +317,9 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     layout : {"bshd", "bhsd", "thd"}
         Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
     inverse : bool
-        Rotate by -angle.
+        Rotate by -angle with the same scale: the transpose (what autograd's backward pass applies).
+        It undoes a forward rotation only when ``attention_factor`` is 1 and there is no xPos; to
+        take a rotation back use ``Rope.apply(..., undo=True)``.
     angles : {"exact", "on_the_fly", "hf-float32"}
         As ``Rope.apply``: exact from the cached table (default), exact computed per call, or
         transformers' float32 numerics (but for the correctly rounded power ``base**(2j/d)``:
