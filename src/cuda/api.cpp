@@ -116,24 +116,42 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
   }
   // Everything but the per-token entries, which live in device memory: the kernels check those
   // (Options::error). The Table rules are check_table's (a DeviceTable, not ApplyArgs::table).
-  ApplyArgs host = args;
-  host.table = nullptr;
-  validate_shapes(schedule, host);
+  validate_shapes(schedule, args);
+  detail::cuda::apply_validated(schedule, args, stream, options);
+}
+
+}  // namespace rotary::cuda
+
+namespace rotary::detail::cuda {
+
+void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_st* stream,
+                     const rotary::cuda::Options& options) {
+  using namespace rotary::cuda;
+  if (args.table != nullptr) {
+    throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
+  }
+  if (args.angles != nullptr && options.table != nullptr) {
+    throw Error("angles and Options::table are both set (give one source of angles)");
+  }
   if (schedule.pairs() > max_pairs) {
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim,
                             max_pairs));
   }
   detail::TableRange range{};
   if (options.table != nullptr) {
-    check_table(schedule, args, *options.table);
+    rotary::cuda::check_table(schedule, args, *options.table);
     range = {.cos = options.table->cos(), .sin = options.table->sin(),
              .first = options.table->first(), .rows = options.table->rows()};
   }
   detail::KernelArgs kernel =
       detail::make_kernel_args(schedule, args, options.table != nullptr ? &range : nullptr);
   kernel.error = options.error;
-  detail::cuda::launch(kernel, stream);
+  launch(kernel, stream);
 }
+
+}  // namespace rotary::detail::cuda
+
+namespace rotary::cuda {
 
 void check_positions(uint32_t* error, Stream stream) {
   if (error == nullptr) throw Error("error is null (give the Options::error of the calls to check)");

@@ -9,7 +9,21 @@
 
 struct CUstream_st;
 
+namespace rotary {
+struct ApplyArgs;
+struct Schedule;
+namespace cuda {
+struct Options;
+}  // namespace cuda
+}  // namespace rotary
+
 namespace rotary::detail::cuda {
+
+/// rotary::cuda::apply without its rotary::validate_shapes, for a caller that has just run it on
+/// the same arguments (the Python module, which rewords its errors): the DeviceTable, angles and
+/// max_pairs checks, the kernel arguments, the launch.
+void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_st* stream,
+                     const rotary::cuda::Options& options);
 
 /// Queues the kernel for `args` (pointers in device memory; a call that passed validation, with
 /// rotary_dim / 2 <= rotary::cuda::max_pairs) on `stream`: a fast kernel with
