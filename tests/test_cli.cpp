@@ -15,6 +15,7 @@
 #include "cli.hpp"
 #include "parse.hpp"
 #include "rotary/doctor.hpp"
+#include "rotary/rotary.h"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
@@ -36,6 +37,40 @@ Result run(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int status = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
   return {status, out.str(), err.str()};
+}
+
+// `rotary info --build`: version, the CPU kernels' Highway target, and the CUDA kernels (built or
+// not; their architectures and whether a device runs them), readable or as JSON.
+TEST(Cli, InfoBuildSaysWhatThisBuildRunsOn) {
+  const Result text = run({"info", "--build"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  const Result r = run({"info", "--build", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(j["version"], rotary_version());
+  const std::string target = j["cpu_target"];
+  EXPECT_NE(text.out.find("rotary " + std::string(rotary_version()) + "\nCPU kernels: Highway target " + target +
+                          " on this machine (built: "),
+            std::string::npos)
+      << text.out;
+  const auto& cuda = j["cuda"];
+#ifdef ROTARY_CLI_CUDA
+  EXPECT_EQ(cuda["compiled"], true);
+  const auto architectures = cuda["architectures"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(architectures.begin(), architectures.end(), "sm_90"), architectures.end()) << r.out;
+  EXPECT_NE(text.out.find("CUDA kernels: built for sm_"), std::string::npos) << text.out;
+  if (cuda["usable"] == true) {
+    EXPECT_TRUE(cuda["why_not"].is_null()) << r.out;
+    EXPECT_NE(text.out.find(", usable\n"), std::string::npos) << text.out;
+  } else {
+    EXPECT_FALSE(cuda["why_not"].get<std::string>().empty()) << r.out;
+    EXPECT_NE(text.out.find("CUDA device: not usable: " + cuda["why_not"].get<std::string>()), std::string::npos)
+        << text.out;
+  }
+#else
+  EXPECT_EQ(cuda["compiled"], false);
+  EXPECT_NE(text.out.find("CUDA kernels: not built"), std::string::npos) << text.out;
+#endif
 }
 
 TEST(Cli, InfoJsonIsExactlyTheContract) {

@@ -618,6 +618,21 @@ TEST(CudaApi, CallerAnglesAreCheckedOnTheHost) {
                       "angles and Options::table are both set (give one source of angles)");
 }
 
+// What the build holds and whether this machine runs it: the architectures CMake built (sm_90 among
+// them here), and without a usable device, why not.
+TEST(CudaApi, BuildInfoNamesTheArchitecturesAndTheDevice) {
+  const cuda::BuildInfo info = cuda::build_info();
+  EXPECT_NE(std::find(info.architectures.begin(), info.architectures.end(), "sm_90"), info.architectures.end());
+  EXPECT_GE(info.runtime_version, 12010);
+  EXPECT_EQ(info.usable, info.why_not.empty());
+  if (info.devices == 0) {
+    EXPECT_FALSE(info.usable);
+    EXPECT_TRUE(info.device.empty());
+  } else {
+    EXPECT_FALSE(info.device.empty());
+  }
+}
+
 // check_positions' message names the rule of every bit the kernels set, and says so when the
 // word holds bits no kernel sets.
 TEST(CudaApi, CheckPositionsNamesEveryFlag) {

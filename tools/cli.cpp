@@ -378,7 +378,7 @@ struct Commands {
   CLI::App app{"rotary: Rotary Position Embeddings, exact at any context length"};
 
   SpecOptions info_spec;
-  bool info_json = false;
+  bool info_json = false, info_build = false;
   CLI::App* info = nullptr;
 
   SpecOptions table_spec;
@@ -426,6 +426,8 @@ struct Commands {
     info = app.add_subcommand("info", "print a schedule's frequencies");
     info_spec.attach(*info);
     info->add_flag("--json", info_json, "print JSON");
+    info->add_flag("--build", info_build,
+                   "print this build instead: version, CPU target, CUDA architectures and device");
     table = app.add_subcommand("table", "print cos/sin (times attention_factor) at positions");
     table_spec.attach(*table);
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
@@ -530,6 +532,10 @@ struct Commands {
   }
 
   int run_info(std::ostream& out, std::ostream& err) {
+    if (info_build) {
+      print_build_info(info_json, out);
+      return 0;
+    }
     const Resolved r = info_spec.resolve();
     print_info(r, info_json, out);
     print_notes(r.model, err);

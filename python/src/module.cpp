@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "text.hpp"
+#include "rotary/build.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/rerotate.hpp"
 #include "rotary/rotary.hpp"
@@ -1068,6 +1069,37 @@ void check_positions_py(const py::object& device_value) {
 }
 #endif
 
+// rotary.build_info(): rotary::build_info and, when built with them, rotary::cuda::build_info.
+py::dict build_info_py() {
+  const BuildInfo cpu = build_info();
+  py::dict gpu;
+#if ROTARY_PY_CUDA
+  const cuda::BuildInfo info = cuda::build_info();
+  // CUDA versions as "13.0" (None: no driver).
+  const auto version = [](int v) {
+    return v == 0 ? py::object(py::none())
+                  : py::object(py::str(std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10)));
+  };
+  gpu["compiled"] = true;
+  gpu["architectures"] = info.architectures;
+  gpu["runtime"] = version(info.runtime_version);
+  gpu["driver"] = version(info.driver_version);
+  gpu["devices"] = info.devices;
+  gpu["device"] = info.device.empty() ? py::object(py::none()) : py::object(py::str(info.device));
+  gpu["usable"] = info.usable;
+  gpu["why_not"] = info.usable ? py::object(py::none()) : py::object(py::str(info.why_not));
+#else
+  gpu["compiled"] = false;
+  gpu["why_not"] = kNoCudaKernels;
+#endif
+  py::dict out;
+  out["version"] = cpu.version;
+  out["cpu_target"] = cpu.cpu_target;
+  out["cpu_targets"] = cpu.cpu_targets;
+  out["cuda"] = gpu;
+  return out;
+}
+
 // q_out unset means in place: q (and k) are then written. `check`: see apply_cuda.
 void apply_py(const PyRope& rope, const py::object& q, const py::object& k, const py::object& q_out,
               const py::object& k_out, const py::object& positions, const py::object& streams,
@@ -1233,6 +1265,7 @@ PYBIND11_MODULE(_rotary, m) {
   m.attr("cuda") = false;
 #endif
   m.attr("no_cuda_kernels") = kNoCudaKernels;
+  m.def("build_info", &build_info_py);
   m.attr("max_threads") = max_threads;
   m.attr("max_position_limit") = max_position_limit;
   // numpy 2 changed its C structures; pybind11 reads them correctly from 2.12 on (__init__ checks).

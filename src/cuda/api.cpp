@@ -1,6 +1,7 @@
 // rotary::cuda: host-side checks and the device table; the kernels are in apply.cu.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,6 +153,59 @@ void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_s
 }  // namespace rotary::detail::cuda
 
 namespace rotary::cuda {
+
+BuildInfo build_info() {
+  BuildInfo info;
+  // CMake's CUDA_ARCHITECTURES: "80-real" machine code only, "121-virtual" PTX only, "90" both.
+  const std::string built = ROTARY_CUDA_ARCHITECTURES;
+  std::vector<std::string> ptx;
+  for (size_t start = 0; start <= built.size();) {
+    const size_t comma = std::min(built.find(',', start), built.size());
+    const std::string entry = built.substr(start, comma - start);
+    start = comma + 1;
+    if (entry.empty()) continue;
+    const size_t dash = entry.find('-');
+    const std::string arch = entry.substr(0, dash);
+    const std::string kind = dash == std::string::npos ? "" : entry.substr(dash + 1);
+    if (kind != "virtual") info.architectures.push_back("sm_" + arch);
+    if (kind != "real") ptx.push_back("compute_" + arch + " (PTX)");
+  }
+  info.architectures.insert(info.architectures.end(), ptx.begin(), ptx.end());
+  static_cast<void>(cudaRuntimeGetVersion(&info.runtime_version));
+  if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess) info.driver_version = 0;
+  const auto failed = [](const char* call, cudaError_t status) {
+    static_cast<void>(cudaGetLastError());
+    return fmt::format("{}: {}: {}", call, cudaGetErrorName(status), cudaGetErrorString(status));
+  };
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDeviceCount", status);
+    return info;
+  }
+  info.devices = count;
+  if (count == 0) {
+    info.why_not = "no CUDA device";
+    return info;
+  }
+  int device = 0;
+  cudaDeviceProp properties{};
+  if (const cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDevice", status);
+    return info;
+  }
+  if (const cudaError_t status = cudaGetDeviceProperties(&properties, device); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDeviceProperties", status);
+    return info;
+  }
+  info.device = fmt::format("{} (sm_{}{}, {} SMs)", properties.name, properties.major, properties.minor,
+                            properties.multiProcessorCount);
+  if (const auto status = static_cast<cudaError_t>(detail::cuda::kernel_image_status()); status != cudaSuccess) {
+    info.why_not = failed("loading the kernels", status) + " (built for " + built + ")";
+    return info;
+  }
+  info.usable = true;
+  return info;
+}
 
 void check_positions(uint32_t* error, Stream stream) {
   if (error == nullptr) throw Error("error is null (give the Options::error of the calls to check)");

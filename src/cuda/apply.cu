@@ -151,6 +151,13 @@ std::atomic<int> multiprocessor_counts[kCachedDevices];
 
 }  // namespace
 
+int kernel_image_status() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t status = cudaFuncGetAttributes(&attributes, fast_rope_kernel<BF16, true>);
+  if (status != cudaSuccess) static_cast<void>(cudaGetLastError());
+  return static_cast<int>(status);
+}
+
 int multiprocessors() {
   int device = 0;
   check(static_cast<int>(cudaGetDevice(&device)), "cudaGetDevice");

@@ -48,6 +48,11 @@ void launch_fast(const KernelArgs& args, const FastShape& shape, CUstream_st* st
 /// The current device's multiprocessor count (cudaDeviceGetAttribute once per device, then kept).
 int multiprocessors();
 
+/// Whether the kernels have code the current device runs: the cudaError_t of asking the runtime for
+/// a fast kernel's attributes (cudaErrorNoKernelImageForDevice when none of the architectures built
+/// suits it; the error is cleared).
+int kernel_image_status();
+
 /// Throws rotary::cuda::RuntimeError "CUDA <what> failed: <name>: <description>" unless `status`
 /// (a cudaError_t) is cudaSuccess.
 void check(int status, const char* what);
