@@ -488,10 +488,10 @@ struct Commands {
                       "cpu (default) or cuda (against a device-to-device copy; CUDA events, graph replay for decode)");
     bench->add_option("--cases", bench_cases,
                       "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch; "
-                      "cuda: prefill,decode,batched_decode (default)");
+                      "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi");
     bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
     bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
-    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
+    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both); cuda: also caller (cos/sin cache)");
     bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
     bench->add_option("--threads", bench_threads, "cpu: thread counts, e.g. 1,2 (0 = all; default 1 and all)");
     bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
