@@ -21,18 +21,20 @@
 // offset + xV and its partner at offset + r/2 + xV, V pairs; interleaved: the vector at offset + xV,
 // V/2 pairs), a slot beyond is a pass-through vector copied bit for bit (out-of-place operands with
 // copy_tail) — and the token t = y mod T; its heads are y / T, y / T + rows / T, ... (rows a multiple
-// of T, so a thread's token is fixed across the tile: no division anywhere but one by seq per
-// token, done with a precomputed multiplier, Divmod64).
+// of T, so a thread's token is fixed across the tile; no division by a run-time value but token /
+// seq, done with a precomputed multiplier, Divmod64, once per thread and per angle cell of a tile).
 // For each tile:
-//   phase A (fast_phase_a): the thread computes its token's row addresses, issues the loads of its
-//           first kBatch heads (held in registers across the barrier, so that their latency overlaps
-//           the angles), then fills shared memory with the tile's angle rows, one (token, pair) cell
-//           at a time: (c, s) as float, already times the attention factor and signed for the inverse
-//           (pair_angle, the general kernel's code: the same bits), and each token's position error
-//           (its bit raised once; a skipped token is neither computed nor written);
+//   phase A (fast_phase_a): the thread loads its first head (FastThread::kPrefetch, held in
+//           registers across the barrier, so that the load's latency overlaps the angles: a decode
+//           call's only load), then fills shared memory with the tile's angle rows, one (token,
+//           pair) cell at a time: (c, s) as float, already times the attention factor and signed for
+//           the inverse (pair_angle, the general kernel's code: the same bits), and each token's
+//           position error (its bit raised once; a skipped token is neither computed nor written);
 //   barrier;
-//   phase B (fast_phase_b): the prefetched heads are rotated and stored, then the thread's remaining
-//           heads in batches of kBatch (all loads of a batch before its first store);
+//   phase B (fast_phase_b): the thread reads its V (half) or V/2 (interleaved) angle cells once, the
+//           same for every head it visits; rotates and stores the prefetched head, then the others
+//           in batches of FastThread::kBatch (four vectors in flight: every load of a batch before
+//           its first store);
 //   barrier (the next tile overwrites shared memory).
 // A 16-byte vector is loaded whole before any of it is stored and belongs to one thread, so in-place
 // calls are race-free. Index arithmetic: a token's row addresses in 64 bits once per tile, offsets
