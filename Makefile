@@ -19,9 +19,17 @@ VENV_PYTHON := $(VENV)/bin/python
 PY_REQUIREMENTS := python/requirements-test.txt
 PIP := $(VENV_PYTHON) -m pip --disable-pip-version-check
 
-# What building and testing need (the fuzzing toolchain comes with `make fuzz`).
+# nvcc, where CMake's ROTARY_CUDA=AUTO finds it (PATH, or the toolkit's standard place).
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+# What building and testing need (the fuzzing toolchain comes with `make fuzz`); with nvcc, also
+# cuobjdump and nvdisasm for the SASS check of the CUDA kernels (pinned, from PyPI, into
+# $(BUILD)/cuda-tools, where CMake finds them).
 deps:
 	scripts/install-deps cpp python
+ifneq ($(NVCC),)
+	scripts/get-cuobjdump $(BUILD)/cuda-tools
+endif
 
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)

@@ -57,4 +57,39 @@ ROTARY_HD inline uint16_t f32_to_f16(float f) {
 #endif
 }
 
+/// Two floats to bf16 / binary16, packed in one word (lo in the low half): f32_to_bf16 and
+/// f32_to_f16 of each, bit for bit. On a CUDA device one instruction for both (cvt.rn.bf16x2.f32 /
+/// cvt.rn.f16x2.f32: IEEE round to nearest even, overflow to infinity, subnormals kept; a NaN
+/// becomes the canonical 0x7fff, which is what the integer code makes of the canonical NaN a GPU's
+/// arithmetic produces, and NaNs compare as NaN in any case).
+ROTARY_HD inline uint32_t pack_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+#else
+  return static_cast<uint32_t>(f32_to_bf16(lo)) | (static_cast<uint32_t>(f32_to_bf16(hi)) << 16);
+#endif
+}
+ROTARY_HD inline uint32_t pack_f16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t packed;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+#else
+  return static_cast<uint32_t>(f32_to_f16(lo)) | (static_cast<uint32_t>(f32_to_f16(hi)) << 16);
+#endif
+}
+/// The binary16 value of bits h, exactly (f16_to_f32; on a device the exact conversion
+/// instruction, cvt.f32.f16, in place of the integer code).
+ROTARY_HD inline float f16_to_f32_exact(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
+  return f16_to_f32(h);
+#endif
+}
+
 }  // namespace rotary::detail

@@ -15,6 +15,7 @@
 #include "cli.hpp"
 #include "parse.hpp"
 #include "rotary/doctor.hpp"
+#include "rotary/rotary.h"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
@@ -36,6 +37,40 @@ Result run(std::vector<std::string> args) {
   std::ostringstream out, err;
   const int status = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
   return {status, out.str(), err.str()};
+}
+
+// `rotary info --build`: version, the CPU kernels' Highway target, and the CUDA kernels (built or
+// not; their architectures and whether a device runs them), readable or as JSON.
+TEST(Cli, InfoBuildSaysWhatThisBuildRunsOn) {
+  const Result text = run({"info", "--build"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  const Result r = run({"info", "--build", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::ordered_json::parse(r.out);
+  EXPECT_EQ(j["version"], rotary_version());
+  const std::string target = j["cpu_target"];
+  EXPECT_NE(text.out.find("rotary " + std::string(rotary_version()) + "\nCPU kernels: Highway target " + target +
+                          " on this machine (built: "),
+            std::string::npos)
+      << text.out;
+  const auto& cuda = j["cuda"];
+#ifdef ROTARY_CLI_CUDA
+  EXPECT_EQ(cuda["compiled"], true);
+  const auto architectures = cuda["architectures"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(architectures.begin(), architectures.end(), "sm_90"), architectures.end()) << r.out;
+  EXPECT_NE(text.out.find("CUDA kernels: built for sm_"), std::string::npos) << text.out;
+  if (cuda["usable"] == true) {
+    EXPECT_TRUE(cuda["why_not"].is_null()) << r.out;
+    EXPECT_NE(text.out.find(", usable\n"), std::string::npos) << text.out;
+  } else {
+    EXPECT_FALSE(cuda["why_not"].get<std::string>().empty()) << r.out;
+    EXPECT_NE(text.out.find("CUDA device: not usable: " + cuda["why_not"].get<std::string>()), std::string::npos)
+        << text.out;
+  }
+#else
+  EXPECT_EQ(cuda["compiled"], false);
+  EXPECT_NE(text.out.find("CUDA kernels: not built"), std::string::npos) << text.out;
+#endif
 }
 
 TEST(Cli, InfoJsonIsExactlyTheContract) {
@@ -543,6 +578,47 @@ TEST(Cli, BenchOnCudaWithoutADeviceSaysWhy) {
   expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "batched_decode,prefill", "--dtypes", "bf16",
                              "--reps", "3", "--json"}),
                         "rotary: error: --device cuda: " + why);
+}
+
+// The named CUDA cases and the caller's cos/sin pass the options' checks (then, without a device,
+// the one-line error); the CPU bench has no "caller" angles for apply.
+TEST(Cli, BenchOnCudaTakesTheNamedCasesAndTheCallersAngles) {
+  expect_one_line_error(run({"bench", "--angles", "caller"}), "--angles='caller' must be one of table, on_the_fly");
+  expect_one_line_error(run({"bench", "--device", "cuda", "--angles", "cos"}),
+                        "--angles='cos' must be one of table, on_the_fly, caller");
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "partial"}),
+                        "--cases='partial' must be one of prefill, decode, batched_decode, mrope, partial_deepseek_v3, "
+                        "partial_phi");
+  const std::string why = cli::cuda_bench_unavailable();
+  if (why.empty()) GTEST_SKIP() << "a CUDA device is present (BenchOnCudaTimesTheNamedCases runs them)";
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "mrope,partial_deepseek_v3,partial_phi",
+                             "--angles", "table,on_the_fly,caller"}),
+                        "rotary: error: --device cuda: " + why);
+}
+
+// On a CUDA device (skipped elsewhere): M-RoPE and the partial-rotary cases, with the caller's
+// cos/sin, each row bitwise against the CPU and held against its plain variant timed in the same row.
+TEST(Cli, BenchOnCudaTimesTheNamedCases) {
+  if (const std::string why = cli::cuda_bench_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const Result r = run({"bench", "--device", "cuda", "--cases", "mrope,partial_deepseek_v3,partial_phi", "--dtypes",
+                        "bf16", "--pairings", "interleaved", "--angles", "caller,on_the_fly", "--placement",
+                        "outofplace", "--reps", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 6u) << r.out;  // 3 cases x 2 angles
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    EXPECT_EQ(row["case"], (std::vector<std::string>{"mrope", "partial_deepseek_v3", "partial_phi"}[i / 2])) << row;
+    EXPECT_EQ(row["angles"], i % 2 == 0 ? "caller" : "on_the_fly") << row;
+    EXPECT_EQ(row["bitwise"], true) << row;
+    EXPECT_EQ(row["timing"], "events") << row;
+    EXPECT_EQ(row["target_against"], "plain") << row;
+    EXPECT_EQ(row["target"].get<double>(), 1.05) << row;
+    for (const char* field : {"median_ns", "memcpy_median_ns", "plain_median_ns", "ratio_to_plain"}) {
+      const double v = row[field].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << field << "=" << v << " in " << row;
+    }
+  }
 }
 
 // On a CUDA device (skipped elsewhere): a row for every case, angles and placement, each equal to

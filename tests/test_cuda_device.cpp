@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/fast_body.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/rope_body.hpp"
 #include "kernel_args.hpp"
@@ -194,9 +196,8 @@ class DeviceCall {
   void apply(cudaStream_t stream, uint32_t* error) {
     cuda::apply(call_.schedule, args(), stream, {.table = table(), .error = error});
   }
-  // Queues the call with the call's own launch shape (cuda::apply's checks and kernel arguments,
-  // then the launcher with that shape): the shapes cuda::apply never picks on a GPU.
-  void apply_with_shape(cudaStream_t stream, uint32_t* error) {
+  // The kernel arguments of cuda::apply (its checks, then make_kernel_args over the device memory).
+  detail::KernelArgs kernel_args(uint32_t* error) {
     const ApplyArgs a = args();
     validate_shapes(call_.schedule, a);
     std::optional<detail::TableRange> range;
@@ -204,8 +205,19 @@ class DeviceCall {
                                            .rows = table_->rows()};
     detail::KernelArgs kernel = detail::make_kernel_args(call_.schedule, a, range ? &*range : nullptr);
     kernel.error = error;
-    detail::cuda::launch(kernel, call_.shape, stream);
+    return kernel;
   }
+  // Queues the call on the general kernel with the call's own launch shape (or launch_shape's):
+  // the shapes cuda::apply never picks on a GPU, and the general kernel for calls it gives the fast.
+  void apply_general(cudaStream_t stream, uint32_t* error) {
+    const detail::KernelArgs kernel = kernel_args(error);
+    detail::cuda::launch(kernel, call_.default_shape ? detail::cuda::launch_shape(kernel) : call_.shape, stream);
+  }
+  // Queues the call on a fast kernel with `shape` (a call choose_kernel gives to them).
+  void apply_fast(cudaStream_t stream, uint32_t* error, const detail::cuda::FastShape& shape) {
+    detail::cuda::launch_fast(kernel_args(error), shape, stream);
+  }
+  detail::cuda::KernelChoice choice() { return detail::cuda::choose_kernel(kernel_args(nullptr)); }
   const DeviceMemory& arena(size_t a) const { return arenas_[a]; }
 
  private:
@@ -216,22 +228,40 @@ class DeviceCall {
   CallerAngles angles_;
 };
 
-// Runs `c` on the device (the legacy default stream) over copies of its arenas: every byte of
-// every arena, copied back, must be the reference's, and no position may be flagged.
+// Runs `c` on the device (the legacy default stream) over copies of its arenas, through
+// cuda::apply (the dispatcher's kernel), then the general kernel with the call's launch shape, then,
+// when the fast kernels may take the call, a fast kernel with a random launch shape: each time every
+// byte of every arena, copied back, must be the reference's, and no position may be flagged.
 void check_on_device(const Call& c, uint64_t seed) {
   const std::vector<Arena> start = make_arenas(c, seed);
   const std::vector<Arena> want = reference_result(c, start);
   DeviceCall device(c, start);
   const ErrorWord error;
-  if (c.default_shape) {
-    device.apply(nullptr, error.get());
-  } else {
-    device.apply_with_shape(nullptr, error.get());
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  const bool fast = device.choice().kind == detail::cuda::KernelKind::fast;
+  for (int run = 0; run < 3; ++run) {
+    std::string kernel = "cuda::apply (" + detail::cuda::describe(device.choice()) + ")";
+    if (run == 0) {
+      device.apply(nullptr, error.get());
+    } else if (run == 1) {
+      if (!fast && c.default_shape) continue;  // the same launch as cuda::apply's
+      kernel = "the general kernel";
+      device.upload(start, nullptr);
+      device.apply_general(nullptr, error.get());
+    } else {
+      if (!fast) continue;
+      const detail::cuda::FastShape shape = random_fast_shape(device.kernel_args(nullptr), rng);
+      kernel = "a fast kernel, grid " + std::to_string(shape.grid) + "x" + std::to_string(shape.groups) + ", block " +
+               std::to_string(shape.chunks) + "x" + std::to_string(shape.rows) + ", tiles of " +
+               std::to_string(1 << shape.tile_shift);
+      device.upload(start, nullptr);
+      device.apply_fast(nullptr, error.get(), shape);
+    }
+    const std::vector<Arena> got = device.download(start, nullptr);
+    const std::string difference = first_difference(c, got, want);
+    ASSERT_TRUE(difference.empty()) << kernel << ": " << c.describe() << ": " << difference;
+    ASSERT_EQ(error.read(), 0u) << kernel << ": " << c.describe() << ": a usable position was flagged";
   }
-  const std::vector<Arena> got = device.download(start, nullptr);
-  const std::string difference = first_difference(c, got, want);
-  ASSERT_TRUE(difference.empty()) << c.describe() << ": " << difference;
-  ASSERT_EQ(error.read(), 0u) << c.describe() << ": a usable position was flagged";
 }
 
 // Checks every call of `calls`, stopping at the first failure.
@@ -289,6 +319,12 @@ TEST(CudaDevice, RandomCallsMatchTheReferenceBitForBit) {
   expect_coverage(calls, 20 * count / kRandomCalls, /*launch_shapes=*/false);
 }
 
+// The fast kernels' sweep (tests/support/cuda_calls.hpp's random_fast_call), through both kernels.
+TEST(CudaDevice, FastKernelCallsMatchTheReferenceBitForBit) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(fast_calls(std::min(kFastCalls, random_call_count())));
+}
+
 // Zeros, infinities, NaN, subnormals and values near each format's overflow, in q, k and the
 // caller's cos/sin: the device's explicitly rounded arithmetic (no flush to zero) gives the same
 // bits.
@@ -329,6 +365,40 @@ TEST(CudaDevice, MoreTokensThanBlocks) {
   const detail::KernelArgs kernel = detail::make_kernel_args(c.schedule, args_of(c, host, nullptr));
   ASSERT_LT(detail::cuda::launch_shape(kernel).blocks, kernel.tokens);
   check_on_device(c, 31);
+}
+
+// Two million tokens (2 x (2^20 + 3)) through a fast kernel: its default grid (2^18 blocks of 8
+// tokens) and a grid of 1000 blocks looping over the tiles.
+TEST(CudaDevice, TwoMillionTokensThroughAFastKernel) {
+  REQUIRE_DEVICE();
+  Call c = model_call(Spec{.head_dim = 8}, DType::f32, 1, 1);
+  c.batch = 2;
+  c.seq = (int64_t{1} << 20) + 3;
+  c.in_order = 0;
+  c.k_order = 1;
+  c.q_in_place = false;
+  c.out_order = 0;
+  std::mt19937_64 rng(6);
+  per_token_positions(c, 1, [&](int64_t) { return uniform(rng, 0, max_position_limit - 1); });
+  lay_out(c);
+  const std::vector<Arena> start = make_arenas(c, 32);
+  const std::vector<Arena> want = reference_result(c, start);
+  DeviceCall device(c, start);
+  ASSERT_EQ(detail::cuda::describe(device.choice()), "fast");
+  const ErrorWord error;
+  for (const int64_t grid : {int64_t{0}, int64_t{1000}}) {
+    device.upload(start, nullptr);
+    if (grid == 0) {
+      device.apply(nullptr, error.get());
+    } else {
+      detail::cuda::FastShape shape = detail::cuda::fast_launch_shape(device.kernel_args(nullptr), 132);
+      shape.grid = grid;
+      device.apply_fast(nullptr, error.get(), shape);
+    }
+    const std::string difference = first_difference(c, device.download(start, nullptr), want);
+    ASSERT_TRUE(difference.empty()) << "grid " << grid << ": " << difference;
+    EXPECT_EQ(error.read(), 0u);
+  }
 }
 
 // ---- Positions in device memory ----

@@ -150,10 +150,15 @@ Schedule longrope(Pairing pairing, bool long_context) {
   return make_schedule(spec, long_context ? std::optional<int64_t>(kLongropeOriginal + 1) : std::nullopt);
 }
 
-// Qwen2-VL's text rotary (base 10^6, half pairing); `streams` 3: M-RoPE by mrope_section, 1: the
-// same frequencies with one stream.
-Schedule qwen2_vl(int streams) {
-  Schedule schedule = make_schedule(Spec{.head_dim = kHeadDim, .base = 1000000.0, .pairing = Pairing::half});
+// Qwen2-VL's text rotary, half pairing (bench_mrope_schedule).
+Schedule qwen2_vl(int streams) { return bench_mrope_schedule(streams, Pairing::half); }
+
+std::vector<int64_t> mrope_positions(int64_t seq) { return bench_mrope_positions(seq); }
+
+}  // namespace
+
+Schedule bench_mrope_schedule(int streams, Pairing pairing) {
+  Schedule schedule = make_schedule(Spec{.head_dim = kHeadDim, .base = 1000000.0, .pairing = pairing});
   if (streams == 3) {
     schedule.streams = 3;
     for (int k = 0; k < 3; ++k) schedule.pair_stream.insert(schedule.pair_stream.end(), kMropeSection[k], k);
@@ -162,9 +167,8 @@ Schedule qwen2_vl(int streams) {
   return schedule;
 }
 
-// Qwen2-VL position_ids [3, 1, seq]: text tokens at s in every stream, then video frames at
-// (first + frame, first + row, first + column).
-std::vector<int64_t> mrope_positions(int64_t seq) {
+// Text tokens at s in every stream, then video frames at (first + frame, first + row, first + column).
+std::vector<int64_t> bench_mrope_positions(int64_t seq) {
   std::vector<int64_t> p(static_cast<size_t>(3 * seq));
   for (int64_t s = 0; s < seq; ++s) {
     int64_t t = s, h = s, w = s;
@@ -180,6 +184,8 @@ std::vector<int64_t> mrope_positions(int64_t seq) {
   }
   return p;
 }
+
+namespace {
 
 // The schedules of a case's call: Llama 3.1's (apply, rerotate), Qwen2-VL's 3 streams (mrope), or
 // LongRoPE's short factors, the keys', and `to`, its long ones (switch).
@@ -575,11 +581,12 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostre
                      passed, rows.size());
 }
 
-// The options --device cuda takes: kCudaBenchCases, and no --threads.
+// The options --device cuda takes: kCudaBenchCases, the caller's angles too, and no --threads.
 void check_cuda_options(const BenchOptions& o) {
   std::vector<std::string> case_names;
   for (const CudaBenchCase& c : kCudaBenchCases) case_names.emplace_back(c.name);
   check_list(o.cases, case_names, "--cases");
+  check_list(o.angles, {"table", "on_the_fly", "caller"}, "--angles");
   if (!o.threads.empty()) throw Error("--threads applies to --device cpu only");
 }
 
@@ -593,10 +600,10 @@ void check_options(const BenchOptions& o) {
     std::vector<std::string> case_names;
     for (const Case& c : kCases) case_names.emplace_back(c.name);
     check_list(o.cases, case_names, "--cases");
+    check_list(o.angles, {"table", "on_the_fly"}, "--angles");
   }
   check_list(o.dtypes, {"f32", "bf16", "f16"}, "--dtypes");
   check_list(o.pairings, {"half", "interleaved"}, "--pairings");
-  check_list(o.angles, {"table", "on_the_fly"}, "--angles");
   check_list(o.placement, {"inplace", "outofplace"}, "--placement");
   if (o.reps < 3 || o.reps > 1000) throw Error(fmt::format("--reps={} must be in [3, 1000]", o.reps));
   for (int t : o.threads) check_threads(t, "--threads");
@@ -623,7 +630,9 @@ int run_bench(const BenchOptions& options, std::ostream& out) {
   BenchOptions o = options;
   if (o.cases.empty()) {
     if (o.device == "cuda") {
-      for (const CudaBenchCase& c : kCudaBenchCases) o.cases.emplace_back(c.name);
+      for (const CudaBenchCase& c : kCudaBenchCases) {
+        if (c.by_default) o.cases.emplace_back(c.name);
+      }
     } else {
       o.cases = {"prefill_q", "prefill_k", "decode", "batched_decode", "mrope"};
     }

@@ -20,7 +20,8 @@ struct BenchOptions {
   std::vector<std::string> cases;
   std::vector<std::string> dtypes = {"f32", "f16", "bf16"};
   std::vector<std::string> pairings = {"half", "interleaved"};
-  /// apply's angles; rerotate's rows use its own cos/sin ("caller"), switch's "on_the_fly".
+  /// apply's angles; rerotate's rows use its own cos/sin ("caller"), switch's "on_the_fly". cuda:
+  /// also "caller", named (a float32 cos|sin cache indexed by position, vLLM's and FlashInfer's).
   std::vector<std::string> angles = {"table", "on_the_fly"};
   std::vector<std::string> placement = {"inplace", "outofplace"};
   std::vector<int> threads;  ///< empty: 1 and all (cpu only)
@@ -39,20 +40,44 @@ int run_bench(const BenchOptions& options, std::ostream& out);
 /// apply case of both devices.
 Schedule llama31_schedule(Pairing pairing);
 
-/// The cases of `rotary bench --device cuda`: Llama-3.1-8B q [batch, seq, 32, 128] and k [batch,
-/// seq, 8, 128] rotated in one call. `prefill` (positions 0 .. 4095) streams from device memory, its
-/// buffers rotated through a pool several times the L2, timed with CUDA events around a queue of
-/// calls; `decode` (position 131071) and `batched_decode` (64 sequences, one token each, positions
-/// drawn up to 131071) are cache-resident, timed by replaying a CUDA graph of many calls.
+/// The cases of `rotary bench --device cuda`. The default run: Llama-3.1-8B q [batch, seq, 32, 128]
+/// and k [batch, seq, 8, 128] rotated in one call; `prefill` (positions 0 .. 4095) streams from
+/// device memory, its buffers rotated through a pool several times the L2, timed with CUDA events
+/// around a queue of calls; `decode` (position 131071) and `batched_decode` (64 sequences, one token
+/// each, positions drawn up to 131071) are cache-resident, timed by replaying a CUDA graph of many
+/// calls. Named with --cases, prefill-sized and each timed against its plain variant (the same
+/// shapes, one stream or the whole head rotated) in the same row: `mrope` (Qwen2-VL's M-RoPE
+/// sections [16, 24, 24] over Llama-3.1-8B's heads, base 10^6, three streams of per-token positions:
+/// a text prefix, then video frames), `partial_deepseek_v3` (q [1, 4096, 128, 192], the rotated 64
+/// channels last, DeepSeek-V3's MLA query; its k_pe, one 64-channel head, is a call of its own) and
+/// `partial_phi` (Phi-2: q and k [1, 4096, 32, 80], 32 channels rotated).
+enum class CudaCaseKind { llama, mrope, partial };
 struct CudaBenchCase {
   const char* name;
   int64_t batch, seq;
   bool graph;  ///< timed by graph replay (decode-sized), else by events around eager calls
+  CudaCaseKind kind = CudaCaseKind::llama;
+  int64_t heads_q = 32, heads_k = 8, head_dim = 128;
+  int64_t rotary_dim = 0;     ///< partial: the rotated channels, else all of head_dim
+  int64_t rotary_offset = 0;  ///< partial: the first rotated channel
+  bool by_default = true;     ///< in the run without --cases
 };
 inline constexpr CudaBenchCase kCudaBenchCases[] = {
-    {"prefill", 1, 4096, false}, {"decode", 1, 1, true}, {"batched_decode", 64, 1, true}};
+    {"prefill", 1, 4096, false},
+    {"decode", 1, 1, true},
+    {"batched_decode", 64, 1, true},
+    {"mrope", 1, 4096, false, CudaCaseKind::mrope, 32, 8, 128, 0, 0, false},
+    {"partial_deepseek_v3", 1, 4096, false, CudaCaseKind::partial, 128, 0, 192, 64, 128, false},
+    {"partial_phi", 1, 4096, false, CudaCaseKind::partial, 32, 32, 80, 32, 0, false}};
 inline constexpr int64_t kBenchHeadsQ = 32, kBenchHeadsK = 8, kBenchHeadDim = 128;
 inline constexpr int64_t kBenchDecodePosition = 131071;
+
+/// Qwen2-VL's text rotary (head_dim 128, base 10^6, `pairing`); `streams` 3: M-RoPE by its
+/// mrope_section [16, 24, 24], 1: the same frequencies with one stream.
+Schedule bench_mrope_schedule(int streams, Pairing pairing);
+/// Qwen2-VL position_ids [3, 1, seq] of the M-RoPE cases: a 1024-token text prefix (t = h = w = s),
+/// then video frames of a 32 x 32 grid.
+std::vector<int64_t> bench_mrope_positions(int64_t seq);
 
 /// Why `rotary bench --device cuda` cannot run in this process ("this rotary was built without
 /// CUDA", "no CUDA device (cudaGetDeviceCount: <error>)"), or empty when a device is there.

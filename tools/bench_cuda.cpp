@@ -163,14 +163,34 @@ DType dtype_of(const std::string& name) {
   return name == "f32" ? DType::f32 : name == "bf16" ? DType::bf16 : DType::f16;
 }
 
-// One case in one dtype: the tokens' positions (host and device), a pool of input and output
-// buffers (q then k in each), one buffer's input on the host, and a pair of buffers for the
-// bitwise check. Inputs are random normals (the top half of a float's bits for f16/bf16: finite
-// values within a few units), the same in every buffer of the pool.
+// The schedules of a case in one pairing: the case's own, and the plain variant its rows are held
+// against (none for the Llama cases): M-RoPE's frequencies with one stream, or the whole head
+// rotated.
+struct CaseSchedules {
+  Schedule main;
+  std::optional<Schedule> plain;
+};
+CaseSchedules schedules_of(const CudaBenchCase& c, Pairing pairing) {
+  switch (c.kind) {
+    case CudaCaseKind::mrope: return {bench_mrope_schedule(3, pairing), bench_mrope_schedule(1, pairing)};
+    case CudaCaseKind::partial:
+      return {make_schedule(Spec{.head_dim = c.head_dim, .rotary_dim = c.rotary_dim, .pairing = pairing,
+                                 .rotary_offset = c.rotary_offset}),
+              make_schedule(Spec{.head_dim = c.head_dim, .pairing = pairing})};
+    case CudaCaseKind::llama: break;
+  }
+  return {llama31_schedule(pairing), std::nullopt};
+}
+
+// One case in one dtype: the tokens' positions (host and device; `streams` rows of `tokens` each),
+// a pool of input and output buffers (q then k in each), one buffer's input on the host, and a pair
+// of buffers for the bitwise check. Inputs are random normals (the top half of a float's bits for
+// f16/bf16: finite values within a few units), the same in every buffer of the pool.
 struct CaseData {
   const CudaBenchCase& c;
   DType dtype;
   int64_t tokens, op_bytes, q_bytes, count;
+  int streams;
   std::vector<int64_t> positions;
   std::vector<unsigned char> host_in;
   DeviceMemory device_positions, in, out, check_in, check_out, error;
@@ -179,8 +199,10 @@ struct CaseData {
   unsigned char* out_at(int64_t k) const { return out.get() + k % count * op_bytes; }
 };
 
-// Prefill's tokens at 0 .. seq-1; decode's at kBenchDecodePosition; batched_decode's drawn up to it.
+// Prefill's tokens at 0 .. seq-1 (M-RoPE: Qwen2-VL's three streams); decode's at
+// kBenchDecodePosition; batched_decode's drawn up to it.
 std::vector<int64_t> case_positions(const CudaBenchCase& c, std::mt19937_64& rng) {
+  if (c.kind == CudaCaseKind::mrope) return bench_mrope_positions(c.batch * c.seq);
   std::vector<int64_t> positions(static_cast<size_t>(c.batch * c.seq));
   if (c.seq > 1) {
     std::iota(positions.begin(), positions.end(), int64_t{0});
@@ -211,12 +233,14 @@ std::vector<unsigned char> random_input(int64_t elements, DType dtype, std::mt19
 
 CaseData make_case_data(const CudaBenchCase& c, DType dtype, int64_t l2_bytes, std::mt19937_64& rng) {
   const int64_t tokens = c.batch * c.seq;
-  const int64_t op_bytes = tokens * (kBenchHeadsQ + kBenchHeadsK) * kBenchHeadDim * size_of(dtype);
+  const int64_t op_bytes = tokens * (c.heads_q + c.heads_k) * c.head_dim * size_of(dtype);
   const int64_t count =
       c.graph ? std::clamp<int64_t>(kCachedWorkingSetBytes / (2 * op_bytes), 4, 16)
               : std::max(kStreamingMinBuffers, (kStreamingL2Multiple * l2_bytes + op_bytes - 1) / op_bytes);
-  CaseData d{c, dtype, tokens, op_bytes, tokens * kBenchHeadsQ * kBenchHeadDim * size_of(dtype), count,
-             case_positions(c, rng), random_input(op_bytes / size_of(dtype), dtype, rng), {}, {}, {}, {}, {}, {}};
+  std::vector<int64_t> positions = case_positions(c, rng);
+  const int streams = static_cast<int>(static_cast<int64_t>(positions.size()) / tokens);
+  CaseData d{c, dtype, tokens, op_bytes, tokens * c.heads_q * c.head_dim * size_of(dtype), count, streams,
+             std::move(positions), random_input(op_bytes / size_of(dtype), dtype, rng), {}, {}, {}, {}, {}, {}};
   const auto position_bytes = static_cast<int64_t>(d.positions.size() * sizeof(int64_t));
   d.device_positions = device_alloc(position_bytes, "cudaMalloc (positions)");
   d.in = device_alloc(count * op_bytes, "cudaMalloc (inputs)");
@@ -241,30 +265,74 @@ CaseData make_case_data(const CudaBenchCase& c, DType dtype, int64_t l2_bytes, s
 ApplyArgs call_args(const CaseData& d, unsigned char* in, unsigned char* out, bool inplace,
                     const Positions& positions) {
   auto view = [&](unsigned char* data, int64_t heads) {
-    return TensorView::bshd(data, d.dtype, d.c.batch, d.c.seq, heads, kBenchHeadDim);
+    return TensorView::bshd(data, d.dtype, d.c.batch, d.c.seq, heads, d.c.head_dim);
   };
-  ApplyArgs a{.q = view(in, kBenchHeadsQ), .k = view(in + d.q_bytes, kBenchHeadsK), .positions = positions};
+  ApplyArgs a{.q = view(in, d.c.heads_q), .positions = positions};
+  if (d.c.heads_k > 0) a.k = view(in + d.q_bytes, d.c.heads_k);
   if (!inplace) {
-    a.q_out = view(out, kBenchHeadsQ);
-    a.k_out = view(out + d.q_bytes, kBenchHeadsK);
+    a.q_out = view(out, d.c.heads_q);
+    if (d.c.heads_k > 0) a.k_out = view(out + d.q_bytes, d.c.heads_k);
   }
   return a;
 }
 
-// One row's call: its schedule, angles (a DeviceTable, or exact on the fly) and placement.
+// The caller's angles of a schedule ("caller"): a float32 cache of rows [cos | sin] by position,
+// rotary_dim columns each (halves: the second half repeats the first), as vLLM and FlashInfer keep
+// it; row p holds the table's values at p, so the result is the table's, bit for bit. Rows up to
+// the largest position of any stream.
+struct CallerCache {
+  std::vector<float> host;
+  DeviceMemory device;
+  int64_t rows = 0, width = 0;
+
+  CallerCache(const Schedule& schedule, int64_t max_position) : rows(max_position + 1), width(schedule.rotary_dim) {
+    const Table table = Table::range(schedule, 0, rows);
+    const int64_t pairs = schedule.pairs();
+    host.resize(static_cast<size_t>(rows * 2 * width));
+    for (int64_t p = 0; p < rows; ++p) {
+      float* row = host.data() + p * 2 * width;
+      for (int64_t j = 0; j < pairs; ++j) {
+        row[j] = row[pairs + j] = table.cos()[static_cast<size_t>(p * pairs + j)];
+        row[width + j] = row[width + pairs + j] = table.sin()[static_cast<size_t>(p * pairs + j)];
+      }
+    }
+    const auto bytes = static_cast<int64_t>(host.size() * sizeof(float));
+    device = device_alloc(bytes, "cudaMalloc (cos/sin cache)");
+    check(cudaMemcpy(device.get(), host.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+          "cudaMemcpy (cos/sin cache)");
+  }
+  CallerAngles at(const float* base) const {
+    return CallerAngles{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::halves,
+                        .cos = base, .sin = base + width, .dtype = DType::f32, .shape = {1, rows, width},
+                        .cos_strides = {0, 2 * width, 1}, .sin_strides = {0, 2 * width, 1}};
+  }
+  CallerAngles on_device() const { return at(reinterpret_cast<const float*>(device.get())); }
+  CallerAngles on_host() const { return at(host.data()); }
+};
+
+// One variant's call (the case's own, or its plain variant): schedule, angles (a DeviceTable, the
+// caller's cos/sin, or exact on the fly), the streams of positions it reads, and placement.
 struct RowCall {
   const CaseData& d;
   const Schedule& schedule;
   const cuda::DeviceTable* table;
+  const CallerAngles* angles;  // device memory
+  int streams;
   bool inplace;
 
   Positions device_positions() const {
     return Positions::per_token(std::span<const int64_t>(reinterpret_cast<const int64_t*>(d.device_positions.get()),
-                                                         static_cast<size_t>(d.tokens)));
+                                                         static_cast<size_t>(d.tokens * streams)),
+                                streams);
+  }
+  ApplyArgs args_at(unsigned char* in, unsigned char* out) const {
+    ApplyArgs a = call_args(d, in, out, inplace, device_positions());
+    a.angles = angles;
+    return a;
   }
   void call(int64_t k, cudaStream_t stream) const {
     const cuda::Options options{.table = table, .error = reinterpret_cast<uint32_t*>(d.error.get())};
-    cuda::apply(schedule, call_args(d, d.in_at(k), d.out_at(k), inplace, device_positions()), stream, options);
+    cuda::apply(schedule, args_at(d.in_at(k), d.out_at(k)), stream, options);
   }
   void copy(int64_t k, cudaStream_t stream) const {
     check(cudaMemcpyAsync(d.out_at(k), d.in_at(k), static_cast<size_t>(d.op_bytes), cudaMemcpyDeviceToDevice,
@@ -287,7 +355,7 @@ bool device_matches(const RowCall& r, const std::vector<unsigned char>& expected
   }
   const cuda::Options options{.table = r.table, .error = reinterpret_cast<uint32_t*>(d.error.get())};
   unsigned char* in = r.inplace ? d.check_out.get() : d.check_in.get();
-  cuda::apply(r.schedule, call_args(d, in, d.check_out.get(), r.inplace, r.device_positions()), stream, options);
+  cuda::apply(r.schedule, r.args_at(in, d.check_out.get()), stream, options);
   cuda::check_positions(options.error, stream);
   std::vector<unsigned char> got(bytes);
   check(cudaMemcpyAsync(got.data(), d.check_out.get(), bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
@@ -296,10 +364,15 @@ bool device_matches(const RowCall& r, const std::vector<unsigned char>& expected
 }
 
 // rotary::apply on the CPU, out of place, on the host input: what every device row must equal.
-std::vector<unsigned char> cpu_result(const CaseData& d, const Schedule& schedule, const Table* table) {
+std::vector<unsigned char> cpu_result(const CaseData& d, const Schedule& schedule, int streams, const Table* table,
+                                      const CallerAngles* angles) {
   std::vector<unsigned char> in = d.host_in, out(in.size());
-  ApplyArgs a = call_args(d, in.data(), out.data(), false, Positions::per_token(d.positions));
+  ApplyArgs a = call_args(d, in.data(), out.data(), false,
+                          Positions::per_token(std::span<const int64_t>(d.positions.data(),
+                                                                        static_cast<size_t>(d.tokens * streams)),
+                                               streams));
   a.table = table;
+  a.angles = angles;
   apply(schedule, a);
   return out;
 }
@@ -309,26 +382,28 @@ struct CudaRow {
   bool inplace, graph;
   int64_t calls, buffers;
   double median_ns, copy_median_ns, eager_median_ns;  // eager: decode-sized only, else 0
+  double plain_median_ns;                             // cases with a plain variant, else 0
   double gbps, ratio_to_copy, target;
   bool bitwise, pass;
 };
 
-// Kernel and copy medians per call: `calls` per repetition, the sides interleaved, after two
-// warm-up repetitions of each; decode-sized cases by graph replay, also eager calls (no graph).
-void time_row(const RowCall& r, const BenchOptions& o, Timer& timer, CudaRow& row) {
-  const auto calls = [&](auto one) {
-    return [&r, one, n = row.calls](cudaStream_t stream) {
-      for (int64_t k = 0; k < n; ++k) (r.*one)(k, stream);
+// Kernel and copy medians per call (and the plain variant's, when the case has one): `calls` per
+// repetition, the sides interleaved, after two warm-up repetitions of each; decode-sized cases by
+// graph replay, also eager calls (no graph).
+void time_row(const RowCall& r, const RowCall* plain, const BenchOptions& o, Timer& timer, CudaRow& row) {
+  const auto calls = [&](const RowCall& call, auto one) {
+    return [&call, one, n = row.calls](cudaStream_t stream) {
+      for (int64_t k = 0; k < n; ++k) (call.*one)(k, stream);
     };
   };
-  std::vector<double> kernel_ns, copy_ns, eager_ns;
+  std::vector<double> kernel_ns, copy_ns, eager_ns, plain_ns;
   if (row.graph) {
-    const Graph kernel_graph(timer.stream(), calls(&RowCall::call));
-    const Graph copy_graph(timer.stream(), calls(&RowCall::copy));
+    const Graph kernel_graph(timer.stream(), calls(r, &RowCall::call));
+    const Graph copy_graph(timer.stream(), calls(r, &RowCall::copy));
     for (int rep = -2; rep < o.reps; ++rep) {
       const double k = timer.per_call_ns(row.calls, [&](cudaStream_t s) { kernel_graph.launch(s); });
       const double c = timer.per_call_ns(row.calls, [&](cudaStream_t s) { copy_graph.launch(s); });
-      const double e = timer.eager_per_call_ns(row.calls, calls(&RowCall::call));
+      const double e = timer.eager_per_call_ns(row.calls, calls(r, &RowCall::call));
       if (rep < 0) continue;
       kernel_ns.push_back(k);
       copy_ns.push_back(c);
@@ -336,37 +411,82 @@ void time_row(const RowCall& r, const BenchOptions& o, Timer& timer, CudaRow& ro
     }
   } else {
     for (int rep = -2; rep < o.reps; ++rep) {
-      const double k = timer.per_call_ns(row.calls, calls(&RowCall::call));
-      const double c = timer.per_call_ns(row.calls, calls(&RowCall::copy));
+      const double k = timer.per_call_ns(row.calls, calls(r, &RowCall::call));
+      const double c = timer.per_call_ns(row.calls, calls(r, &RowCall::copy));
+      const double p = plain != nullptr ? timer.per_call_ns(row.calls, calls(*plain, &RowCall::call)) : 0.0;
       if (rep < 0) continue;
       kernel_ns.push_back(k);
       copy_ns.push_back(c);
+      plain_ns.push_back(p);
     }
   }
   row.median_ns = median(kernel_ns);
   row.copy_median_ns = median(copy_ns);
   row.eager_median_ns = eager_ns.empty() ? 0.0 : median(eager_ns);
+  row.plain_median_ns = plain != nullptr ? median(plain_ns) : 0.0;
 }
+
+// A variant's angles: a DeviceTable (its own), the caller's cos/sin cache, or none (exact).
+struct VariantAngles {
+  std::optional<Table> host_table;
+  std::optional<cuda::DeviceTable> table;
+  std::optional<CallerCache> cache;
+  CallerAngles device_angles, host_angles;
+
+  VariantAngles(const Schedule& schedule, const std::string& angles, int64_t lowest, int64_t highest) {
+    if (angles == "table") {
+      host_table.emplace(Table::range(schedule, lowest, highest - lowest + 1));
+      table.emplace(*host_table);
+    } else if (angles == "caller") {
+      cache.emplace(schedule, highest);
+      device_angles = cache->on_device();
+      host_angles = cache->on_host();
+    }
+  }
+  const cuda::DeviceTable* device_table() const { return table ? &*table : nullptr; }
+  const CallerAngles* device_caller() const { return cache ? &device_angles : nullptr; }
+  const Table* cpu_table() const { return host_table ? &*host_table : nullptr; }
+  const CallerAngles* cpu_caller() const { return cache ? &host_angles : nullptr; }
+};
 
 struct RowSetup {
   const CaseData& d;
   const std::string &dtype_name, &pairing_name, &angles;
   const Schedule& schedule;
-  const cuda::DeviceTable* table;
+  const VariantAngles& main;
   const std::vector<unsigned char>& expected;
+  const Schedule* plain_schedule;  // null: no plain variant
+  const VariantAngles* plain;
 };
 
+// Targets: Llama prefill within kPrefillTableTarget (table, caller) or kPrefillOnTheFlyTarget of the
+// copy; decode-sized cases kDecodeTargetUs per call in a graph; the named cases within
+// kPlainTarget of their plain variant.
+constexpr double kPlainTarget = 1.05;
+
 CudaRow bench_row(const RowSetup& s, bool inplace, const BenchOptions& o, Timer& timer) {
-  const RowCall r{s.d, s.schedule, s.table, inplace};
+  const RowCall r{s.d, s.schedule, s.main.device_table(), s.main.device_caller(), s.d.streams, inplace};
+  std::optional<RowCall> plain;
+  if (s.plain_schedule != nullptr) {
+    plain.emplace(RowCall{s.d, *s.plain_schedule, s.plain->device_table(), s.plain->device_caller(), 1, inplace});
+  }
   const bool graph = s.d.c.graph;
   CudaRow row{s.d.c.name, s.dtype_name, s.pairing_name, s.angles, inplace, graph,
-              graph ? kGraphCalls : kStreamingPasses * s.d.count, s.d.count, 0, 0, 0, 0, 0, 0, false, false};
+              graph ? kGraphCalls : kStreamingPasses * s.d.count, s.d.count, 0, 0, 0, 0, 0, 0, 0, false, false};
   row.bitwise = device_matches(r, s.expected, timer.stream());
-  time_row(r, o, timer, row);
+  time_row(r, plain ? &*plain : nullptr, o, timer, row);
   row.gbps = 2.0 * static_cast<double>(s.d.op_bytes) / row.median_ns;
   row.ratio_to_copy = row.median_ns / row.copy_median_ns;
-  row.target = graph ? kDecodeTargetUs : s.table != nullptr ? kPrefillTableTarget : kPrefillOnTheFlyTarget;
-  const double measured = graph ? row.median_ns / 1e3 : row.ratio_to_copy;
+  double measured = row.ratio_to_copy;
+  if (plain) {
+    row.target = kPlainTarget;
+    measured = row.median_ns / row.plain_median_ns;
+  } else if (graph) {
+    row.target = kDecodeTargetUs;
+    measured = row.median_ns / 1e3;
+  } else {
+    row.target = s.angles == "on_the_fly" ? kPrefillOnTheFlyTarget : kPrefillTableTarget;
+  }
   row.pass = row.bitwise && measured <= row.target;
   return row;
 }
@@ -376,15 +496,17 @@ void bench_case(const CaseData& d, const std::string& dtype_name, const BenchOpt
                 std::vector<CudaRow>& rows) {
   const auto [lowest, highest] = std::minmax_element(d.positions.begin(), d.positions.end());
   for (const std::string& pairing_name : o.pairings) {
-    const Schedule schedule = llama31_schedule(parse_pairing(pairing_name));
-    const Table table = Table::range(schedule, *lowest, *highest - *lowest + 1);
-    std::optional<cuda::DeviceTable> device_table;
+    const CaseSchedules schedules = schedules_of(d.c, parse_pairing(pairing_name));
     for (const std::string& angles : o.angles) {
-      const bool use_table = angles == "table";
-      if (use_table && !device_table) device_table.emplace(table);
-      const std::vector<unsigned char> expected = cpu_result(d, schedule, use_table ? &table : nullptr);
-      const RowSetup setup{d, dtype_name, pairing_name, angles, schedule,
-                           use_table ? &*device_table : nullptr, expected};
+      const VariantAngles main(schedules.main, angles, *lowest, *highest);
+      std::optional<VariantAngles> plain;
+      // The plain variant reads stream 0 (the first d.tokens positions).
+      const auto [plain_low, plain_high] = std::minmax_element(d.positions.begin(), d.positions.begin() + d.tokens);
+      if (schedules.plain) plain.emplace(*schedules.plain, angles, *plain_low, *plain_high);
+      const std::vector<unsigned char> expected =
+          cpu_result(d, schedules.main, d.streams, main.cpu_table(), main.cpu_caller());
+      const RowSetup setup{d, dtype_name, pairing_name, angles, schedules.main, main, expected,
+                           schedules.plain ? &*schedules.plain : nullptr, plain ? &*plain : nullptr};
       for (const std::string& placement : o.placement) {
         rows.push_back(bench_row(setup, placement == "inplace", o, timer));
       }
@@ -399,14 +521,17 @@ std::string json_row(const CudaRow& r) {
                                                     {r.eager_median_ns, "eager_median_ns"}};
   for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
   const std::string eager = r.graph ? fmt::format(",\"eager_median_ns\":{:.1f}", r.eager_median_ns) : "";
+  const std::string plain = r.plain_median_ns > 0 ? fmt::format(",\"plain_median_ns\":{:.1f},\"ratio_to_plain\":{:.4f}",
+                                                                r.plain_median_ns, r.median_ns / r.plain_median_ns)
+                                                  : "";
   return fmt::format(
       "{{\"device\":\"cuda\",\"case\":\"{}\",\"dtype\":\"{}\",\"pairing\":\"{}\",\"angles\":\"{}\",\"inplace\":{},"
       "\"timing\":\"{}\",\"calls_per_rep\":{},\"buffers\":{},\"median_ns\":{:.1f},\"gbps\":{:.3f},"
-      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{},\"target\":{:.2f},\"target_against\":\"{}\","
+      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{}{},\"target\":{:.2f},\"target_against\":\"{}\","
       "\"bitwise\":{},\"pass\":{}}}",
       r.case_name, r.dtype, r.pairing, r.angles, r.inplace, r.graph ? "graph" : "events", r.calls, r.buffers,
-      r.median_ns, r.gbps, r.copy_median_ns, r.ratio_to_copy, eager, r.target, r.graph ? "us" : "memcpy", r.bitwise,
-      r.pass);
+      r.median_ns, r.gbps, r.copy_median_ns, r.ratio_to_copy, eager, plain, r.target,
+      r.plain_median_ns > 0 ? "plain" : r.graph ? "us" : "memcpy", r.bitwise, r.pass);
 }
 
 struct DeviceInfo {
@@ -428,30 +553,34 @@ DeviceInfo device_info() {
 void print_table(const std::vector<CudaRow>& rows, const DeviceInfo& info, const BenchOptions& o, std::ostream& out) {
   out << fmt::format(
       "rotary bench --device cuda — {} ({} SMs, L2 {} MiB); Llama-3.1-8B q and k in one call (32 + 8 heads, "
-      "head_dim 128), int64 positions in device memory; medians of {} interleaved repetitions timed with CUDA "
-      "events; copy: cudaMemcpyAsync device to device of the same bytes on the same stream; prefill: 4096 tokens "
-      "at 0-4095, events around {} passes over a pool of buffers holding >= {}x the L2; decode (1 token at {}) "
-      "and batched_decode (64 tokens): a CUDA graph of {} calls replayed, per-call time, eager: the same calls "
-      "launched one by one; GB/s counts bytes read + written; bitwise: the output equals rotary::apply's on the "
-      "CPU\n",
+      "head_dim 128) unless the case says otherwise (bench.hpp), int64 positions in device memory; medians of {} "
+      "interleaved repetitions timed with CUDA events; copy: cudaMemcpyAsync device to device of the same bytes on "
+      "the same stream; prefill-sized cases: 4096 tokens at 0-4095, events around {} passes over a pool of buffers "
+      "holding >= {}x the L2; decode (1 token at {}) and batched_decode (64 tokens): a CUDA graph of {} calls "
+      "replayed, per-call time, eager: the same calls launched one by one; plain: mrope's and the partial cases' "
+      "plain variant (one stream; the whole head rotated) timed in the same row; caller: a float32 cos|sin cache "
+      "by position; GB/s counts bytes read + written; bitwise: the output equals rotary::apply's on the CPU\n",
       info.name, info.multiprocessors, info.l2_bytes >> 20, o.reps, kStreamingPasses, kStreamingL2Multiple,
       kBenchDecodePosition, kGraphCalls);
-  out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10} {:>8} {:>9} {:>7} {:>9} {:>9} {:<4} {}\n",
+  out << fmt::format("{:<19} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10} {:>8} {:>9} {:>7} {:>9} {:>8} {:>10} {:<4} {}\n",
                      "case", "dtype", "pairing", "angles", "placement", "timing", "median_us", "GB/s", "copy_us",
-                     "/copy", "eager_us", "target", "pass", "bitwise");
+                     "/copy", "eager_us", "/plain", "target", "pass", "bitwise");
   int passed = 0;
   for (const CudaRow& r : rows) {
     passed += r.pass ? 1 : 0;
-    out << fmt::format("{:<15} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10.3f} {:>8.1f} {:>9.3f} {:>7.3f} {:>9} {:>9} "
-                       "{:<4} {}\n",
+    const bool plain = r.plain_median_ns > 0;
+    out << fmt::format("{:<19} {:<5} {:<12} {:<10} {:<12} {:<6} {:>10.3f} {:>8.1f} {:>9.3f} {:>7.3f} {:>9} {:>8} "
+                       "{:>10} {:<4} {}\n",
                        r.case_name, r.dtype, r.pairing, r.angles, r.inplace ? "in place" : "out of place",
                        r.graph ? "graph" : "events", r.median_ns / 1e3, r.gbps, r.copy_median_ns / 1e3, r.ratio_to_copy,
                        r.graph ? fmt::format("{:.3f}", r.eager_median_ns / 1e3) : "-",
-                       r.graph ? fmt::format("<={:.2f}us", r.target) : fmt::format("<={:.2f}x", r.target),
+                       plain ? fmt::format("{:.3f}", r.median_ns / r.plain_median_ns) : "-",
+                       r.graph && !plain ? fmt::format("<={:.2f}us", r.target)
+                                         : fmt::format("<={:.2f}x{}", r.target, plain ? " plain" : ""),
                        r.pass ? "yes" : "NO", r.bitwise ? "yes" : "NO");
   }
   out << fmt::format("{} of {} rows meet their targets (prefill: a ratio to the copy; decode: microseconds per "
-                     "call under graph replay; every row: bitwise)\n",
+                     "call under graph replay; mrope and partial: a ratio to the plain variant; every row: bitwise)\n",
                      passed, rows.size());
 }
 

@@ -387,7 +387,7 @@ struct Commands {
   CLI::App app{"rotary: Rotary Position Embeddings, exact at any context length"};
 
   SpecOptions info_spec;
-  bool info_json = false;
+  bool info_json = false, info_build = false;
   CLI::App* info = nullptr;
 
   SpecOptions table_spec;
@@ -438,6 +438,8 @@ struct Commands {
     info = app.add_subcommand("info", "print a schedule's frequencies");
     info_spec.attach(*info);
     info->add_flag("--json", info_json, "print JSON");
+    info->add_flag("--build", info_build,
+                   "print this build instead: version, CPU target, CUDA architectures and device");
     table = app.add_subcommand("table", "print cos/sin (times attention_factor) at positions");
     table_spec.attach(*table);
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
@@ -505,10 +507,10 @@ struct Commands {
                       "cpu (default) or cuda (against a device-to-device copy; CUDA events, graph replay for decode)");
     bench->add_option("--cases", bench_cases,
                       "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch; "
-                      "cuda: prefill,decode,batched_decode (default)");
+                      "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi");
     bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
     bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
-    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both)");
+    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both); cuda: also caller (cos/sin cache)");
     bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
     bench->add_option("--threads", bench_threads, "cpu: thread counts, e.g. 1,2 (0 = all; default 1 and all)");
     bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
@@ -564,6 +566,10 @@ struct Commands {
   }
 
   int run_info(std::ostream& out, std::ostream& err) {
+    if (info_build) {
+      print_build_info(info_json, out);
+      return 0;
+    }
     const Resolved r = info_spec.resolve();
     print_info(r, info_json, out);
     print_notes(r.model, err);

@@ -47,4 +47,8 @@ void check_threads(int64_t threads, std::string_view option);
 /// Shell-style wildcard: '*' matches any run of characters, '?' one character.
 bool wildcard_match(std::string_view pattern, std::string_view text);
 
+/// `rotary info --build`: version, the CPU kernels' Highway target, the CUDA kernels' architectures
+/// and device (tools/build_info.cpp); `json`: one JSON object.
+void print_build_info(bool json, std::ostream& out);
+
 }  // namespace rotary::cli

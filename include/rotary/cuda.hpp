@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
@@ -100,6 +102,23 @@ struct Options {
 /// DeviceTable, per_position angles), whole numbers whose row exists; with xPos, within its reach.
 /// Throws rotary::Error; RuntimeError when the launch fails.
 void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
+
+/// What this build of the CUDA backend holds and whether this machine can run it.
+struct BuildInfo {
+  /// Machine code ("sm_80", "sm_90") and PTX the driver compiles at load for newer GPUs
+  /// ("compute_90 (PTX)").
+  std::vector<std::string> architectures;
+  int runtime_version = 0;  ///< the CUDA runtime linked in, e.g. 13000 for 13.0
+  int driver_version = 0;   ///< the driver's CUDA version, 0 without a driver
+  int devices = 0;          ///< CUDA devices visible
+  std::string device;       ///< the current device, e.g. "NVIDIA H200 (sm_90, 132 SMs)"; empty without one
+  bool usable = false;      ///< the kernels load and run on the current device
+  std::string why_not;      ///< when not usable: why (no driver, no device, no code for its architecture)
+};
+
+/// This build and the current device. Makes no allocation on the device and never throws (a failing
+/// CUDA call becomes why_not).
+BuildInfo build_info();
 
 /// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
 /// (Options::error) and clears it; throws rotary::Error naming what the skipped tokens' positions

@@ -37,11 +37,27 @@ _check_extension(np.__version__, _rotary.pybind11_version)
 from .mrope import MROPE_FAMILIES, mrope_decode_positions, mrope_positions
 
 __all__ = ["__version__", "Rope", "permute_for_pairing", "preset_names", "layer_types", "doctor", "RotaryError",
-           "max_threads", "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES"]
+           "max_threads", "mrope_positions", "mrope_decode_positions", "MROPE_FAMILIES", "build_info"]
 
 RotaryError = _rotary.RotaryError  # a ValueError
 _show = _rotary.shown  # repr(value) cut to ~100 characters, for error messages
 max_threads: int = _rotary.max_threads  # the most threads one apply call takes
+
+
+def build_info() -> dict[str, Any]:
+    """What this build of rotary is and what it runs on this machine (as ``rotary info --build``).
+
+    Returns
+    -------
+    dict
+        ``version``; ``cpu_target``, the Highway instruction set the CPU kernels use here (``"AVX2"``,
+        ``"AVX3"``, ...) and ``cpu_targets``, all those built in; ``cuda``: ``compiled`` (whether the
+        CUDA kernels are in this build: ``pip install .`` builds them when it finds nvcc) and, when
+        they are, ``architectures`` (``"sm_90"`` machine code, ``"compute_90 (PTX)"``), the CUDA
+        ``runtime`` and ``driver`` versions, ``devices``, the current ``device``, ``usable``
+        (whether the kernels run on it) and ``why_not``.
+    """
+    return _rotary.build_info()
 
 
 def preset_names() -> list[str]:

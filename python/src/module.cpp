@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "text.hpp"
+#include "rotary/build.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/rerotate.hpp"
 #include "rotary/rotary.hpp"
@@ -306,16 +308,25 @@ bool is_capturing(cuda::Stream stream) {
 // of the tokens they skip; check_positions reads and clears it. One word per device for the
 // process, allocated on the device's first call (which must not be inside a CUDA graph capture:
 // cudaMalloc is not capturable) and never freed (CUDA may be torn down before static destructors).
+// A call finds its device's word without a lock (devices 0..63, published once).
 std::mutex error_words_mutex;
 std::map<int, uint32_t*> error_words;
+constexpr int kKnownWords = 64;
+std::array<std::atomic<uint32_t*>, kKnownWords> known_error_words{};
 
 uint32_t* existing_error_word(int device) {
+  if (device >= 0 && device < kKnownWords) {
+    if (uint32_t* word = known_error_words[static_cast<size_t>(device)].load(std::memory_order_acquire)) return word;
+  }
   const std::lock_guard lock(error_words_mutex);
   const auto at = error_words.find(device);
   return at == error_words.end() ? nullptr : at->second;
 }
 
 uint32_t* error_word(int device, cuda::Stream stream) {
+  if (device >= 0 && device < kKnownWords) {
+    if (uint32_t* word = known_error_words[static_cast<size_t>(device)].load(std::memory_order_acquire)) return word;
+  }
   const std::lock_guard lock(error_words_mutex);
   uint32_t*& word = error_words[device];
   if (word != nullptr) return word;
@@ -330,6 +341,9 @@ uint32_t* error_word(int device, cuda::Stream stream) {
   if (cleared != cudaSuccess) static_cast<void>(cudaFree(fresh));
   check(cleared, "cudaMemset (error word)");
   word = fresh;
+  if (device >= 0 && device < kKnownWords) {
+    known_error_words[static_cast<size_t>(device)].store(fresh, std::memory_order_release);
+  }
   return word;
 }
 #endif
@@ -1040,7 +1054,9 @@ void device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int
 // apply on a CUDA device, queued on torch's current stream there. Per-token positions are checked by
 // the kernels (rotary::cuda::Options::error): a token whose position is unusable is skipped and the
 // device's error word records it; `check_now` waits for the call and raises for it (and for any
-// earlier call on the device not yet checked).
+// earlier call on the device not yet checked). Per call: one validation, the current device and
+// torch's stream, cached words and tables, one launch (no allocation, device query or wait unless
+// a table must be made or check_now).
 void apply_cuda(const PyRope& rope, const ApplyArgs& args, Angles angles, const char* given, int device,
                 bool check_now) {
   const Schedule& schedule = rope.schedule();
@@ -1050,7 +1066,7 @@ void apply_cuda(const PyRope& rope, const ApplyArgs& args, Angles angles, const 
   uint32_t* error = error_word(device, stream);
   DeviceAngles table;
   device_angles(rope, args, angles, device, stream, table);
-  cuda::apply(schedule, args, stream, {.table = table.table, .error = error});
+  detail::cuda::apply_validated(schedule, args, stream, {.table = table.table, .error = error});
   if (!check_now && !table.own) return;
   py::gil_scoped_release release;
   if (check_now) {
@@ -1082,6 +1098,37 @@ void refuse_offset_with_positions(int64_t offset, const py::object& positions) {
   if (offset == 0 || positions.is_none()) return;
   throw py::value_error("offset=" + std::to_string(offset) + " is for sequential positions only, but positions "
                         "are given (add the offset to the positions, or leave positions out)");
+}
+
+// rotary.build_info(): rotary::build_info and, when built with them, rotary::cuda::build_info.
+py::dict build_info_py() {
+  const BuildInfo cpu = build_info();
+  py::dict gpu;
+#if ROTARY_PY_CUDA
+  const cuda::BuildInfo info = cuda::build_info();
+  // CUDA versions as "13.0" (None: no driver).
+  const auto version = [](int v) {
+    return v == 0 ? py::object(py::none())
+                  : py::object(py::str(std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10)));
+  };
+  gpu["compiled"] = true;
+  gpu["architectures"] = info.architectures;
+  gpu["runtime"] = version(info.runtime_version);
+  gpu["driver"] = version(info.driver_version);
+  gpu["devices"] = info.devices;
+  gpu["device"] = info.device.empty() ? py::object(py::none()) : py::object(py::str(info.device));
+  gpu["usable"] = info.usable;
+  gpu["why_not"] = info.usable ? py::object(py::none()) : py::object(py::str(info.why_not));
+#else
+  gpu["compiled"] = false;
+  gpu["why_not"] = kNoCudaKernels;
+#endif
+  py::dict out;
+  out["version"] = cpu.version;
+  out["cpu_target"] = cpu.cpu_target;
+  out["cpu_targets"] = cpu.cpu_targets;
+  out["cuda"] = gpu;
+  return out;
 }
 
 // q_out unset means in place: q (and k) are then written. `check`: see apply_cuda.
@@ -1270,6 +1317,7 @@ PYBIND11_MODULE(_rotary, m) {
   m.attr("cuda") = false;
 #endif
   m.attr("no_cuda_kernels") = kNoCudaKernels;
+  m.def("build_info", &build_info_py);
   m.attr("max_threads") = max_threads;
   m.attr("max_position_limit") = max_position_limit;
   // numpy 2 changed its C structures; pybind11 reads them correctly from 2.12 on (__init__ checks).

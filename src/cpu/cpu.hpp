@@ -83,4 +83,7 @@ void cos_sin_row_f32(double position, const double* pair_position, const double*
 /// plan with at least one non-empty operand (so batch * seq * heads fits in int64).
 void cpu_apply(const Plan& plan);
 
+/// The name of the Highway target HWY_DYNAMIC_DISPATCH runs on this machine ("AVX2", "AVX3", ...).
+const char* dispatched_target();
+
 }  // namespace rotary::detail

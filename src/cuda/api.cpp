@@ -1,6 +1,7 @@
 // rotary::cuda: host-side checks and the device table; the kernels are in apply.cu.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,23 +121,94 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
   }
   // Everything but the per-token entries, which live in device memory: the kernels check those
   // (Options::error). The Table rules are check_table's (a DeviceTable, not ApplyArgs::table).
-  ApplyArgs host = args;
-  host.table = nullptr;
-  validate_shapes(schedule, host);
+  validate_shapes(schedule, args);
+  detail::cuda::apply_validated(schedule, args, stream, options);
+}
+
+}  // namespace rotary::cuda
+
+namespace rotary::detail::cuda {
+
+void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_st* stream,
+                     const rotary::cuda::Options& options) {
+  using namespace rotary::cuda;
+  if (args.table != nullptr) {
+    throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
+  }
+  if (args.angles != nullptr && options.table != nullptr) {
+    throw Error("angles and Options::table are both set (give one source of angles)");
+  }
   if (schedule.pairs() > max_pairs) {
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim,
                             max_pairs));
   }
   detail::TableRange range{};
   if (options.table != nullptr) {
-    check_table(schedule, args, *options.table);
+    rotary::cuda::check_table(schedule, args, *options.table);
     range = {.cos = options.table->cos(), .sin = options.table->sin(),
              .first = options.table->first(), .rows = options.table->rows()};
   }
   detail::KernelArgs kernel =
       detail::make_kernel_args(schedule, args, options.table != nullptr ? &range : nullptr);
   kernel.error = options.error;
-  detail::cuda::launch(kernel, stream);
+  launch(kernel, stream);
+}
+
+}  // namespace rotary::detail::cuda
+
+namespace rotary::cuda {
+
+BuildInfo build_info() {
+  BuildInfo info;
+  // CMake's CUDA_ARCHITECTURES: "80-real" machine code only, "121-virtual" PTX only, "90" both.
+  const std::string built = ROTARY_CUDA_ARCHITECTURES;
+  std::vector<std::string> ptx;
+  for (size_t start = 0; start <= built.size();) {
+    const size_t comma = std::min(built.find(',', start), built.size());
+    const std::string entry = built.substr(start, comma - start);
+    start = comma + 1;
+    if (entry.empty()) continue;
+    const size_t dash = entry.find('-');
+    const std::string arch = entry.substr(0, dash);
+    const std::string kind = dash == std::string::npos ? "" : entry.substr(dash + 1);
+    if (kind != "virtual") info.architectures.push_back("sm_" + arch);
+    if (kind != "real") ptx.push_back("compute_" + arch + " (PTX)");
+  }
+  info.architectures.insert(info.architectures.end(), ptx.begin(), ptx.end());
+  static_cast<void>(cudaRuntimeGetVersion(&info.runtime_version));
+  if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess) info.driver_version = 0;
+  const auto failed = [](const char* call, cudaError_t status) {
+    static_cast<void>(cudaGetLastError());
+    return fmt::format("{}: {}: {}", call, cudaGetErrorName(status), cudaGetErrorString(status));
+  };
+  int count = 0;
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDeviceCount", status);
+    return info;
+  }
+  info.devices = count;
+  if (count == 0) {
+    info.why_not = "no CUDA device";
+    return info;
+  }
+  int device = 0;
+  cudaDeviceProp properties{};
+  if (const cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDevice", status);
+    return info;
+  }
+  if (const cudaError_t status = cudaGetDeviceProperties(&properties, device); status != cudaSuccess) {
+    info.why_not = failed("cudaGetDeviceProperties", status);
+    return info;
+  }
+  info.device = fmt::format("{} (sm_{}{}, {} SMs)", properties.name, properties.major, properties.minor,
+                            properties.multiProcessorCount);
+  if (const auto status = static_cast<cudaError_t>(detail::cuda::kernel_image_status()); status != cudaSuccess) {
+    info.why_not = failed("loading the kernels", status) + " (built for " + built + ")";
+    return info;
+  }
+  info.usable = true;
+  return info;
 }
 
 void check_positions(uint32_t* error, Stream stream) {

@@ -1,19 +1,21 @@
-// Internal: the CUDA kernels' grid played on the CPU. The same body functions the device runs
-// (src/cuda/rope_body.hpp), compiled by the host compiler, over every block and every thread, in the
-// order the barriers allow: for each token of a block, phase 0 for every thread, then phase 1 for
-// every thread. No CUDA call; single-threaded. Tests hold its results bit for bit against the
-// reference backend.
+// Internal: the CUDA kernels' grids played on the CPU. The same body functions the device runs
+// (src/cuda/rope_body.hpp, src/cuda/fast_body.hpp), compiled by the host compiler, over every block
+// and every thread, in the order the barriers allow: for each token (general) or tile (fast) of a
+// block, the first phase for every thread, then the second for every thread. No CUDA call;
+// single-threaded. Tests hold its results bit for bit against the reference.
 #pragma once
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
+#include "fast_body.hpp"
 #include "rope_body.hpp"
 
 namespace rotary::detail::cuda {
 
-/// Runs args on the host with the grid `shape` (launch_shape(args) is what the device launcher
-/// uses). Probe::stored sees every element store.
+/// Runs args on the host with the general kernel's grid `shape` (launch_shape(args) is what the
+/// device launcher uses). Probe::stored sees every element store.
 template <class T, class Probe = NoProbe>
 void emulate_as(const KernelArgs& args, const LaunchShape& shape) {
   using Value = typename Storage<T>::Value;
@@ -38,6 +40,67 @@ void emulate(const KernelArgs& args, const LaunchShape& shape) {
     case DType::f64: emulate_as<double, Probe>(args, shape); break;
     case DType::f16: emulate_as<F16, Probe>(args, shape); break;
     case DType::bf16: emulate_as<BF16, Probe>(args, shape); break;
+  }
+}
+
+/// Runs args (a call choose_kernel gives to the fast kernels) on the host with the fast grid
+/// `shape`: blocks (x, group), each looping over its tiles. Shared memory starts every tile as NaN
+/// bytes (0xff: a token's error word nonzero, so a token whose cells phase A failed to write is
+/// skipped, and a cell read before it is written is NaN), as a device's holds the last tile's.
+template <class T, bool kHalf, class Probe = NoProbe>
+void emulate_fast_as(const KernelArgs& args, const FastShape& shape) {
+  const FastArgs f = fast_args(args, shape);
+  std::vector<unsigned char> memory(static_cast<size_t>(fast_shared_bytes(f)));
+  const FastShared shared = fast_shared(memory.data(), f);
+  const PairArrays pairs{.inv_freq = args.inv_freq, .pair_stream = args.pair_stream};
+  std::vector<FastThread<kHalf>> threads(static_cast<size_t>(shape.chunks * shape.rows));
+  for (int group = 0; group < shape.groups; ++group) {
+    for (int64_t block = 0; block < shape.grid; ++block) {
+      for (int64_t tile = block; tile < f.tiles; tile += shape.grid) {
+        std::fill(memory.begin(), memory.end(), static_cast<unsigned char>(0xff));
+        for (int y = 0; y < shape.rows; ++y) {
+          for (int x = 0; x < shape.chunks; ++x) {
+            fast_phase_a<T, kHalf>(args, f, pairs, tile, group, x, y, shape.chunks, shape.rows, shared,
+                                   threads[static_cast<size_t>(y * shape.chunks + x)]);
+          }
+        }
+        for (int y = 0; y < shape.rows; ++y) {
+          for (int x = 0; x < shape.chunks; ++x) {
+            fast_phase_b<T, kHalf, Probe>(f, tile, group, x, y, shape.rows, shared,
+                                          threads[static_cast<size_t>(y * shape.chunks + x)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class Probe = NoProbe>
+void emulate_fast(const KernelArgs& args, const FastShape& shape) {
+  const bool half = args.pair_step == 1;
+  switch (args.dtype) {
+    case DType::f32:
+      half ? emulate_fast_as<float, true, Probe>(args, shape) : emulate_fast_as<float, false, Probe>(args, shape);
+      break;
+    case DType::f16:
+      half ? emulate_fast_as<F16, true, Probe>(args, shape) : emulate_fast_as<F16, false, Probe>(args, shape);
+      break;
+    case DType::bf16:
+      half ? emulate_fast_as<BF16, true, Probe>(args, shape) : emulate_fast_as<BF16, false, Probe>(args, shape);
+      break;
+    case DType::f64: break;  // never fast (choose_kernel)
+  }
+}
+
+/// What detail::cuda::launch(args, stream) runs on a device with `multiprocessors` SMs: the kernel
+/// choose_kernel picks, with its default launch shape.
+template <class Probe = NoProbe>
+void emulate_dispatched(const KernelArgs& args, int multiprocessors) {
+  if (args.tokens == 0) return;
+  if (choose_kernel(args).kind == KernelKind::fast) {
+    emulate_fast<Probe>(args, fast_launch_shape(args, multiprocessors));
+  } else {
+    emulate<Probe>(args, launch_shape(args));
   }
 }
 

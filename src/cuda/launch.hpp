@@ -9,19 +9,49 @@
 
 struct CUstream_st;
 
+namespace rotary {
+struct ApplyArgs;
+struct Schedule;
+namespace cuda {
+struct Options;
+}  // namespace cuda
+}  // namespace rotary
+
 namespace rotary::detail::cuda {
 
+/// rotary::cuda::apply without its rotary::validate_shapes, for a caller that has just run it on
+/// the same arguments (the Python module, which rewords its errors): the DeviceTable, angles and
+/// max_pairs checks, the kernel arguments, the launch.
+void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_st* stream,
+                     const rotary::cuda::Options& options);
+
 /// Queues the kernel for `args` (pointers in device memory; a call that passed validation, with
-/// rotary_dim / 2 <= rotary::cuda::max_pairs) on `stream`, with launch_shape(args). Throws
-/// rotary::cuda::RuntimeError naming the CUDA error when the launch fails. Does nothing when
-/// args.tokens is 0.
+/// rotary_dim / 2 <= rotary::cuda::max_pairs) on `stream`: a fast kernel with
+/// fast_launch_shape(args, multiprocessors()) when choose_kernel (fast_body.hpp) allows, else the
+/// general kernel with launch_shape(args). No allocation, synchronisation or device query but the
+/// current device's SM count, read once per device. Throws rotary::cuda::RuntimeError naming the
+/// CUDA error when the launch fails. Does nothing when args.tokens is 0.
 void launch(const KernelArgs& args, CUstream_st* stream);
 
 struct LaunchShape;
-/// The same with a launch shape of the caller's (rope_body.hpp: blocks >= 1, threads in
-/// [1, kMaxThreads]): the device tests play every shape the emulation does (per-item angles, odd
-/// block sizes, blocks looping over tokens), which launch_shape alone never picks on a GPU.
+/// The general kernel with a launch shape of the caller's (rope_body.hpp: blocks >= 1, threads in
+/// [1, kMaxThreads]), whatever choose_kernel says: the device tests play every shape the emulation
+/// does (per-item angles, odd block sizes, blocks looping over tokens), which launch_shape alone
+/// never picks on a GPU.
 void launch(const KernelArgs& args, const LaunchShape& shape, CUstream_st* stream);
+
+struct FastShape;
+/// A fast kernel with a launch shape of the caller's (fast_body.hpp; a call choose_kernel gives to
+/// the fast kernels): the device tests run both kernels on every call that may take either.
+void launch_fast(const KernelArgs& args, const FastShape& shape, CUstream_st* stream);
+
+/// The current device's multiprocessor count (cudaDeviceGetAttribute once per device, then kept).
+int multiprocessors();
+
+/// Whether the kernels have code the current device runs: the cudaError_t of asking the runtime for
+/// a fast kernel's attributes (cudaErrorNoKernelImageForDevice when none of the architectures built
+/// suits it; the error is cleared).
+int kernel_image_status();
 
 /// Throws rotary::cuda::RuntimeError "CUDA <what> failed: <name>: <description>" unless `status`
 /// (a cudaError_t) is cudaSuccess.

@@ -88,9 +88,11 @@ struct AngleCell {
   Value s;
 };
 
-/// Observes every store of the body (the emulator counts them; on the device this is nothing).
+/// Observes every element store of the bodies and every 16-byte access of the fast body (the
+/// emulator counts stores and checks alignment; on the device this is nothing).
 struct NoProbe {
   ROTARY_HD static void stored(const void*) {}
+  ROTARY_HD static void vector(const void*) {}
 };
 
 /// How a kernel is launched; the emulator plays the same shape.
@@ -181,15 +183,17 @@ ROTARY_HD inline uint32_t position_error(const KernelArgs& args, double v) {
   return 0;
 }
 
-/// The kPosition* bit of the token's first unusable position over every stream the schedule
-/// reads, or 0 when all are usable.
-ROTARY_HD inline uint32_t token_error(const KernelArgs& args, int64_t token) {
-  const int64_t s = token % args.seq;
+/// The kPosition* bit of the first unusable position of token `token` (sequence index s = token %
+/// seq) over every stream the schedule reads, or 0 when all are usable.
+ROTARY_HD inline uint32_t token_error(const KernelArgs& args, int64_t token, int64_t s) {
   for (int k = 0; k < args.streams; ++k) {
     const uint32_t error = position_error(args, position_of(args.positions, token, s, k));
     if (error != 0) return error;
   }
   return 0;
+}
+ROTARY_HD inline uint32_t token_error(const KernelArgs& args, int64_t token) {
+  return token_error(args, token, token % args.seq);
 }
 
 /// One element of the caller's cos or sin, widened to double as the CPU's caller_row does.
@@ -202,20 +206,20 @@ ROTARY_HD inline double load_angle(DType dtype, const void* base, int64_t i) {
   }
 }
 
-/// Pair j's (c, s) for a token (all of whose positions are usable: token_error 0), sin negated for
-/// the inverse: what detail::float_angle_row (Value float) and double_angle_row (Value double) give
-/// the reference, bit for bit.
+/// Pair j's (c, s) for token `token` = b * seq + s_index (all of whose positions are usable:
+/// token_error 0), sin negated for the inverse: what detail::float_angle_row (Value float) and
+/// double_angle_row (Value double) give the reference, bit for bit. The caller gives b and s_index
+/// (the fast kernels divide by seq with a precomputed multiplier, src/cuda/fast_body.hpp).
 template <class Value>
-ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairArrays& pairs,
-                                             int64_t token, int64_t j) {
-  const int64_t s_index = token % args.seq;
+ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairArrays& pairs, int64_t token,
+                                             int64_t b, int64_t s_index, int64_t j) {
   const int stream = pairs.pair_stream == nullptr ? 0 : pairs.pair_stream[j];
   Value c;
   Value s;
   if (args.angle_source == KernelAngleSource::caller) {
     // The caller's value as given (multi-stream: the caller merged the streams).
     const KernelCallerAngles& a = args.angles;
-    const int64_t first = a.per_position || a.broadcast ? 0 : token / args.seq;
+    const int64_t first = a.per_position || a.broadcast ? 0 : b;
     const int64_t row = a.per_position
                             ? static_cast<int64_t>(position_of(args.positions, token, s_index, stream))
                             : s_index;
@@ -237,6 +241,11 @@ ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairA
     s = static_cast<Value>(ieee::mul(cs.sin, args.attention_factor));
   }
   return {c, args.inverse ? -s : s};
+}
+template <class Value>
+ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairArrays& pairs, int64_t token,
+                                             int64_t j) {
+  return pair_angle<Value>(args, pairs, token, token / args.seq, token % args.seq, j);
 }
 
 /// xPos: pair j's row value for a query or a key (`key`) at the token's position in the pair's

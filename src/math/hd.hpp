@@ -17,6 +17,16 @@
 #endif
 #endif
 
+// Fully unrolls the loop that follows in device code (so that arrays indexed by its counter stay in
+// registers); nothing on the host.
+#if !defined(ROTARY_UNROLL)
+#if defined(__CUDA_ARCH__)
+#define ROTARY_UNROLL _Pragma("unroll")
+#else
+#define ROTARY_UNROLL
+#endif
+#endif
+
 namespace rotary::detail {
 
 // std::bit_cast is a host function to nvcc (device code may call it only with

@@ -75,6 +75,11 @@ std::string Call::describe() const {
          std::to_string(dims[0]) + ", " + std::to_string(dims[1]) + ", " + std::to_string(dims[2]) + "] " +
          (angle_rows_alias ? "rows aliased" : angle_order_name(angle_order));
   }
+  if (k_order >= 0 || k_out_order >= 0) {
+    s += std::string(" k ") + order_name(k_order >= 0 ? k_order : 0) + " k_out " +
+         order_name(k_out_order >= 0 ? k_out_order : 0);
+  }
+  if (shift != 0) s += " views shifted by " + std::to_string(shift);
   if (!default_shape) {
     s += " launch " + std::to_string(shape.blocks) + "x" + std::to_string(shape.threads) +
          (shape.shared_angles ? " shared" : " per-item angles");
@@ -213,8 +218,9 @@ void lay_out(Call& c) {
   c.cos_at = c.sin_at = PlacedAngles{};
   auto own = [&](int order, int64_t heads) {
     int64_t extent = 0;
-    const Placed p = place(order, static_cast<int>(c.arena_sizes.size()), c.batch, c.seq, heads, c.head_dim, extent);
-    c.arena_sizes.push_back(extent);
+    Placed p = place(order, static_cast<int>(c.arena_sizes.size()), c.batch, c.seq, heads, c.head_dim, extent);
+    p.offset += c.shift;
+    c.arena_sizes.push_back(extent + c.shift);
     c.arena_types.push_back(c.dtype);
     return p;
   };
@@ -233,7 +239,7 @@ void lay_out(Call& c) {
     fused(c.q, c.k);
   } else {
     c.q = own(c.in_order, c.heads_q);
-    c.k = c.heads_k > 0 ? own((c.in_order + 1) % 5, c.heads_k) : Placed{};
+    c.k = c.heads_k > 0 ? own(c.k_order >= 0 ? c.k_order : (c.in_order + 1) % 5, c.heads_k) : Placed{};
   }
   if (c.heads_k == 0) c.k = Placed{};
   c.q_out = Placed{};
@@ -242,7 +248,9 @@ void lay_out(Call& c) {
     fused(c.q_out, c.k_out);
   } else {
     if (!c.q_in_place) c.q_out = own(c.out_order == 5 ? 0 : c.out_order, c.heads_q);
-    if (!c.k_in_place && c.heads_k > 0) c.k_out = own(c.out_order == 5 ? 2 : (c.out_order + 3) % 5, c.heads_k);
+    if (!c.k_in_place && c.heads_k > 0) {
+      c.k_out = own(c.k_out_order >= 0 ? c.k_out_order : c.out_order == 5 ? 2 : (c.out_order + 3) % 5, c.heads_k);
+    }
   }
   if (c.caller) lay_out_angles(c);
 }
@@ -483,6 +491,86 @@ Call random_call(std::mt19937_64& rng, DType dtype) {
   return c;
 }
 
+namespace {
+
+// Frequencies, attention factor and streams of a descriptor, as random_schedule draws them.
+void random_frequencies(Schedule& s, std::mt19937_64& rng) {
+  s.inv_freq = default_inv_freq(pick<double>(rng, {10000.0, 500000.0, 1e6, 100.0}), s.rotary_dim);
+  if (rng() % 4 == 0) s.inv_freq.back() = 0.0;
+  if (rng() % 8 == 0) s.inv_freq.front() = max_inv_freq;
+  s.attention_factor = pick<double>(rng, {1.0, 1.0, 1.2079441541679836, 0.7});
+  if (rng() % 3 == 0) {
+    s.streams = static_cast<int>(uniform(rng, 2, 4));
+    s.pair_stream.resize(static_cast<size_t>(s.pairs()));
+    for (int& k : s.pair_stream) k = static_cast<int>(uniform(rng, 0, s.streams - 1));
+  }
+}
+
+}  // namespace
+
+Call random_fast_call(std::mt19937_64& rng, DType dtype) {
+  Call c;
+  const int64_t lanes = 16 / size_of(dtype);
+  Schedule& s = c.schedule;
+  s.pairing = rng() % 2 == 0 ? Pairing::half : Pairing::interleaved;
+  const int64_t unit = s.pairing == Pairing::half ? 2 * lanes : lanes;  // rotary_dim in whole vectors
+  s.head_dim = pick<int64_t>(rng, {16, 32, 48, 64, 80, 96, 128, 192, 256, 320});
+  const int64_t most = std::min<int64_t>(s.head_dim, 2 * detail::cuda::kFastMaxPairs) / unit;
+  s.rotary_dim = (rng() % 2 == 0 ? most : uniform(rng, 1, most)) * unit;
+  const int64_t free_vectors = (s.head_dim - s.rotary_dim) / lanes;
+  s.rotary_offset = pick<int64_t>(rng, {0, 0, free_vectors, uniform(rng, 0, free_vectors)}) * lanes;
+  random_frequencies(s, rng);
+  validate(s);
+  c.dtype = dtype;
+  c.head_dim = s.head_dim;
+  c.batch = uniform(rng, 1, 3);
+  c.seq = uniform(rng, 1, 9);
+  c.heads_q = pick<int64_t>(rng, {1, 2, 3, 5, 8, 0});
+  c.heads_k = pick<int64_t>(rng, {0, 1, 2, 4});
+  if (c.heads_q == 0 && c.heads_k == 0) c.heads_k = 1;
+  c.in_order = pick(rng, {0, 1, 5});
+  c.out_order = pick(rng, {0, 1, 5});
+  c.k_order = pick(rng, {0, 1});
+  c.k_out_order = pick(rng, {0, 1});
+  c.q_in_place = rng() % 2 == 0;
+  c.k_in_place = rng() % 2 == 0;
+  c.copy_tail = rng() % 4 != 0;
+  c.direction = rng() % 2 == 0 ? Direction::forward : Direction::inverse;
+  const int source = static_cast<int>(rng() % 3);  // a table, exact angles, the caller's
+  c.table = source == 0;
+  if (source == 2) random_caller_angles(c, rng);
+  random_positions(c, rng);
+  // A few views off the 16-byte grid (one element, half a vector): the general kernel's.
+  if (rng() % 10 == 0) c.shift = pick<int64_t>(rng, {1, lanes / 2});
+  c.default_shape = rng() % 2 == 0;
+  if (!c.default_shape) {
+    const int64_t tokens = c.batch * c.seq;
+    c.shape.blocks = pick<int64_t>(rng, {1, 2, 3, tokens, tokens + 2});
+    c.shape.threads = pick(rng, {1, 7, 32, 33, 64, 256});
+    c.shape.shared_angles = rng() % 2 == 0;
+  }
+  lay_out(c);
+  return c;
+}
+
+detail::cuda::FastShape random_fast_shape(const detail::KernelArgs& args, std::mt19937_64& rng) {
+  using namespace detail::cuda;
+  FastShape shape;
+  shape.chunks = fast_chunks(args);
+  const int max_rows = kFastMaxThreads / shape.chunks;
+  int max_shift = 0;
+  while (max_shift < kFastMaxTileShift && (2 << max_shift) <= max_rows) ++max_shift;
+  shape.tile_shift = static_cast<int>(uniform(rng, 0, max_shift));
+  const int tile = 1 << shape.tile_shift;
+  const int64_t heads = args.operands[0].heads + (args.operand_count > 1 ? args.operands[1].heads : 0);
+  shape.group_heads = static_cast<int>(uniform(rng, 1, std::max<int64_t>(heads, 1)));
+  shape.groups = static_cast<int>((heads + shape.group_heads - 1) / shape.group_heads);
+  shape.rows = tile * static_cast<int>(uniform(rng, 1, max_rows / tile));
+  const int64_t tiles = (args.tokens + tile - 1) / tile;
+  shape.grid = uniform(rng, 1, std::max<int64_t>(tiles, 1));
+  return shape;
+}
+
 Call model_call(const Spec& spec, DType dtype, int64_t heads_q, int64_t heads_k) {
   Call c;
   c.schedule = make_schedule(spec);
@@ -537,6 +625,37 @@ std::vector<SeededCall> random_calls(int count) {
     calls.push_back({.call = std::move(c), .seed = static_cast<uint64_t>(i)});
   }
   return calls;
+}
+
+std::vector<SeededCall> fast_calls(int count) {
+  std::mt19937_64 rng(2027);
+  std::vector<SeededCall> calls;
+  for (int i = 0; i < count; ++i) {
+    Call c = random_fast_call(rng, pick(rng, {DType::f32, DType::f16, DType::bf16}));
+    calls.push_back({.call = std::move(c), .seed = static_cast<uint64_t>(50000 + i)});
+  }
+  return calls;
+}
+
+void expect_fast_coverage(const std::vector<SeededCall>& calls, int floor) {
+  std::map<std::string, int> seen;
+  for (const SeededCall& s : calls) {
+    for (const std::string& f : features(s.call)) ++seen[f];
+    if (s.call.shift != 0) ++seen["views off the 16-byte grid"];
+    if (s.call.seq > 1 && s.call.batch > 1) ++seen["batch and seq"];
+  }
+  const char* expected[] = {"f32", "f16", "bf16", "half", "interleaved", "table", "exact", "caller angles", "inverse",
+                            "forward", "positions kind 0", "positions kind 1", "positions kind 2",
+                            "positions kind 3", "positions kind 4", "in bshd", "in bhsd", "in fused-qkv",
+                            "out fused-qkv", "in place", "out of place", "q and k", "q empty",
+                            "partial, tail copied", "partial, no tail copy", "rotary_offset", "streams",
+                            "streams, one given", "broadcast positions", "angles per_position", "angles per_token",
+                            "angles pairs", "angles halves", "angles repeated", "angles rows aliased",
+                            "angles broadcast", "views off the 16-byte grid", "batch and seq"};
+  for (const char* f : expected) EXPECT_GE(seen[f], floor) << f;
+  std::string summary;
+  for (const auto& [f, n] : seen) summary += f + " " + std::to_string(n) + ", ";
+  std::printf("%zu fast-sweep calls: %s\n", calls.size(), summary.c_str());
 }
 
 void expect_coverage(const std::vector<SeededCall>& calls, int floor, bool launch_shapes) {

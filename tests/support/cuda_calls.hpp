@@ -13,11 +13,13 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <new>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cuda/fast_body.hpp"
 #include "cuda/rope_body.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/spec.hpp"
@@ -31,14 +33,31 @@ namespace rotary::test {
 /// A NaN of each dtype (one pattern for f16 and bf16) that no rotation produces.
 uint64_t poison_bits(DType dtype);
 
-inline constexpr int64_t kGuard = 13;  ///< elements before and after every arena
+/// Elements before and after every arena: 16 of them, so that element 0 lies 16-byte aligned (the
+/// arena's bytes start 64-byte aligned on the host, 256-byte aligned in cudaMalloc's memory), as a
+/// fast kernel needs (src/cuda/fast_body.hpp); Call::shift moves the views off that alignment.
+inline constexpr int64_t kGuard = 16;
+
+/// Bytes on 64-byte boundaries (a std::vector's allocation is 16-byte aligned at best).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+};
+using Bytes = std::vector<unsigned char, Aligned64<unsigned char>>;
 
 /// `elements` elements of `dtype` between two guards of kGuard elements, every one poisoned.
 /// Element e (guards: -kGuard .. -1 and elements .. elements + kGuard - 1) lies at at(e).
 struct Arena {
   DType dtype = DType::f32;
   int64_t elements = 0;
-  std::vector<unsigned char> bytes;
+  Bytes bytes;
 
   Arena(DType t, int64_t n);
   unsigned char* at(int64_t element) { return bytes.data() + (kGuard + element) * size_of(dtype); }
@@ -84,6 +103,8 @@ struct Call {
   DType dtype = DType::f32;
   int64_t batch = 1, seq = 1, heads_q = 1, heads_k = 0, head_dim = 2;
   int in_order = 0, out_order = 0;  // 5: q and k slices of one fused [b, s, hq + 2hk, d] buffer
+  int k_order = -1, k_out_order = -1;  // k's and k_out's own orders (0..4); -1: derived from q's
+  int64_t shift = 0;  // elements every view of an arena of its own is moved by (off 16-byte alignment)
   bool q_in_place = true, k_in_place = true, copy_tail = true;
   Direction direction = Direction::forward;
   Positions::Kind kind = Positions::Kind::sequential;
@@ -106,7 +127,8 @@ struct Call {
   int angle_order = 0;              // angle_order_name
   bool angle_rows_alias = false;    // per_position: row stride 0 (every row one memory), so rows
                                     // may reach 2^31 in a few bytes
-  // The launch the emulation plays (the device always launches detail::cuda::launch_shape's).
+  // The general kernel's launch the emulation plays (the device launches detail::cuda::launch_shape's
+  // for cuda::apply, this one when the tests run the general kernel themselves).
   bool default_shape = true;
   detail::cuda::LaunchShape shape;
   bool special_values = false;  // inputs from zeros, infinities, NaN, subnormals, overflow edges
@@ -190,6 +212,16 @@ void per_token_positions(Call& c, int streams, Draw draw) {
   for (int64_t i = 0; i < streams * c.batch * c.seq; ++i) c.p64.push_back(draw(i));
 }
 
+/// A random call the fast kernels can take (src/cuda/fast_body.hpp's choose_kernel; most of them:
+/// a few are moved off alignment, Call::shift, or given an odd view): f32, f16 or bf16, half or
+/// interleaved pairing, the rotated slice in whole 16-byte vectors at any vector offset, q and k
+/// in bshd, bhsd or fused-QKV order, every angle source and position kind, no xPos.
+Call random_fast_call(std::mt19937_64& rng, DType dtype);
+
+/// A launch shape of the fast kernels for `args` drawn from `rng`: any tile size, rows, head
+/// groups, and grids smaller than the tiles (blocks looping over them).
+detail::cuda::FastShape random_fast_shape(const detail::KernelArgs& args, std::mt19937_64& rng);
+
 /// A model's call: batch 2, seq 3, q and k as slices of the model's fused QKV projection.
 Call model_call(const Spec& spec, DType dtype, int64_t heads_q, int64_t heads_k);
 
@@ -214,6 +246,14 @@ std::vector<SeededCall> random_calls(int count = kRandomCalls);
 /// Every feature of the sweep's calls came up at least `floor` times (with `launch_shapes`, the
 /// features of the emulated launch shapes too); prints the counts.
 void expect_coverage(const std::vector<SeededCall>& calls, int floor, bool launch_shapes);
+
+inline constexpr int kFastCalls = 1500;
+
+/// random_fast_call over f32, f16 and bf16 (seed 2027), arenas from seed 50000 + i.
+std::vector<SeededCall> fast_calls(int count = kFastCalls);
+
+/// Every feature of the fast sweep's calls came up at least `floor` times; prints the counts.
+void expect_fast_coverage(const std::vector<SeededCall>& calls, int floor);
 
 /// Random calls whose inputs and caller cos/sin are zeros, infinities, NaN, subnormals and values
 /// near each format's overflow.
