@@ -333,6 +333,12 @@ TEST(CudaDevice, SpecialValuesMatchTheReference) {
   check_calls_on_device(special_value_calls());
 }
 
+// ApplyArgs::undo on the device: the emulation's undo calls, bit for bit.
+TEST(CudaDevice, UndoCallsMatchTheReferenceBitForBit) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(undo_calls());
+}
+
 TEST(CudaDevice, RealModelShapes) {
   REQUIRE_DEVICE();
   check_calls_on_device(real_model_calls());

@@ -171,6 +171,24 @@ TEST(CudaEmulation, FastKernelCallsMatchTheReferenceBitForBit) {
 // NaN where the reference has NaN (the write count still catches a missed write over poison).
 TEST(CudaEmulation, SpecialValuesMatchTheReference) { check_calls(special_value_calls()); }
 
+// undo (the true inverse: 1/g, xPos σ^-1, the other way round) through the kernel the dispatcher
+// picks and, where legal, both: the reference's bits.
+TEST(CudaEmulation, UndoCallsMatchTheReferenceBitForBit) {
+  const std::vector<SeededCall> calls = undo_calls();
+  const int fast = check_calls(calls);
+  if (HasFatalFailure()) return;
+  int xpos = 0, factor = 0;
+  for (const SeededCall& s : calls) {
+    xpos += s.call.schedule.xpos() ? 1 : 0;
+    factor += s.call.schedule.attention_factor != 1.0 ? 1 : 0;
+  }
+  std::printf("%zu undo calls: %d with xPos, %d with an attention factor != 1, %d through the fast kernels\n",
+              calls.size(), xpos, factor, fast);
+  EXPECT_GE(xpos, 40);
+  EXPECT_GE(factor, 100);
+  EXPECT_GE(fast, 100);
+}
+
 // Shapes and settings of real models, with positions across the whole context: all but the
 // block_half(2) layout go to the fast kernels.
 TEST(CudaEmulation, RealModelShapes) {

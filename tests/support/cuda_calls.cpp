@@ -65,7 +65,7 @@ std::string Call::describe() const {
                   (q_in_place ? " q in place" : " q out of place") +
                   (k_in_place ? " k in place" : " k out of place") +
                   (copy_tail ? "" : " no tail copy") +
-                  (direction == Direction::inverse ? " inverse" : " forward") +
+                  (direction == Direction::inverse ? " inverse" : " forward") + (undo ? " undo" : "") +
                   " positions kind " + std::to_string(static_cast<int>(kind)) + (broadcast ? " broadcast" : "") +
                   (table ? " table first " + std::to_string(table_first) : caller ? "" : " exact");
   if (caller) {
@@ -334,7 +334,7 @@ ApplyArgs args_at(const Call& c, const ArenaBases& bases, const Positions& posit
   return ApplyArgs{.q = view_at(c, c.q, bases), .k = view_at(c, c.k, bases),
                    .q_out = view_at(c, c.q_out, bases), .k_out = view_at(c, c.k_out, bases),
                    .positions = positions, .direction = c.direction, .table = table,
-                   .angles = c.caller ? angles : nullptr, .copy_tail = c.copy_tail,
+                   .angles = c.caller ? angles : nullptr, .copy_tail = c.copy_tail, .undo = c.undo,
                    .backend = Backend::reference};
 }
 
@@ -688,6 +688,20 @@ void expect_coverage(const std::vector<SeededCall>& calls, int floor, bool launc
     }
   }
   std::printf("%zu calls: %s\n", calls.size(), summary.c_str());
+}
+
+std::vector<SeededCall> undo_calls(int count) {
+  std::mt19937_64 rng(2028), fast_rng(2029);
+  std::vector<SeededCall> calls;
+  for (int i = 0; static_cast<int>(calls.size()) < count; ++i) {
+    const bool fast = i % 2 == 1;
+    Call c = fast ? random_fast_call(fast_rng, pick(fast_rng, {DType::f32, DType::f16, DType::bf16}))
+                  : random_call(rng, pick(rng, {DType::f32, DType::f16, DType::bf16, DType::f64}));
+    if (c.caller || (c.table && c.schedule.attention_factor != 1.0)) continue;  // apply refuses them
+    c.undo = true;
+    calls.push_back({.call = std::move(c), .seed = static_cast<uint64_t>(70000 + i)});
+  }
+  return calls;
 }
 
 std::vector<SeededCall> special_value_calls() {

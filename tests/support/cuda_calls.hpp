@@ -107,6 +107,7 @@ struct Call {
   int64_t shift = 0;  // elements every view of an arena of its own is moved by (off 16-byte alignment)
   bool q_in_place = true, k_in_place = true, copy_tail = true;
   Direction direction = Direction::forward;
+  bool undo = false;  // ApplyArgs::undo: 1/g, xPos σ^-1, the other way round
   Positions::Kind kind = Positions::Kind::sequential;
   int64_t offset = 0;
   int position_streams = 1;
@@ -258,6 +259,11 @@ void expect_fast_coverage(const std::vector<SeededCall>& calls, int floor);
 /// Random calls whose inputs and caller cos/sin are zeros, infinities, NaN, subnormals and values
 /// near each format's overflow.
 std::vector<SeededCall> special_value_calls();
+
+/// ApplyArgs::undo over the sweep's calls and the fast sweep's (seeds 2028, 2029): every call
+/// that may take it (no caller angles; a table only where the attention factor is 1), xPos in
+/// about a quarter, half through random_fast_call.
+std::vector<SeededCall> undo_calls(int count = 600);
 
 /// Shapes and settings of real models (Llama-3.1-8B, Qwen2-VL, Qwen3-VL, GLM-4.1V, nope-first,
 /// block_half(2) axial, YaRN) in bf16, f16 and f32, with exact angles, a table at the end of the
