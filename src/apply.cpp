@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <optional>
 #include <tuple>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "cpu/cpu.hpp"
-#include "kernel.hpp"
+#include "kernel/args.hpp"
+#include "kernel/backend.hpp"
 #include "memory.hpp"
 #include "rotary/error.hpp"
 
@@ -18,6 +20,7 @@ namespace rotary {
 namespace {
 
 using detail::may_overlap;
+using detail::may_overlap_checked;
 using detail::same_view;
 using detail::shape_text;
 
@@ -41,7 +44,7 @@ void check_output(const TensorView& out, const char* name, const TensorView& in,
     throw Error(fmt::format("{} shape {} differs from {} shape {}", name, shape_text(out), in_name,
                             shape_text(in)));
   }
-  if (detail::self_overlaps(out)) {
+  if (detail::self_overlaps_checked(out)) {  // out passed check_view (here or as the input)
     throw Error(fmt::format("{} strides [{}, {}, {}, {}] make elements overlap", name,
                             out.strides[0], out.strides[1], out.strides[2], out.strides[3]));
   }
@@ -328,18 +331,23 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_en
                             {&k_out, args.k_out.is_set() ? "k_out" : "k (in place)"}};
   const Named inputs[2] = {{&args.q, "q"}, {&args.k, "k"}};
   const int count = has_k ? 2 : 1;
+  // In place, output o is input o: (k_out, q) is the pair (q_out, k) again, and (q_out, k_out) too,
+  // so each distinct pair of views is checked once (a decode call's validation is most of its cost).
+  const bool q_in_place = same_view(q_out, args.q);
+  const bool k_in_place = has_k && same_view(k_out, args.k);
   for (int o = 0; o < count; ++o) {
     for (int i = 0; i < count; ++i) {
       const TensorView& out = *outputs[o].view;
       const TensorView& in = *inputs[i].view;
-      if (o == i && same_view(out, in)) continue;
-      if (may_overlap(out, in)) {
+      if (o == i && (o == 0 ? q_in_place : k_in_place)) continue;
+      if (o == 1 && i == 0 && q_in_place && k_in_place) continue;  // (k, q) was (q, k)
+      if (may_overlap_checked(out, in)) {  // every view passed check_view
         throw Error(fmt::format("{} overlaps input {} (outputs must be the input itself or disjoint)",
                                 outputs[o].name, inputs[i].name));
       }
     }
   }
-  if (has_k && may_overlap(q_out, k_out)) {
+  if (has_k && !(q_in_place && k_in_place) && may_overlap_checked(q_out, k_out)) {
     throw Error(fmt::format("{} overlaps {}", outputs[0].name, outputs[1].name));
   }
   if (args.table != nullptr && !table_matches) {
@@ -390,45 +398,13 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
 
 void apply(const Schedule& schedule, const ApplyArgs& args) {
   validate(schedule, args);
-  detail::Plan plan;
-  plan.dtype = args.q.dtype;
-  plan.batch = args.q.batch();
-  plan.seq = args.q.seq();
-  plan.head_dim = schedule.head_dim;
-  plan.rotary_dim = schedule.rotary_dim;
-  plan.rotary_offset = schedule.rotary_offset;
-  plan.blocks = schedule.blocks;
-  plan.pairing = schedule.pairing;
-  // undo: the other way round, divided by g (and, below, each operand's xPos σ inverted).
-  plan.inverse = (args.direction == Direction::inverse) != args.undo;
-  plan.attention_factor = args.undo ? 1.0 / schedule.attention_factor : schedule.attention_factor;
-  plan.copy_tail = args.copy_tail;
-  plan.positions = args.positions;
-  plan.table = args.table;
-  plan.angles = args.angles;
-  plan.schedule = &schedule;
-  plan.threads = args.threads;
-  auto add = [&](const TensorView& in, const TensorView& out) {
-    const TensorView& target = out.is_set() ? out : in;
-    detail::Operand op;
-    op.in = in.data;
-    op.out = target.data;
-    op.heads = in.heads();
-    op.in_strides = in.strides;
-    op.out_strides = target.strides;
-    op.in_place = !out.is_set() || same_view(out, in);
-    op.key = (plan.operand_count == 1 || args.q_is_key) != args.undo;
-    plan.operands[static_cast<size_t>(plan.operand_count++)] = op;
-  };
-  add(args.q, args.q_out);
-  if (args.k.is_set()) add(args.k, args.k_out);
   // Empty q and k: nothing to do (and batch * seq, which no output bounds then, is never formed).
   if (args.q.is_empty() && (!args.k.is_set() || args.k.is_empty())) return;
-  if (args.backend == Backend::reference) {
-    detail::reference_apply(plan);
-  } else {
-    detail::cpu_apply(plan);
-  }
+  // A list table (Table::at): each position's row, looked up once here for the whole call.
+  std::vector<int64_t> row_index;
+  std::optional<detail::TableRows> rows;
+  if (args.table != nullptr) rows = detail::table_rows(*args.table, args.positions, args.q.seq(), row_index);
+  detail::backend_entry(args.backend).run(detail::make_kernel_args(schedule, args, rows ? &*rows : nullptr));
 }
 
 }  // namespace rotary

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "half.hpp"
+#include "math/half.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"

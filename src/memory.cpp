@@ -142,6 +142,11 @@ bool exceeds_max_view_bytes(const TensorView& v) {
 bool self_overlaps(const TensorView& v) {
   if (v.is_empty()) return false;
   if (exceeds_max_view_bytes(v)) return true;
+  return self_overlaps_checked(v);
+}
+
+bool self_overlaps_checked(const TensorView& v) {
+  if (v.is_empty()) return false;
   Dims dims = normalise(v);
   // Insertion sort of the (at most 4) dimensions by stride, ascending.
   std::array<int, 4> order{0, 1, 2, 3};
@@ -159,13 +164,14 @@ bool self_overlaps(const TensorView& v) {
   return false;
 }
 
-bool same_view(const TensorView& a, const TensorView& b) {
-  return a.data == b.data && a.dtype == b.dtype && a.shape == b.shape && a.strides == b.strides;
-}
-
 bool may_overlap(const TensorView& a, const TensorView& b) {
   if (a.is_empty() || b.is_empty()) return false;
   if (exceeds_max_view_bytes(a) || exceeds_max_view_bytes(b)) return true;
+  return may_overlap_checked(a, b);
+}
+
+bool may_overlap_checked(const TensorView& a, const TensorView& b) {
+  if (a.is_empty() || b.is_empty()) return false;
   const Range ra = byte_range(a);
   const Range rb = byte_range(b);
   if (ra.hi <= rb.lo || rb.hi <= ra.lo) return false;

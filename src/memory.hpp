@@ -29,7 +29,18 @@ bool self_overlaps(const TensorView& view);
 /// True when a and b may share an element (exact for views with equal strides and dtype; otherwise
 /// conservative: true whenever their address ranges intersect). Empty views overlap nothing.
 bool may_overlap(const TensorView& a, const TensorView& b);
-/// Same data pointer, dtype, shape and strides.
-bool same_view(const TensorView& a, const TensorView& b);
+/// self_overlaps and may_overlap for views that passed check_view (within max_view_bytes, extents
+/// >= 0): the same answers without checking the span again (apply's validation, per call).
+bool self_overlaps_checked(const TensorView& view);
+bool may_overlap_checked(const TensorView& a, const TensorView& b);
+/// Same data pointer, dtype, shape and strides (inline, element by element: apply's validation
+/// asks this several times per call).
+inline bool same_view(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.dtype != b.dtype) return false;
+  for (size_t d = 0; d < 4; ++d) {
+    if (a.shape[d] != b.shape[d] || a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
 
 }  // namespace rotary::detail

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include "cpu/cpu.hpp"
-#include "kernel.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
 

@@ -37,16 +37,6 @@ std::string_view to_string(DType dtype) {
   return "?";
 }
 
-int64_t size_of(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::f16:
-    case DType::bf16: return 2;
-  }
-  return 1;
-}
-
 int64_t TensorView::elements() const {
   if (is_empty()) return 0;
   int64_t product = 1;

@@ -8,8 +8,8 @@
 
 #include <quadmath.h>
 
-#include "half.hpp"
-#include "rotate.hpp"
+#include "math/half.hpp"
+#include "math/rotate.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/layout.hpp"
 #include "support/oracle.hpp"

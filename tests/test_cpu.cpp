@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "cpu/cpu.hpp"
-#include "half.hpp"
+#include "math/half.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/apply.hpp"
 #include "support/oracle.hpp"

@@ -33,7 +33,7 @@
 #include "cuda/fast_body.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/rope_body.hpp"
-#include "kernel_args.hpp"
+#include "kernel/args.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/rotary_cuda.h"
 #include "support/cuda_calls.hpp"
@@ -200,8 +200,8 @@ class DeviceCall {
   detail::KernelArgs kernel_args(uint32_t* error) {
     const ApplyArgs a = args();
     validate_shapes(call_.schedule, a);
-    std::optional<detail::TableRange> range;
-    if (table_) range = detail::TableRange{.cos = table_->cos(), .sin = table_->sin(), .first = table_->first(),
+    std::optional<detail::TableRows> range;
+    if (table_) range = detail::TableRows{.cos = table_->cos(), .sin = table_->sin(), .first = table_->first(),
                                            .rows = table_->rows()};
     detail::KernelArgs kernel = detail::make_kernel_args(call_.schedule, a, range ? &*range : nullptr);
     kernel.error = error;

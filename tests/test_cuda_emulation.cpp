@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "cuda/emulate.hpp"
-#include "kernel_args.hpp"
+#include "kernel/args.hpp"
 #include "rotary/apply.hpp"
 #include "support/cuda_calls.hpp"
 #include "support/oracle.hpp"
@@ -316,10 +316,10 @@ TEST(KernelArgs, ChannelsAreTheSchedules) {
 TEST(KernelArgs, TablesMustBeOneContiguousRange) {
   const Schedule s = make_schedule(Spec{.head_dim = 8});
   const std::vector<int64_t> contiguous = {5, 6, 7};
-  const detail::TableRange r = detail::table_range(Table::at(s, contiguous));
+  const detail::TableRows r = detail::table_range(Table::at(s, contiguous));
   EXPECT_EQ(r.first, 5);
   EXPECT_EQ(r.rows, 3);
-  const detail::TableRange range = detail::table_range(Table::range(s, 100, 10));
+  const detail::TableRows range = detail::table_range(Table::range(s, 100, 10));
   EXPECT_EQ(range.first, 100);
   EXPECT_EQ(range.rows, 10);
   const std::vector<int64_t> gap = {5, 7};
@@ -366,7 +366,7 @@ TEST(KernelArgs, CallerAnglesAreSpelledOut) {
   EXPECT_FALSE(k.angles.broadcast);
   EXPECT_EQ(k.angles.column_step, 1);
 
-  const detail::TableRange range = detail::table_range(Table::range(s, 0, 4));
+  const detail::TableRows range = detail::table_range(Table::range(s, 0, 4));
   EXPECT_ROTARY_ERROR(detail::make_kernel_args(s, args, &range), "angles and table are both set");
 }
 

@@ -20,7 +20,7 @@
 #include <set>
 #include <tuple>
 
-#include "half.hpp"
+#include "math/half.hpp"
 #include "rotary/apply.hpp"
 #include "support/oracle.hpp"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "half.hpp"
+#include "math/half.hpp"
 #include "support/oracle.hpp"
 
 namespace rotary::detail {

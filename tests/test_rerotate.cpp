@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "half.hpp"
+#include "math/half.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/rerotate.hpp"
 #include "support/oracle.hpp"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "rotate.hpp"
+#include "math/rotate.hpp"
 #include "support/oracle.hpp"
 
 namespace rotary {

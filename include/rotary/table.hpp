@@ -67,6 +67,9 @@ class Table {
   int64_t pairs() const { return schedule_.pairs(); }
   /// The position of each row.
   int64_t position(int64_t row) const { return is_range_ ? first_ + row : positions_[row]; }
+  /// Whether the rows hold one range of positions, position(0) + row (Table::range, or Table::at of
+  /// consecutive positions): row_of is then O(1).
+  bool is_range() const { return is_range_; }
   /// The row holding `position`, if any (range: O(1); list: O(log rows)).
   std::optional<int64_t> row_of(int64_t position) const;
 

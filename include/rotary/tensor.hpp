@@ -14,8 +14,16 @@ namespace rotary {
 enum class DType { f32, f64, f16, bf16 };
 
 std::string_view to_string(DType dtype);
-/// Bytes per element.
-int64_t size_of(DType dtype);
+/// Bytes per element (1 for a value that is not a DType).
+constexpr int64_t size_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::f16:
+    case DType::bf16: return 2;
+  }
+  return 1;
+}
 
 /// The most bytes one view may span: validate (apply, permute_channels) rejects a non-empty view
 /// whose elements reach, from the lowest to the highest byte, max_view_bytes or more, i.e.

@@ -16,9 +16,9 @@
 #include "hwy/highway.h"
 #include "rotary/angle.hpp"
 #include "src/cpu/cpu.hpp"
-#include "src/half.hpp"
+#include "src/math/half.hpp"
 #include "src/math/exact_angle.hpp"
-#include "src/rotate.hpp"
+#include "src/math/rotate.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
@@ -336,17 +336,24 @@ HWY_INLINE bool StreamAligned(const T* out, const RowArgs& args) {
 #endif
 }
 
-template <class Tag, class T>
+// kMayStream: args.stream is set, and each slice streams where StreamAligned allows; else every
+// store is a plain one (the common case, decided once per call rather than per head).
+template <class Tag, bool kMayStream, class T>
 HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
   // pairs rotated by a vector body
-  const int64_t done = args.stream && StreamAligned(out, args)
-                           ? RotateSliceVectors<Tag, true>(in, out, args)
-                           : RotateSliceVectors<Tag, false>(in, out, args);
-  RotatePairsScalar<Tag>(in, out, args, done, args.rotary_dim / 2);
+  int64_t done = 0;
+  if constexpr (kMayStream) {
+    done = StreamAligned(out, args) ? RotateSliceVectors<Tag, true>(in, out, args)
+                                    : RotateSliceVectors<Tag, false>(in, out, args);
+  } else {
+    done = RotateSliceVectors<Tag, false>(in, out, args);
+  }
+  const int64_t h = args.rotary_dim / 2;
+  if (done < h) RotatePairsScalar<Tag>(in, out, args, done, h);
 }
 
-template <class Tag>
-void RotateHeads(const RowArgs& args) {
+template <class Tag, bool kMayStream>
+HWY_INLINE void RotateHeadsAs(const RowArgs& args) {
   using T = typename StorageOf<Tag>::type;
   const auto* in_base = static_cast<const T*>(args.in);
   auto* out_base = static_cast<T*>(args.out);
@@ -356,18 +363,25 @@ void RotateHeads(const RowArgs& args) {
   RowArgs block = args;
   const int64_t w = args.rotary_dim / args.blocks;
   block.rotary_dim = w;
+  if (args.blocks == 1 && !args.copy_tail) {  // the common case (in place, one slice): a tight loop
+    for (int64_t head = 0; head < args.heads; ++head) {
+      RotateSlice<Tag, kMayStream>(in_base + head * args.in_head_stride + off,
+                                   out_base + head * args.out_head_stride + off, args);
+    }
+    return;
+  }
   for (int64_t head = 0; head < args.heads; ++head) {
     const T* in = in_base + head * args.in_head_stride;
     T* out = out_base + head * args.out_head_stride;
 
     if (args.blocks == 1) {
-      RotateSlice<Tag>(in + off, out + off, args);
+      RotateSlice<Tag, kMayStream>(in + off, out + off, args);
     } else {
       for (int64_t k = 0; k < args.blocks; ++k) {
         block.c = args.c + k * (w / 2);
         block.s = args.s + k * (w / 2);
         block.layout = args.layout != nullptr ? args.layout + 2 * k * w : nullptr;
-        RotateSlice<Tag>(in + off + k * w, out + off + k * w, block);
+        RotateSlice<Tag, kMayStream>(in + off + k * w, out + off + k * w, block);
       }
     }
     if (args.copy_tail) {
@@ -377,6 +391,15 @@ void RotateHeads(const RowArgs& args) {
                     static_cast<size_t>(args.head_dim - slice_end) * sizeof(T));
       }
     }
+  }
+}
+
+template <class Tag>
+void RotateHeads(const RowArgs& args) {
+  if (args.stream) {
+    RotateHeadsAs<Tag, true>(args);
+  } else {
+    RotateHeadsAs<Tag, false>(args);
   }
 }
 
@@ -408,16 +431,17 @@ HWY_INLINE DD TwoSum(V a, V b) {
 #define ROTARY_EACH _Pragma("GCC unroll 8") for (int j = 0; j < K; ++j)
 template <int K>
 HWY_INLINE void CosSinLanes(const V* p, const V* f, V* cos_out, V* sin_out) {
+  namespace constants = ::rotary::detail::angle_constants;  // cos_sin_of_product's, shared
   const D d;
-  const V pio2_hi = hn::Set(d, 0x1.921fb54442d18p+0);
-  const V pio2_mid = hn::Set(d, 0x1.1a62633145c07p-54);
-  const V pio2_lo = hn::Set(d, -0x1.f1976b7ed8fbcp-110);
+  const V pio2_hi = hn::Set(d, constants::kPio2Hi);
+  const V pio2_mid = hn::Set(d, constants::kPio2Mid);
+  const V pio2_lo = hn::Set(d, constants::kPio2Lo);
   V k[K];
   DD r[K];
   ROTARY_EACH {
     const V x_hi = hn::Mul(p[j], f[j]);
     const V x_lo = hn::MulSub(p[j], f[j], x_hi);  // exact remainder of the product (fused)
-    k[j] = hn::Round(hn::Mul(x_hi, hn::Set(d, 0x1.45f306dc9c883p-1)));
+    k[j] = hn::Round(hn::Mul(x_hi, hn::Set(d, constants::kTwoOverPi)));
     // x_hi - k pio2_hi in one fused operation, exact: both are multiples of 2^-53 (k pio2_hi of
     // 2^-49; x_hi of its ulp, >= 2^-53 once k >= 1) and the difference is below 2 (below 1/4
     // when x_hi < 1), so it has at most 53 significant bits.
@@ -435,14 +459,16 @@ HWY_INLINE void CosSinLanes(const V* p, const V* f, V* cos_out, V* sin_out) {
   V r2[K], ps[K], pc[K];
   ROTARY_EACH {
     r2[j] = hn::Mul(r[j].hi, r[j].hi);
-    ps[j] = hn::Set(d, 1.0 / 355687428096000.0);  // 1/17!
-    pc[j] = hn::Set(d, 1.0 / 20922789888000.0);   // 1/16!
+    ps[j] = hn::Set(d, constants::kInvFact17);
+    pc[j] = hn::Set(d, constants::kInvFact16);
   }
   // sin r = r (1 - r^2/3! + r^4/5! - ... - r^16/17!), cos r = 1 - r^2/2! + r^4/4! - ... + r^16/16!
-  constexpr double kSin[] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0,
-                             1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0};
-  constexpr double kCos[] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0,
-                             1.0 / 40320.0, -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0};
+  constexpr double kSin[] = {-constants::kInvFact15, constants::kInvFact13, -constants::kInvFact11,
+                             constants::kInvFact9,   -constants::kInvFact7, constants::kInvFact5,
+                             -constants::kInvFact3};
+  constexpr double kCos[] = {-constants::kInvFact14, constants::kInvFact12, -constants::kInvFact10,
+                             constants::kInvFact8,   -constants::kInvFact6, constants::kInvFact4,
+                             -constants::kInvFact2,  1.0};
   for (double coefficient : kSin) {
     ROTARY_EACH { ps[j] = hn::MulAdd(ps[j], r2[j], hn::Set(d, coefficient)); }
   }

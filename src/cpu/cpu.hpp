@@ -3,9 +3,51 @@
 
 #include <cstdint>
 
-#include "../kernel.hpp"
+#include "../kernel/args.hpp"
 
 namespace rotary::detail {
+
+/// The team for one OpenMP loop over `blocks` independent blocks: `requested` threads (0:
+/// omp_get_max_threads()), cut to at most omp_get_num_procs() (counted at the first call),
+/// max_threads and `blocks`, and at least 1. Every OpenMP team the library starts is sized by
+/// this, so no count a caller passes (or OMP_NUM_THREADS sets) asks for more threads than can run.
+int useful_threads(int requested, int64_t blocks);
+
+/// Per-thread room for one token's angles: `pairs` values in each array.
+struct AngleScratch {
+  float* c = nullptr;
+  float* s = nullptr;
+  double* dc = nullptr;
+  double* ds = nullptr;
+  double* pair_position = nullptr;  ///< per pair: the position of its stream (multi-stream only)
+};
+
+/// One token's angles in pair order: cos and sin times the attention factor, sin negated for the
+/// inverse. Float rows are what f32/f16/bf16 rotate with (the values a Table holds: one rounding
+/// to float of the exact value); double rows serve f64 storage (exact values times the factor in
+/// double; Table or caller floats widened).
+struct FloatRow {
+  const float* c = nullptr;
+  const float* s = nullptr;
+};
+struct DoubleRow {
+  const double* c = nullptr;
+  const double* s = nullptr;
+};
+
+/// The CPU's row of token (b, s) = token: the kernel layer's pair_angle (src/kernel/angles.hpp)
+/// for every pair, bit for bit, built as fast as the source allows: a pointer into the Table's
+/// row (one stream, forward), the vectorised exact row (cos_sin_row_f32 / cos_sin_row: the same
+/// exact values), else pair by pair. Rows may point into the Table or into scratch.
+FloatRow float_angle_row(const KernelArgs& args, int64_t token, int64_t s, const AngleScratch& scratch);
+DoubleRow double_angle_row(const KernelArgs& args, int64_t token, int64_t s, const AngleScratch& scratch);
+
+/// xPos: `row` scaled for operand `op` (a query's or a key's σ per pair: the kernel layer's
+/// xpos_angle), into scratch.c/s (row may point there: each value is read before it is written).
+FloatRow xpos_float_row(const KernelArgs& args, int64_t token, int64_t s, FloatRow row, const KernelOperand& op,
+                        const AngleScratch& scratch);
+DoubleRow xpos_double_row(const KernelArgs& args, int64_t token, int64_t s, DoubleRow row, const KernelOperand& op,
+                          const AngleScratch& scratch);
 
 /// One token's heads of one operand, head_dim contiguous (stride 1) in and out.
 /// Angles are float32, sin already negated for the inverse, natural pair order:
@@ -79,9 +121,9 @@ void cos_sin_row_f32(double position, const double* pair_position, const double*
                      int64_t pairs, double factor, float sign, float* cos_out, float* sin_out);
 
 /// The threaded CPU path: one OpenMP loop over (token, head-range) blocks, its team sized by
-/// useful_threads (kernel.hpp). Results do not depend on the thread count. Requires a validated
-/// plan with at least one non-empty operand (so batch * seq * heads fits in int64).
-void cpu_apply(const Plan& plan);
+/// useful_threads (args.threads requested). Results do not depend on the thread count. Requires a
+/// validated call with at least one non-empty operand (so batch * seq * heads fits in int64).
+void cpu_apply(const KernelArgs& args);
 
 /// The name of the Highway target HWY_DYNAMIC_DISPATCH runs on this machine ("AVX2", "AVX3", ...).
 const char* dispatched_target();

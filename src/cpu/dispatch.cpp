@@ -15,9 +15,10 @@
 #include <immintrin.h>
 #endif
 
-#include "../half.hpp"
-#include "../rotate.hpp"
+#include "../kernel/pairs.hpp"
+#include "../kernel/storage.hpp"
 #include "cpu.hpp"
+#include "rotary/apply.hpp"
 
 namespace rotary::detail {
 namespace {
@@ -66,38 +67,39 @@ struct Scratch {
   float* layout;  // 2 * rotary_dim
 };
 
-bool any_contiguous(const Plan& plan) {
-  for (int o = 0; o < plan.operand_count; ++o) {
-    const Operand& op = plan.operands[static_cast<size_t>(o)];
+bool any_contiguous(const KernelArgs& args) {
+  for (int o = 0; o < args.operand_count; ++o) {
+    const KernelOperand& op = args.operands[o];
     if (op.in_strides[3] == 1 && op.out_strides[3] == 1) return true;
   }
   return false;
 }
 
 // xpos_operand: the operand whose xPos scale the row takes (null: no xPos).
-TokenAngles prepare_angles(const Plan& plan, int64_t token, int64_t t, const Scratch& scratch,
-                           bool build_layout, const Operand* xpos_operand) {
+TokenAngles prepare_angles(const KernelArgs& args, int64_t token, int64_t t, const Scratch& scratch,
+                           bool build_layout, const KernelOperand* xpos_operand) {
   TokenAngles angles;
-  if (plan.dtype == DType::f64) {
-    DoubleRow row = double_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
-    if (xpos_operand != nullptr) row = xpos_double_row(plan, token, t, row, *xpos_operand, scratch.angles);
+  if (args.dtype == DType::f64) {
+    DoubleRow row = double_angle_row(args, token, t, scratch.angles);
+    if (xpos_operand != nullptr) row = xpos_double_row(args, token, t, row, *xpos_operand, scratch.angles);
     angles.dc = row.c;
     angles.ds = row.s;
     return angles;
   }
-  FloatRow row = float_angle_row(plan, token, t, scratch.angles, /*vectorised=*/true);
-  if (xpos_operand != nullptr) row = xpos_float_row(plan, token, t, row, *xpos_operand, scratch.angles);
+  FloatRow row = float_angle_row(args, token, t, scratch.angles);
+  if (xpos_operand != nullptr) row = xpos_float_row(args, token, t, row, *xpos_operand, scratch.angles);
   angles.c = row.c;
   angles.s = row.s;
   if (build_layout) {
     // Per block (block_half): block k's pairs and layout at k * w/2 and 2 * k * w.
-    const bool interleaved = plan.pairing == Pairing::interleaved;
-    const int64_t w = plan.rotary_dim / plan.blocks;
-    for (int64_t k = 0; k < plan.blocks; ++k) {
+    const bool interleaved = args.pair_step == 2;
+    const int64_t blocks = slice_blocks(args);
+    const int64_t w = args.rotary_dim / blocks;
+    for (int64_t k = 0; k < blocks; ++k) {
       const float* c = angles.c + k * (w / 2);
       const float* s = angles.s + k * (w / 2);
       float* layout = scratch.layout + 2 * k * w;
-      switch (plan.dtype) {
+      switch (args.dtype) {
         case DType::f32: prepare_layout_f32(c, s, w / 2, interleaved, layout); break;
         case DType::f16: prepare_layout_f16(c, s, w / 2, interleaved, layout); break;
         case DType::bf16: prepare_layout_bf16(c, s, w / 2, interleaved, layout); break;
@@ -109,130 +111,96 @@ TokenAngles prepare_angles(const Plan& plan, int64_t token, int64_t t, const Scr
   return angles;
 }
 
-// Any strides (and f64 storage): scalar, the same operations as the vector kernels and the
-// reference (detail::rotate_pair). Value is float for f32/f16/bf16, double for f64.
-template <class T, class Value, class Load, class Store>
-void rotate_strided(const Plan& plan, const Operand& op, int64_t in_offset, int64_t out_offset,
-                    int64_t heads, const Value* c, const Value* s, Load load, Store store) {
-  const int64_t h = plan.rotary_dim / 2;
-  const Schedule& schedule = *plan.schedule;
-  const int64_t slice_end = plan.rotary_offset + plan.rotary_dim;
-  const auto* in = static_cast<const T*>(op.in);
-  auto* out = static_cast<T*>(op.out);
-  const int64_t sx = op.in_strides[3];
-  const int64_t sy = op.out_strides[3];
+// Any strides (and f64 storage): the kernel layer's scalar head loop (src/kernel/pairs.hpp), the
+// reference's and the CUDA general kernel's, over this token's row.
+template <class T, class Value>
+void rotate_strided(const KernelArgs& args, const KernelOperand& op, HeadOffsets at, int64_t heads, const Value* c,
+                    const Value* s) {
   for (int64_t head = 0; head < heads; ++head) {
-    const T* x = in + in_offset + head * op.in_strides[2];
-    T* y = out + out_offset + head * op.out_strides[2];
-    for (int64_t i = 0; i < h; ++i) {
-      const auto [ia, ib] = schedule.channels(i);
-      Value a_out, b_out;
-      rotate_pair(load(x[ia * sx]), load(x[ib * sx]), c[i], s[i], a_out, b_out);
-      y[ia * sy] = store(a_out);
-      y[ib * sy] = store(b_out);
-    }
-    if (!op.in_place && plan.copy_tail) {
-      for (int64_t j = 0; j < plan.rotary_offset; ++j) y[j * sy] = x[j * sx];
-      for (int64_t j = slice_end; j < plan.head_dim; ++j) y[j * sy] = x[j * sx];
-    }
+    const HeadOffsets h{at.in + head * op.in_strides[2], at.out + head * op.out_strides[2]};
+    rotate_head<T>(args, op, h, [&](int64_t j) { return AngleCell<Value>{c[j], s[j]}; });
   }
 }
 
-void rotate_block(const Plan& plan, const Operand& op, int64_t b, int64_t token_in_seq,
+void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, int64_t token_in_seq,
                   int64_t first_head, int64_t heads, const TokenAngles& angles, bool stream) {
-  const int64_t in_offset =
-      b * op.in_strides[0] + token_in_seq * op.in_strides[1] + first_head * op.in_strides[2];
-  const int64_t out_offset =
-      b * op.out_strides[0] + token_in_seq * op.out_strides[1] + first_head * op.out_strides[2];
+  const HeadOffsets at = head_offsets(op, b, token_in_seq, first_head);
   const bool contiguous = op.in_strides[3] == 1 && op.out_strides[3] == 1;
-  if (contiguous && plan.dtype != DType::f64) {
-    const int64_t es = size_of(plan.dtype);
-    RowArgs args;
-    args.in = static_cast<const unsigned char*>(op.in) + in_offset * es;
-    args.out = static_cast<unsigned char*>(op.out) + out_offset * es;
-    args.heads = heads;
-    args.in_head_stride = op.in_strides[2];
-    args.out_head_stride = op.out_strides[2];
-    args.rotary_dim = plan.rotary_dim;
-    args.head_dim = plan.head_dim;
-    args.rotary_offset = plan.rotary_offset;
-    args.blocks = plan.blocks;
-    args.interleaved = plan.pairing == Pairing::interleaved;
-    args.copy_tail = !op.in_place && plan.copy_tail;
-    args.stream = stream && !op.in_place;
-    args.c = angles.c;
-    args.s = angles.s;
-    args.layout = angles.layout;
-    switch (plan.dtype) {
-      case DType::f32: rotate_heads_f32(args); break;
-      case DType::f16: rotate_heads_f16(args); break;
-      case DType::bf16: rotate_heads_bf16(args); break;
+  if (contiguous && args.dtype != DType::f64) {
+    const int64_t es = size_of(args.dtype);
+    RowArgs row;
+    row.in = static_cast<const unsigned char*>(op.in) + at.in * es;
+    row.out = static_cast<unsigned char*>(op.out) + at.out * es;
+    row.heads = heads;
+    row.in_head_stride = op.in_strides[2];
+    row.out_head_stride = op.out_strides[2];
+    row.rotary_dim = args.rotary_dim;
+    row.head_dim = args.head_dim;
+    row.rotary_offset = args.rotary_offset;
+    row.blocks = slice_blocks(args);
+    row.interleaved = args.pair_step == 2;
+    row.copy_tail = copies_tail(args, op);
+    row.stream = stream && !op.in_place;
+    row.c = angles.c;
+    row.s = angles.s;
+    row.layout = angles.layout;
+    switch (args.dtype) {
+      case DType::f32: rotate_heads_f32(row); break;
+      case DType::f16: rotate_heads_f16(row); break;
+      case DType::bf16: rotate_heads_bf16(row); break;
       case DType::f64: break;
     }
     return;
   }
-  const auto same = [](auto v) { return v; };
-  switch (plan.dtype) {
-    case DType::f32:
-      rotate_strided<float>(plan, op, in_offset, out_offset, heads, angles.c, angles.s, same, same);
-      break;
-    case DType::f64:
-      rotate_strided<double>(plan, op, in_offset, out_offset, heads, angles.dc, angles.ds, same, same);
-      break;
-    case DType::f16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles.c, angles.s,
-                               [](uint16_t v) { return f16_to_f32(v); },
-                               [](float v) { return f32_to_f16(v); });
-      break;
-    case DType::bf16:
-      rotate_strided<uint16_t>(plan, op, in_offset, out_offset, heads, angles.c, angles.s,
-                               [](uint16_t v) { return bf16_to_f32(v); },
-                               [](float v) { return f32_to_bf16(v); });
-      break;
+  switch (args.dtype) {
+    case DType::f32: rotate_strided<float>(args, op, at, heads, angles.c, angles.s); break;
+    case DType::f64: rotate_strided<double>(args, op, at, heads, angles.dc, angles.ds); break;
+    case DType::f16: rotate_strided<F16>(args, op, at, heads, angles.c, angles.s); break;
+    case DType::bf16: rotate_strided<BF16>(args, op, at, heads, angles.c, angles.s); break;
   }
 }
 
 // per_token caller angles whose row strides are 0: every token reads the same row.
-bool broadcast_caller_row(const Plan& plan) {
-  if (plan.angles == nullptr || plan.angles->index != CallerAngles::Index::per_token) return false;
-  const CallerAngles& a = *plan.angles;
+bool broadcast_caller_row(const KernelArgs& args) {
+  if (args.angle_source != KernelAngleSource::caller || args.angles.per_position) return false;
+  const KernelCallerAngles& a = args.angles;
   return a.cos_strides[0] == 0 && a.cos_strides[1] == 0 && a.sin_strides[0] == 0 && a.sin_strides[1] == 0;
 }
 
-void run_blocks(const Plan& plan, int64_t first, int64_t last, int64_t split, bool stream,
+void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
                 const Scratch& scratch) {
-  const bool build_layout = plan.dtype != DType::f64 && any_contiguous(plan);
+  const bool build_layout = args.dtype != DType::f64 && any_contiguous(args);
   // The caller's cos/sin broadcast over every token (rerotate's one row): built once.
-  const bool same_row = broadcast_caller_row(plan) && first < last;
+  const bool same_row = broadcast_caller_row(args) && first < last;
   TokenAngles one_row;
   if (same_row) {
     const int64_t token = first / split;
-    one_row = prepare_angles(plan, token, token % plan.seq, scratch, build_layout, nullptr);
+    one_row = prepare_angles(args, token, token % args.seq, scratch, build_layout, nullptr);
   }
+  const bool xpos = args.xpos_scale_base != 0;
   for (int64_t block = first; block < last; ++block) {
     const int64_t token = block / split;
     const int64_t part = block % split;
-    const int64_t b = token / plan.seq;
-    const int64_t t = token % plan.seq;
-    const bool xpos = plan.schedule->xpos();
+    const int64_t b = token / args.seq;
+    const int64_t t = token % args.seq;
     TokenAngles angles = one_row;
-    if (!xpos && !same_row) angles = prepare_angles(plan, token, t, scratch, build_layout, nullptr);
-    for (int o = 0; o < plan.operand_count; ++o) {
-      const Operand& op = plan.operands[static_cast<size_t>(o)];
+    if (!xpos && !same_row) angles = prepare_angles(args, token, t, scratch, build_layout, nullptr);
+    for (int o = 0; o < args.operand_count; ++o) {
+      const KernelOperand& op = args.operands[o];
       const int64_t h0 = part * op.heads / split;
       const int64_t h1 = (part + 1) * op.heads / split;
       if (h1 <= h0) continue;
       // xPos: the row scaled for this operand (a query's or a key's σ), built per operand.
-      if (xpos) angles = prepare_angles(plan, token, t, scratch, build_layout, &op);
-      rotate_block(plan, op, b, t, h0, h1 - h0, angles, stream);
+      if (xpos) angles = prepare_angles(args, token, t, scratch, build_layout, &op);
+      rotate_block(args, op, b, t, h0, h1 - h0, angles, stream);
     }
   }
   if (stream) stream_fence();
 }
 
 // Runs blocks [first, last) with scratch on the stack when it fits.
-void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t split, bool stream) {
-  const int64_t r = plan.rotary_dim;
+void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream) {
+  const int64_t r = args.rotary_dim;
   const int64_t h = r / 2;
   auto carve = [&](float* floats, double* doubles) {
     return Scratch{AngleScratch{floats, floats + h, doubles, doubles + h, doubles + 2 * h},
@@ -241,11 +209,11 @@ void run_with_scratch(const Plan& plan, int64_t first, int64_t last, int64_t spl
   if (r <= kStackRotaryDim) {
     alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
     alignas(64) std::array<double, 3 * kStackRotaryDim / 2> doubles;
-    run_blocks(plan, first, last, split, stream, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, carve(floats.data(), doubles.data()));
   } else {
     std::vector<float> floats(static_cast<size_t>(3 * r));
     std::vector<double> doubles(static_cast<size_t>(3 * h));
-    run_blocks(plan, first, last, split, stream, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, carve(floats.data(), doubles.data()));
   }
 }
 
@@ -276,22 +244,22 @@ int useful_threads(int requested, int64_t blocks) {
   return static_cast<int>(std::max<int64_t>(team, 1));
 }
 
-void cpu_apply(const Plan& plan) {
-  const int64_t tokens = plan.batch * plan.seq;
+void cpu_apply(const KernelArgs& args) {
+  const int64_t tokens = args.tokens;
   int64_t elements = 0;
   bool out_of_place = false;
   int64_t max_heads = 1;
-  for (int o = 0; o < plan.operand_count; ++o) {
-    const Operand& op = plan.operands[static_cast<size_t>(o)];
-    elements += tokens * op.heads * plan.head_dim;
+  for (int o = 0; o < args.operand_count; ++o) {
+    const KernelOperand& op = args.operands[o];
+    elements += tokens * op.heads * args.head_dim;
     out_of_place = out_of_place || !op.in_place;
     max_heads = std::max(max_heads, op.heads);
   }
-  const int64_t bytes = 2 * elements * size_of(plan.dtype);
+  const int64_t bytes = 2 * elements * size_of(args.dtype);
   const bool stream = out_of_place && bytes >= stream_min_bytes();
   if (stream) streamed_calls.fetch_add(1, std::memory_order_relaxed);
   // At most tokens * max_heads threads, so that blocks >= threads whatever the split below.
-  const int threads = bytes < kParallelBytes ? 1 : useful_threads(plan.threads, tokens * max_heads);
+  const int threads = bytes < kParallelBytes ? 1 : useful_threads(args.threads, tokens * max_heads);
   // Few tokens (decode): split heads too, so every thread gets a block.
   int64_t split = 1;
   if (threads > 1 && tokens < 4 * threads) {
@@ -299,7 +267,7 @@ void cpu_apply(const Plan& plan) {
   }
   const int64_t blocks = tokens * split;
   if (threads <= 1) {
-    run_with_scratch(plan, 0, blocks, split, stream);
+    run_with_scratch(args, 0, blocks, split, stream);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -309,7 +277,7 @@ void cpu_apply(const Plan& plan) {
     const int64_t me = omp_get_thread_num();
     const int64_t first = blocks * me / count;
     const int64_t last = blocks * (me + 1) / count;
-    run_with_scratch(plan, first, last, split, stream);
+    run_with_scratch(args, first, last, split, stream);
   }
 }
 

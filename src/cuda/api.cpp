@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "../kernel_args.hpp"
+#include "../kernel/args.hpp"
 #include "launch.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/error.hpp"
@@ -70,7 +70,7 @@ void check_table(const Schedule& schedule, const ApplyArgs& args, const DeviceTa
 }  // namespace
 
 DeviceTable::DeviceTable(const Table& table) : schedule_(table.schedule()) {
-  const detail::TableRange range = detail::table_range(table);
+  const detail::TableRows range = detail::table_range(table);
   first_ = range.first;
   rows_ = range.rows;
   const size_t bytes = static_cast<size_t>(rows_ * pairs()) * sizeof(float);
@@ -142,7 +142,7 @@ void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_s
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim,
                             max_pairs));
   }
-  detail::TableRange range{};
+  detail::TableRows range{};
   if (options.table != nullptr) {
     rotary::cuda::check_table(schedule, args, *options.table);
     range = {.cos = options.table->cos(), .sin = options.table->sin(),

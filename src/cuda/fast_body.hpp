@@ -288,12 +288,12 @@ inline int fast_rotated_chunks(const KernelArgs& args) {
   const bool half = args.pair_step == 1;
   return static_cast<int>(half ? args.rotary_dim / 2 / lanes : args.rotary_dim / lanes);
 }
-inline bool copies_tail(const KernelArgs& args, const KernelOperand& op) {
+inline bool fast_copies_tail(const KernelArgs& args, const KernelOperand& op) {
   return args.copy_tail && !op.in_place && args.head_dim > args.rotary_dim && op.heads > 0;
 }
 inline int fast_chunks(const KernelArgs& args) {
   bool tail = false;
-  for (int o = 0; o < args.operand_count; ++o) tail = tail || copies_tail(args, args.operands[o]);
+  for (int o = 0; o < args.operand_count; ++o) tail = tail || fast_copies_tail(args, args.operands[o]);
   const int64_t tail_chunks = tail ? (args.head_dim - args.rotary_dim) / vector_lanes(args.dtype) : 0;
   return fast_rotated_chunks(args) + static_cast<int>(tail_chunks);
 }
@@ -383,7 +383,7 @@ inline FastArgs fast_args(const KernelArgs& args, const FastShape& shape) {
     out.in_head = op.heads > 1 ? static_cast<int32_t>(op.in_strides[2] * es) : 0;
     out.out_head = op.heads > 1 ? static_cast<int32_t>(op.out_strides[2] * es) : 0;
     out.heads = static_cast<int32_t>(op.heads);
-    out.copy_tail = copies_tail(args, op);
+    out.copy_tail = fast_copies_tail(args, op);
   }
   f.heads_q = f.operands[0].heads;
   f.heads = f.operands[0].heads + f.operands[1].heads;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../kernel_args.hpp"
+#include "../kernel/args.hpp"
 
 struct CUstream_st;
 

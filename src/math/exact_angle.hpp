@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "hd.hpp"
+#include "ieee.hpp"
 #include "rotary/angle.hpp"
 
 // Always inlined: a caller compiled for FMA hardware (src/angle.cpp's x86 path) then gets the
@@ -22,87 +23,23 @@
 #endif
 
 namespace rotary::detail {
-namespace ieee {
 
-// Each operation rounds once to nearest and is never fused with another. On the device through
-// the explicit-rounding intrinsics (nvcc fuses a plain a * b + c by default, --fmad=true; ptxas
-// never fuses .rn operations). On the host as written, which needs -ffp-contract=off wherever the
-// target has FMA (the library's and the tests' flag; g++ fuses across statements by default, even
-// in ISO mode, clang++ within one expression, which these one-operation functions never are).
-ROTARY_HD ROTARY_ANGLE_INLINE double mul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ROTARY_HD ROTARY_ANGLE_INLINE double add(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-ROTARY_HD ROTARY_ANGLE_INLINE double sub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-/// a * b + c rounded once. The host's std::fma is correctly rounded in every conforming C library
-/// (an instruction where the compiler targets FMA hardware, else a libm call that is exact).
-ROTARY_HD ROTARY_ANGLE_INLINE double fma(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
-/// The nearest integer to x, ties to even, whatever the current rounding mode: as Highway's Round
-/// (x86 round with an explicit rounding-control immediate, Arm frintn) and CUDA's rint (cvt.rni)
-/// compute it. NaN, ±inf and |x| >= 2^52 (already whole) come back unchanged, the sign of zero
-/// is kept (Round(-0.25) is -0). Plain arithmetic instead of std::nearbyint, which follows the
-/// dynamic rounding mode and is a libm call on baseline x86-64.
-ROTARY_HD ROTARY_ANGLE_INLINE double round_half_even(double x) {
-  if (!(x > -0x1p52 && x < 0x1p52)) return x;
-  const auto whole = static_cast<int64_t>(x);  // toward zero
-  const auto t = static_cast<double>(whole);  // exact, |whole| < 2^52
-  // Exact in every rounding mode: for |x| >= 1, |t| lies in [|x|/2, |x|] (Sterbenz); else t = 0.
-  const double fraction = sub(x, t);
-  const bool odd = (whole & 1) != 0;
-  double n = t;
-  if (fraction > 0.5 || (fraction == 0.5 && odd)) n = add(t, 1.0);  // exact: |t| + 1 <= 2^52
-  if (fraction < -0.5 || (fraction == -0.5 && odd)) n = sub(t, 1.0);
-#if defined(__CUDA_ARCH__)
-  return copysign(n, x);
-#else
-  return std::copysign(n, x);
-#endif
-}
-
-/// The largest integer <= x (exact in every rounding mode, NaN stays NaN).
-ROTARY_HD ROTARY_ANGLE_INLINE double floor(double x) {
-#if defined(__CUDA_ARCH__)
-  return ::floor(x);
-#else
-  return std::floor(x);
-#endif
-}
-
-/// Knuth's TwoSum: s + e == a + b exactly, no ordering requirement.
-struct Sum {
-  double s;
-  double e;
-};
-ROTARY_HD ROTARY_ANGLE_INLINE Sum two_sum(double a, double b) {
-  const double s = add(a, b);
-  const double bb = sub(s, a);
-  return {s, add(sub(a, sub(s, bb)), sub(b, bb))};
-}
-
-}  // namespace ieee
+/// The constants of the exact reduction and of the polynomials, shared by cos_sin_of_product and
+/// the Highway lanes (src/cpu/apply-inl.h CosSinLanes), which must use the same values.
+namespace angle_constants {
+inline constexpr double kPio2Hi = 0x1.921fb54442d18p+0;  // π/2 = hi + mid + lo + O(2^-164)
+inline constexpr double kPio2Mid = 0x1.1a62633145c07p-54;
+inline constexpr double kPio2Lo = -0x1.f1976b7ed8fbcp-110;
+inline constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1;
+/// The Taylor coefficients, each the double nearest ±1/n! (scalars: CUDA device code reads those):
+/// sin r = r (1 + r^2 (-1/3! + r^2 (1/5! + ... + r^2 1/17!))), cos r = 1 + r^2 (-1/2! + ... + r^2 1/16!).
+inline constexpr double kInvFact2 = 0.5, kInvFact3 = 1.0 / 6.0, kInvFact4 = 1.0 / 24.0, kInvFact5 = 1.0 / 120.0,
+                        kInvFact6 = 1.0 / 720.0, kInvFact7 = 1.0 / 5040.0, kInvFact8 = 1.0 / 40320.0,
+                        kInvFact9 = 1.0 / 362880.0, kInvFact10 = 1.0 / 3628800.0, kInvFact11 = 1.0 / 39916800.0,
+                        kInvFact12 = 1.0 / 479001600.0, kInvFact13 = 1.0 / 6227020800.0,
+                        kInvFact14 = 1.0 / 87178291200.0, kInvFact15 = 1.0 / 1307674368000.0,
+                        kInvFact16 = 1.0 / 20922789888000.0, kInvFact17 = 1.0 / 355687428096000.0;
+}  // namespace angle_constants
 
 /// cos and sin of the real number position * inv_freq, for position in [0, 2^31) (whole or
 /// fractional) and inv_freq in [0, 2^20]; cos_sin_of_product(angle, 1) is the cos and sin of one
@@ -120,10 +57,7 @@ ROTARY_HD ROTARY_ANGLE_INLINE Sum two_sum(double a, double b) {
 /// subnormal doubles kept: no flush-to-zero). Pure; no allocation.
 ROTARY_HD ROTARY_ANGLE_INLINE CosSin cos_sin_of_product(double position, double inv_freq) {
   using namespace ieee;
-  constexpr double kPio2Hi = 0x1.921fb54442d18p+0;  // π/2 = hi + mid + lo + O(2^-164)
-  constexpr double kPio2Mid = 0x1.1a62633145c07p-54;
-  constexpr double kPio2Lo = -0x1.f1976b7ed8fbcp-110;
-  constexpr double kTwoOverPi = 0x1.45f306dc9c883p-1;
+  using namespace angle_constants;
   const double x_hi = mul(position, inv_freq);
   const double x_lo = fma(position, inv_freq, -x_hi);  // the product's exact remainder
   const double k = round_half_even(mul(x_hi, kTwoOverPi));
@@ -138,22 +72,22 @@ ROTARY_HD ROTARY_ANGLE_INLINE CosSin cos_sin_of_product(double position, double 
   const Sum r = two_sum(b.s, lo);
   // sin r = r (1 - r^2/3! + ... - r^16/17!), cos r = 1 - r^2/2! + ... + r^16/16!, Horner in r^2.
   const double r2 = mul(r.s, r.s);
-  double ps = 0x1.952c77030ad4ap-49;  // 1/17!
-  ps = fma(ps, r2, -0x1.ae7f3e733b81fp-41);  // -1/15!
-  ps = fma(ps, r2, 0x1.6124613a86d09p-33);   // 1/13!
-  ps = fma(ps, r2, -0x1.ae64567f544e4p-26);  // -1/11!
-  ps = fma(ps, r2, 0x1.71de3a556c734p-19);   // 1/9!
-  ps = fma(ps, r2, -0x1.a01a01a01a01ap-13);  // -1/7!
-  ps = fma(ps, r2, 0x1.1111111111111p-7);    // 1/5!
-  ps = fma(ps, r2, -0x1.5555555555555p-3);   // -1/3!
-  double pc = 0x1.ae7f3e733b81fp-45;  // 1/16!
-  pc = fma(pc, r2, -0x1.93974a8c07c9dp-37);  // -1/14!
-  pc = fma(pc, r2, 0x1.1eed8eff8d898p-29);   // 1/12!
-  pc = fma(pc, r2, -0x1.27e4fb7789f5cp-22);  // -1/10!
-  pc = fma(pc, r2, 0x1.a01a01a01a01ap-16);   // 1/8!
-  pc = fma(pc, r2, -0x1.6c16c16c16c17p-10);  // -1/6!
-  pc = fma(pc, r2, 0x1.5555555555555p-5);    // 1/4!
-  pc = fma(pc, r2, -0.5);
+  double ps = kInvFact17;
+  ps = fma(ps, r2, -kInvFact15);
+  ps = fma(ps, r2, kInvFact13);
+  ps = fma(ps, r2, -kInvFact11);
+  ps = fma(ps, r2, kInvFact9);
+  ps = fma(ps, r2, -kInvFact7);
+  ps = fma(ps, r2, kInvFact5);
+  ps = fma(ps, r2, -kInvFact3);
+  double pc = kInvFact16;
+  pc = fma(pc, r2, -kInvFact14);
+  pc = fma(pc, r2, kInvFact12);
+  pc = fma(pc, r2, -kInvFact10);
+  pc = fma(pc, r2, kInvFact8);
+  pc = fma(pc, r2, -kInvFact6);
+  pc = fma(pc, r2, kInvFact4);
+  pc = fma(pc, r2, -kInvFact2);
   pc = fma(pc, r2, 1.0);
   const double s = fma(mul(ps, r2), r.s, r.s);
   // r's low part, first order: sin(r + e) = sin r + e cos r, cos(r + e) = cos r - e sin r.
@@ -169,7 +103,7 @@ ROTARY_HD ROTARY_ANGLE_INLINE CosSin cos_sin_of_product(double position, double 
   return {negate_c ? -base_c : base_c, negate_s ? -base_s : base_s};
 }
 
-// The coefficients are the doubles nearest 1/n!, as CosSinLanes writes them.
+// The coefficients are the doubles nearest 1/n! (the compiler's divisions of exact integers).
 static_assert(0x1.952c77030ad4ap-49 == 1.0 / 355687428096000.0 &&
               -0x1.ae7f3e733b81fp-41 == -1.0 / 1307674368000.0 &&
               0x1.6124613a86d09p-33 == 1.0 / 6227020800.0 &&

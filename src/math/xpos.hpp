@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "exact_angle.hpp"
+#include "ieee.hpp"
 
 #if defined(__CUDACC__)
 #define ROTARY_XPOS_INLINE __forceinline__

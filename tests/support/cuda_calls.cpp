@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <iterator>
 
-#include "kernel_args.hpp"
+#include "kernel/args.hpp"
 
 namespace rotary::test {
 

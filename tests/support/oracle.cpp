@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "half.hpp"
+#include "math/half.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::test {

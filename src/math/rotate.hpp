@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "math/hd.hpp"
+#include "hd.hpp"
 
 namespace rotary::detail {
 

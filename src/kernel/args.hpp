@@ -1,11 +1,13 @@
-// Internal: the kernel boundary. What a validated apply call hands to a kernel that may run on
-// another device: plain data only (raw pointers, element strides, counts, scalars) — no std::vector,
-// no Table or Schedule, no function that looks anything up. A host builds it (make_kernel_args);
-// the CUDA kernels and their host emulation read it (src/cuda/rope_body.hpp); every pointer in it
-// addresses memory of the device that runs the kernel.
+// Internal: the kernel boundary. What a validated apply call hands to every backend — the
+// reference (src/reference), the CPU (src/cpu) and CUDA (src/cuda) — as plain data only (raw
+// pointers, element strides, counts, scalars): no std::vector, no Table or Schedule, no function
+// that looks anything up. A host builds it (make_kernel_args); the backends read it through the
+// shared ROTARY_HD layer beside this header (angles.hpp, pairs.hpp, storage.hpp); every pointer in
+// it addresses memory of the device that runs the kernel.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "rotary/positions.hpp"
 #include "rotary/tensor.hpp"
@@ -42,20 +44,24 @@ struct KernelPositions {
 };
 
 /// Where cos and sin come from.
-///   table:  rows of a contiguous table, row r = position table_first + r, `pairs` floats each,
-///           cos and sin times the attention factor (Table's values), indexed without any search
+///   table:  rows of a table, `pairs` floats each, cos and sin times the attention factor (Table's
+///           values), indexed without any search (TableRows)
 ///   exact:  computed on the fly from inv_freq (detail::cos_sin_of_product, src/math/exact_angle.hpp)
 ///           times attention_factor, rounded once to float (f32/f16/bf16) or kept in double (f64)
 ///   caller: the caller's cos/sin tensors (CallerAngles, as KernelCallerAngles spells them),
 ///           already times the attention factor
 enum class KernelAngleSource : int32_t { table, exact, caller };
 
-/// A table's rows as one contiguous range of positions: first, first + 1, ..., first + rows - 1.
-struct TableRange {
+/// A table's rows. A range table holds positions first, first + 1, ..., first + rows - 1: the row of
+/// position p is p - first. A list table (Table::at) holds any positions: row_index gives, for each
+/// entry of the call's positions (detail::position_entry: per token and stream; s for sequential
+/// positions), the row of its position, resolved once per call by the host.
+struct TableRows {
   const float* cos = nullptr;  ///< rows * pairs values, row-major
   const float* sin = nullptr;
   int64_t first = 0;
   int64_t rows = 0;
+  const int64_t* row_index = nullptr;  ///< list tables: the row of each position entry; null: a range
 };
 
 /// The caller's cos/sin (rotary::CallerAngles) as plain data. Pair j of token (b, s) reads element
@@ -117,7 +123,7 @@ struct KernelArgs {
   int32_t streams = 1;                ///< streams the schedule reads
   double attention_factor = 1.0;      ///< exact source (tables hold it already)
   KernelAngleSource angle_source = KernelAngleSource::exact;
-  TableRange table{};                 ///< table source
+  TableRows table{};                  ///< table source
   KernelCallerAngles angles{};        ///< caller source
   /// xPos (Schedule::xpos): pair j's row value times σ = e^±t, t = ln ζ_j (p - c)/γ, rounded once
   /// more (src/math/xpos.hpp computes ln ζ_j from j and rotary_dim: nothing per pair to pass).
@@ -127,20 +133,31 @@ struct KernelArgs {
   bool inverse = false;
   bool copy_tail = true;
   uint32_t* error = nullptr;  ///< optional: kPosition* bits or'ed in for skipped tokens
+  int32_t threads = 0;        ///< CPU: OpenMP threads (ApplyArgs::threads); other backends ignore it
 };
+
+/// The number of half-paired blocks of the rotated slice (block_half; 1 otherwise).
+inline int64_t slice_blocks(const KernelArgs& args) { return args.rotary_dim / args.block_width; }
 
 /// The contiguous range a Table covers, or throws rotary::Error "table positions are not one
 /// contiguous range ..." (Table::at with gaps, repeats or another order). O(rows); allocates nothing.
-TableRange table_range(const Table& table);
+TableRows table_range(const Table& table);
+
+/// The rows of `table` for a call with these positions and batch * seq tokens: a range table as
+/// table_range gives it; a list table with row_index filled into `row_index` (one entry per
+/// position entry: streams * count per token, seq sequential), every position looked up once.
+/// Positions must be in the table (validate checked them).
+TableRows table_rows(const Table& table, const Positions& positions, int64_t seq, std::vector<int64_t>& row_index);
 
 /// The kernel arguments of a call that passed rotary::validate(schedule, args), with the angles
 /// from args.angles (the caller's cos/sin), else from `table` (null: exact on the fly; args.table
 /// is not read). The result points into schedule, args' views, positions and angles, and table:
 /// they must outlive its use. Throws rotary::Error "angles and table are both set" when args.angles
-/// and `table` are.
-KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table);
+/// and `table` are. ApplyArgs::undo is folded in: the other direction, the reciprocal factor, and
+/// each operand's xPos role swapped.
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table);
 
-/// The same with args.table as the angle source (its table_range; null: exact on the fly).
+/// The same with args.table, a range table (its table_range; null: exact on the fly), as the source.
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args);
 
 }  // namespace rotary::detail

@@ -1,8 +1,8 @@
-#include "kernel_args.hpp"
+#include "args.hpp"
 
 #include <fmt/format.h>
 
-#include "memory.hpp"
+#include "../memory.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 
@@ -59,11 +59,12 @@ KernelCallerAngles kernel_angles(const CallerAngles& a) {
 
 }  // namespace
 
-TableRange table_range(const Table& table) {
-  TableRange range{.cos = table.cos().data(), .sin = table.sin().data(), .first = 0,
-                   .rows = table.rows()};
+TableRows table_range(const Table& table) {
+  TableRows range{.cos = table.cos().data(), .sin = table.sin().data(), .first = 0,
+                  .rows = table.rows()};
   if (table.rows() == 0) return range;
   range.first = table.position(0);
+  if (table.is_range()) return range;
   for (int64_t r = 1; r < table.rows(); ++r) {
     if (table.position(r) != range.first + r) {
       throw Error(fmt::format("table positions are not one contiguous range: row {} holds position "
@@ -74,7 +75,25 @@ TableRange table_range(const Table& table) {
   return range;
 }
 
-KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRange* table) {
+TableRows table_rows(const Table& table, const Positions& positions, int64_t seq, std::vector<int64_t>& row_index) {
+  if (table.is_range() || table.rows() == 0) return table_range(table);
+  // A list table: each position entry's row, looked up once for the whole call.
+  const bool sequential = positions.kind == Positions::Kind::sequential;
+  const int64_t entries = sequential ? seq : positions.streams * positions.count;
+  row_index.resize(static_cast<size_t>(entries));
+  for (int64_t i = 0; i < entries; ++i) {
+    const int64_t count = sequential ? seq : positions.count;
+    const int stream = static_cast<int>(i / count);
+    const int64_t entry = i % count;
+    const auto position = static_cast<int64_t>(positions.value(entry, entry, stream));
+    const std::optional<int64_t> row = table.row_of(position);
+    row_index[static_cast<size_t>(i)] = row ? *row : -1;
+  }
+  return TableRows{.cos = table.cos().data(), .sin = table.sin().data(), .first = 0, .rows = table.rows(),
+                   .row_index = row_index.data()};
+}
+
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table) {
   if (args.angles != nullptr && table != nullptr) {
     throw Error("angles and table are both set (give one source of angles)");
   }
@@ -121,12 +140,13 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   }
   k.inverse = (args.direction == Direction::inverse) != args.undo;
   k.copy_tail = args.copy_tail;
+  k.threads = args.threads;
   return k;
 }
 
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args) {
   if (args.table == nullptr) return make_kernel_args(schedule, args, nullptr);
-  const TableRange range = table_range(*args.table);
+  const TableRows range = table_range(*args.table);
   return make_kernel_args(schedule, args, &range);
 }
 
