@@ -5,9 +5,13 @@
 #include <hwy/targets.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
+#include "kernel/backend.hpp"
 #include "rotary/rotary.h"
+#include "rotary/rotary.hpp"
+#include "support/oracle.hpp"
 
 namespace rotary {
 namespace {
@@ -36,6 +40,43 @@ TEST(BuildInfo, FollowsTheTargetTheDispatchPicks) {
   EXPECT_EQ(target, hwy::TargetName(portable));
   EXPECT_EQ(build_info().cpu_target, hwy::TargetName((hwy::SupportedTargets() & HWY_TARGETS) &
                                                      -(hwy::SupportedTargets() & HWY_TARGETS)));
+}
+
+}  // namespace
+}  // namespace rotary
+
+namespace rotary {
+namespace {
+
+// The backend table: every entry runs the same call to the same bits (the reference's), build_info
+// lists the available ones by the names apply's Backend has, and `automatic` is the CPU's.
+TEST(Backends, EveryEntryRunsTheSameCallToTheSameBitsAndBuildInfoListsThem) {
+  const Schedule s = make_schedule(Spec{.head_dim = 48, .rotary_dim = 32, .pairing = Pairing::interleaved,
+                                        .schedule = ScheduleType::yarn, .factor = 4.0,
+                                        .original_max_position = 2048});
+  const std::vector<int64_t> positions = {0, 7, 4096, 131071, 2147483647, 99};
+  std::vector<float> q0(2 * 3 * 5 * 48), k0(2 * 3 * 2 * 48);
+  for (size_t i = 0; i < q0.size(); ++i) q0[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+  for (size_t i = 0; i < k0.size(); ++i) k0[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+  auto run = [&](Backend backend) {
+    std::vector<float> q = q0, k = k0;
+    apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), DType::f32, 2, 3, 5, 48),
+                       .k = TensorView::bshd(k.data(), DType::f32, 2, 3, 2, 48),
+                       .positions = Positions::per_token(positions), .backend = backend});
+    q.insert(q.end(), k.begin(), k.end());
+    return q;
+  };
+  const std::vector<float> reference = run(Backend::reference);
+  std::vector<std::string> names;
+  for (const detail::BackendEntry& entry : detail::backends()) {
+    ASSERT_TRUE(entry.available()) << entry.name;
+    EXPECT_EQ(run(entry.backend), reference) << entry.name;
+    names.emplace_back(entry.name);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"reference", "cpu"}));
+  EXPECT_EQ(build_info().backends, names);
+  EXPECT_EQ(detail::backend_entry(Backend::automatic).backend, Backend::cpu);
+  EXPECT_ROTARY_ERROR(detail::backend_entry(static_cast<Backend>(7)), "backend=7 is not automatic, reference or cpu");
 }
 
 }  // namespace

@@ -68,8 +68,10 @@ void print_build_info(bool json, std::ostream& out) {
   const bool compiled = false;
 #endif
   if (json) {
-    out << fmt::format("{{\"version\": {}, \"cpu_target\": {}, \"cpu_targets\": {}, \"cuda\": {{\"compiled\": {}",
-                       json_string(cpu.version), json_string(cpu.cpu_target), json_list(cpu.cpu_targets), compiled);
+    out << fmt::format("{{\"version\": {}, \"cpu_target\": {}, \"cpu_targets\": {}, \"backends\": {}, "
+                       "\"cuda\": {{\"compiled\": {}",
+                       json_string(cpu.version), json_string(cpu.cpu_target), json_list(cpu.cpu_targets),
+                       json_list(cpu.backends), compiled);
     if (!compiled) out << ", \"why_not\": \"this rotary was built without CUDA kernels\"";
     if (compiled) {
       out << fmt::format(", \"architectures\": {}, \"runtime\": {}, \"driver\": {}, \"devices\": {}, \"device\": {}, "
@@ -84,6 +86,8 @@ void print_build_info(bool json, std::ostream& out) {
   out << fmt::format("rotary {}\n", cpu.version);
   out << fmt::format("CPU kernels: Highway target {} on this machine (built: {})\n", cpu.cpu_target,
                      joined(cpu.cpu_targets, ", "));
+  out << fmt::format("backends: {} (rotary::Backend; CUDA below, through rotary::cuda::apply)\n",
+                     joined(cpu.backends, ", "));
   if (!compiled) {
     out << "CUDA kernels: not built (nvcc was not found, or ROTARY_CUDA=OFF)\n";
     return;

@@ -1127,6 +1127,7 @@ py::dict build_info_py() {
   out["version"] = cpu.version;
   out["cpu_target"] = cpu.cpu_target;
   out["cpu_targets"] = cpu.cpu_targets;
+  out["backends"] = cpu.backends;
   out["cuda"] = gpu;
   return out;
 }
