@@ -74,7 +74,7 @@ std::string entry_text(const Positions& positions, int64_t i, int k) {
 // text(): the entry as the caller wrote it (for messages only).
 template <class Text>
 void check_position_value(double position, int64_t index, int stream, int streams,
-                          const Table* table, int64_t angle_rows, Text text) {
+                          const Table* table, int64_t angle_rows, bool hf_float32, Text text) {
   // Formatted only on error: this runs once per position on every call.
   const auto where = [&] {
     return streams > 1 ? fmt::format("positions[{}][{}]", stream, index)
@@ -83,8 +83,12 @@ void check_position_value(double position, int64_t index, int stream, int stream
   if (!(position >= 0 && position < static_cast<double>(max_position_limit))) {
     throw Error(fmt::format("{}={} must be in [0, 2^31)", where(), text()));
   }
-  if (table == nullptr && angle_rows < 0) return;
+  if (table == nullptr && angle_rows < 0 && !hf_float32) return;
   if (position != static_cast<double>(static_cast<int64_t>(position))) {
+    if (table == nullptr && angle_rows < 0) {
+      throw Error(fmt::format("{}={} is fractional; numerics=hf_float32 takes whole positions (transformers' "
+                              "float32 pipeline casts integer positions)", where(), position));
+    }
     throw Error(fmt::format("{}={} is fractional; a {} holds whole positions only (use exact "
                             "angles: no table)", where(), position,
                             table != nullptr ? "table" : "per_position cos/sin tensor"));
@@ -138,7 +142,7 @@ void check_xpos_extent(const Schedule& schedule, double lowest, double highest, 
 // batch and seq are >= 0 (checked); their product may still leave int64 for an empty view.
 // angle_rows: rows of per_position caller angles, else -1.
 void check_positions(const Positions& positions, const Schedule& schedule, int64_t batch,
-                     int64_t seq, const Table* table, int64_t angle_rows, bool read_entries) {
+                     int64_t seq, const Table* table, int64_t angle_rows, bool hf_float32, bool read_entries) {
   using Kind = Positions::Kind;
   if (positions.streams < 1 || positions.streams > max_streams) {
     throw Error(fmt::format("positions streams={} must be in [1, {}]", positions.streams, max_streams));
@@ -168,7 +172,7 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
       }
       if (table == nullptr && angle_rows < 0) return;
       for (int64_t s = 0; s < seq; ++s) {
-        check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows,
+        check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows, false,
                              [&] { return std::to_string(positions.offset + s); });
       }
       return;
@@ -197,7 +201,7 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
       for (int k = 0; k < positions.streams; ++k) {
         for (int64_t i = 0; i < per_stream; ++i) {
           const double p = positions.value(i, i, k);
-          check_position_value(p, i, k, positions.streams, table, angle_rows,
+          check_position_value(p, i, k, positions.streams, table, angle_rows, hf_float32,
                                [&] { return entry_text(positions, i, k); });
           lowest = std::min(lowest, p);
           highest = std::max(highest, p);
@@ -374,6 +378,19 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_en
                 "(use a table or exact angles)");
   }
   if (args.q_is_key && has_k) throw Error("q_is_key is set but so is k (q_is_key: a call on keys alone)");
+  if (args.numerics && *args.numerics != AngleMode::exact && *args.numerics != AngleMode::hf_float32) {
+    throw Error(fmt::format("numerics={} is not exact or hf_float32", static_cast<int>(*args.numerics)));
+  }
+  if (args.numerics && args.table != nullptr && args.table->mode() != *args.numerics) {
+    throw Error(fmt::format("numerics={} but the table holds {} angles (build it with that AngleMode)",
+                            to_string(*args.numerics), to_string(args.table->mode())));
+  }
+  if (args.angles != nullptr && args.numerics == AngleMode::hf_float32) {
+    throw Error("numerics=hf_float32 cannot apply to the caller's cos/sin (angles): they are the caller's own "
+                "values");
+  }
+  const bool hf_on_the_fly = numerics_of(args) == AngleMode::hf_float32 && args.table == nullptr;
+  if (hf_on_the_fly) detail::check_hf_float32_frequencies(schedule);  // positions: check_positions
   if (args.undo && args.angles != nullptr) {
     throw Error("undo cannot take the caller's cos/sin (angles): they hold a factor undo cannot divide out "
                 "(rotate them with direction=inverse, which undoes them when cos^2 + sin^2 = 1)");
@@ -382,7 +399,7 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_en
     throw Error(fmt::format("undo with attention_factor={} needs exact angles (table=nullptr): a table holds "
                             "cos and sin times the factor", schedule.attention_factor));
   }
-  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
+  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows, hf_on_the_fly,
                   read_entries);
 }
 

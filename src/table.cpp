@@ -6,10 +6,20 @@
 #include <fmt/format.h>
 
 #include "cpu/cpu.hpp"
+#include "kernel/args.hpp"
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
+
+std::string_view to_string(AngleMode mode) {
+  switch (mode) {
+    case AngleMode::exact: return "exact";
+    case AngleMode::hf_float32: return "hf_float32";
+  }
+  return "?";
+}
+
 namespace {
 
 void check_position(int64_t position, const char* what) {
@@ -37,8 +47,16 @@ void check_size(int64_t rows, int64_t pairs) {
 // What hf_float32 angles need of Schedule::inv_freq_hf32, checked before a row is formed: empty or
 // one value per pair, each finite, >= 0 and <= max_inv_freq.
 void check_inv_freq_hf32(const Schedule& schedule, AngleMode mode) {
+  if (mode == AngleMode::hf_float32) detail::check_hf_float32_frequencies(schedule);
+}
+
+}  // namespace
+
+namespace detail {
+
+void check_hf_float32_frequencies(const Schedule& schedule) {
   const auto& hf32 = schedule.inv_freq_hf32;
-  if (mode != AngleMode::hf_float32 || hf32.empty()) return;
+  if (hf32.empty()) return;
   if (static_cast<int64_t>(hf32.size()) != schedule.pairs()) {
     throw Error(fmt::format("inv_freq_hf32 has {} values but rotary_dim/2={} (empty: the float32 "
                             "nearest inv_freq)", hf32.size(), schedule.pairs()));
@@ -51,6 +69,10 @@ void check_inv_freq_hf32(const Schedule& schedule, AngleMode mode) {
     }
   }
 }
+
+}  // namespace detail
+
+namespace {
 
 // Pair i's frequency in transformers' float32 pipeline: the Schedule's own (make_schedule computes
 // transformers' float32 inv_freq), else the float32 nearest inv_freq (a Schedule built by hand).

@@ -333,6 +333,12 @@ TEST(CudaDevice, SpecialValuesMatchTheReference) {
   check_calls_on_device(special_value_calls());
 }
 
+// transformers' float32 angles on the device, from a device table and on the fly, bit for bit.
+TEST(CudaDevice, HfFloat32CallsMatchTheReferenceBitForBit) {
+  REQUIRE_DEVICE();
+  check_calls_on_device(hf_float32_calls());
+}
+
 // ApplyArgs::undo on the device: the emulation's undo calls, bit for bit.
 TEST(CudaDevice, UndoCallsMatchTheReferenceBitForBit) {
   REQUIRE_DEVICE();

@@ -171,6 +171,19 @@ TEST(CudaEmulation, FastKernelCallsMatchTheReferenceBitForBit) {
 // NaN where the reference has NaN (the write count still catches a missed write over poison).
 TEST(CudaEmulation, SpecialValuesMatchTheReference) { check_calls(special_value_calls()); }
 
+// transformers' float32 angles (numerics hf_float32), from a table of that mode and computed on the
+// fly, through the kernel the dispatcher picks and, where legal, both: the reference's bits.
+TEST(CudaEmulation, HfFloat32CallsMatchTheReferenceBitForBit) {
+  const std::vector<SeededCall> calls = hf_float32_calls();
+  const int fast = check_calls(calls);
+  if (HasFatalFailure()) return;
+  int on_the_fly = 0;
+  for (const SeededCall& s : calls) on_the_fly += s.call.table ? 0 : 1;
+  std::printf("%zu hf_float32 calls: %d on the fly, %d through the fast kernels\n", calls.size(), on_the_fly, fast);
+  EXPECT_GE(on_the_fly, 200);
+  EXPECT_GE(fast, 100);
+}
+
 // undo (the true inverse: 1/g, xPos σ^-1, the other way round) through the kernel the dispatcher
 // picks and, where legal, both: the reference's bits.
 TEST(CudaEmulation, UndoCallsMatchTheReferenceBitForBit) {

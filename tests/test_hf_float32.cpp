@@ -7,6 +7,7 @@
 #include <numbers>
 #include <vector>
 
+#include "rotary/apply.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
 #include "support/oracle.hpp"
@@ -257,6 +258,115 @@ TEST(InvFreqHf32, Llama3FloatBandEdgeNaNRefusedForHfFloat32) {
   EXPECT_TRUE(std::isnan(s.inv_freq_hf32[0]));
   EXPECT_NO_THROW(Table::range(s, 0, 8));
   EXPECT_ROTARY_ERROR(Table::range(s, 0, 8, AngleMode::hf_float32), "inv_freq_hf32[0]=nan");
+}
+
+}  // namespace
+}  // namespace rotary
+
+namespace rotary {
+namespace {
+
+// ApplyArgs::numerics = hf_float32 without a table computes transformers' float32 angles on the fly:
+// bit for bit what a Table::at(..., hf_float32) of the same positions gives, on every backend, for q
+// and k in every dtype, both pairings, M-RoPE streams, xPos and an attention factor; and the rotation
+// of one pair against the float32 pipeline written out here (fl32(f * fl32(p)), MPFR's cos and sin
+// of that float, rounded, times fl32(g)).
+TEST(HfFloat32OnTheFly, EqualsTheHfFloat32TableBitForBitOnEveryBackend) {
+  struct Named {
+    const char* name;
+    Spec spec;
+  };
+  const std::vector<Named> specs = {
+      {"qwen2.5 base 1e6", Spec{.head_dim = 128, .base = 1e6}},
+      {"yarn g != 1 interleaved", Spec{.head_dim = 64, .pairing = Pairing::interleaved, .schedule = ScheduleType::yarn,
+                                       .factor = 4.0, .original_max_position = 4096}},
+      {"mrope [4, 6, 6]", Spec{.head_dim = 32, .base = 1e6, .stream_layout = StreamLayout::sections, .sections = {4, 6, 6}}},
+      {"xpos", Spec{.head_dim = 48, .rotary_dim = 32, .xpos_scale_base = 4e8, .xpos_center = 1e9}},
+  };
+  const std::vector<int64_t> list = {0, 1, 4095, 4096, 131071, 1 << 20, 1000003, max_position_limit - 1};
+  int calls = 0;
+  for (const auto& [name, spec] : specs) {
+    const Schedule s = make_schedule(spec);
+    const int64_t tokens = static_cast<int64_t>(list.size()), d = s.head_dim;
+    std::vector<int64_t> streams_positions;
+    for (int k = 0; k < s.streams; ++k) {
+      for (int64_t p : list) streams_positions.push_back(p >= k ? p - k : p + k);
+    }
+    const Positions positions = Positions::per_token(std::span<const int64_t>(streams_positions), s.streams);
+    const Table table = Table::at(s, streams_positions, AngleMode::hf_float32);
+    for (const DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+      const size_t n = static_cast<size_t>(tokens * 3 * d), nk = static_cast<size_t>(tokens * 2 * d);
+      std::vector<double> q0 = test::random_doubles(n, 1), k0 = test::random_doubles(nk, 2);
+      auto as_bytes = [&](const std::vector<double>& v) {
+        std::vector<unsigned char> bytes(v.size() * static_cast<size_t>(size_of(dtype)));
+        for (size_t i = 0; i < v.size(); ++i) {
+          test::store_element(dtype, bytes.data() + i * static_cast<size_t>(size_of(dtype)), static_cast<float>(v[i]));
+        }
+        return bytes;
+      };
+      auto run = [&](Backend backend, bool use_table) {
+        std::vector<unsigned char> q = as_bytes(q0), k = as_bytes(k0);
+        apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), dtype, 1, tokens, 3, d),
+                           .k = TensorView::bshd(k.data(), dtype, 1, tokens, 2, d), .positions = positions,
+                           .table = use_table ? &table : nullptr,
+                           .numerics = AngleMode::hf_float32, .backend = backend});
+        q.insert(q.end(), k.begin(), k.end());
+        return q;
+      };
+      const auto want = run(Backend::reference, true);
+      EXPECT_EQ(run(Backend::reference, false), want) << name << " " << to_string(dtype);
+      EXPECT_EQ(run(Backend::cpu, false), want) << name << " " << to_string(dtype);
+      EXPECT_EQ(run(Backend::cpu, true), want) << name << " " << to_string(dtype);
+      calls += 4;
+    }
+  }
+  EXPECT_EQ(calls, 64);
+}
+
+TEST(HfFloat32OnTheFly, OnePairIsTheFloat32PipelineWrittenOut) {
+  const Schedule s = make_schedule(Spec{.head_dim = 128, .base = 1e6, .schedule = ScheduleType::linear, .factor = 2.0});
+  for (const int64_t p : {int64_t{7}, int64_t{131071}, max_position_limit - 1}) {
+    for (const int64_t j : {int64_t{0}, int64_t{37}, int64_t{63}}) {
+      std::vector<float> x(128, 0.0f);
+      x[static_cast<size_t>(j)] = 1.0f;  // pair j = (x[j], x[j + 64]) = (1, 0): the output is (c, s)
+      apply(s, ApplyArgs{.q = TensorView::bshd(x.data(), DType::f32, 1, 1, 1, 128), .positions = Positions::sequential(p),
+                         .numerics = AngleMode::hf_float32});
+      const float angle = s.inv_freq_hf32[static_cast<size_t>(j)] * static_cast<float>(p);
+      mpfr_t a, c, sn;
+      mpfr_inits2(256, a, c, sn, static_cast<mpfr_ptr>(nullptr));
+      mpfr_set_d(a, static_cast<double>(angle), MPFR_RNDN);
+      mpfr_sin_cos(sn, c, a, MPFR_RNDN);
+      const float g = static_cast<float>(s.attention_factor);
+      const float want_c = mpfr_get_flt(c, MPFR_RNDN) * g, want_s = mpfr_get_flt(sn, MPFR_RNDN) * g;
+      mpfr_clears(a, c, sn, static_cast<mpfr_ptr>(nullptr));
+      EXPECT_EQ(x[static_cast<size_t>(j)], want_c) << "position " << p << " pair " << j;
+      EXPECT_EQ(x[static_cast<size_t>(j + 64)], want_s) << "position " << p << " pair " << j;
+    }
+  }
+}
+
+TEST(HfFloat32OnTheFly, RefusesWhatItCannotServe) {
+  const Schedule s = make_schedule(Spec{.head_dim = 16});
+  std::vector<float> q(2 * 16, 1.0f);
+  const std::vector<double> fractional = {0.5, 3.0};
+  EXPECT_ROTARY_ERROR(apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), DType::f32, 1, 2, 1, 16),
+                                         .positions = Positions::per_token(std::span<const double>(fractional)),
+                                         .numerics = AngleMode::hf_float32}),
+                      "positions[0]=0.5 is fractional; numerics=hf_float32 takes whole positions");
+  const Table exact = Table::range(s, 0, 2);
+  EXPECT_ROTARY_ERROR(apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), DType::f32, 1, 2, 1, 16), .table = &exact,
+                                         .numerics = AngleMode::hf_float32}),
+                      "numerics=hf_float32 but the table holds exact angles");
+  std::vector<float> cos(2 * 8, 1.0f), sin(2 * 8, 0.0f);
+  const CallerAngles caller{.columns = CallerAngles::Columns::pairs, .cos = cos.data(), .sin = sin.data(),
+                            .shape = {1, 2, 8}, .cos_strides = {16, 8, 1}, .sin_strides = {16, 8, 1}};
+  EXPECT_ROTARY_ERROR(apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), DType::f32, 1, 2, 1, 16), .angles = &caller,
+                                         .numerics = AngleMode::hf_float32}),
+                      "numerics=hf_float32 cannot apply to the caller's cos/sin");
+  EXPECT_ROTARY_ERROR(apply(s, ApplyArgs{.q = TensorView::bshd(q.data(), DType::f32, 1, 2, 1, 16),
+                                         .numerics = static_cast<AngleMode>(5)}),
+                      "numerics=5 is not exact or hf_float32");
+  EXPECT_EQ(q, std::vector<float>(2 * 16, 1.0f));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
@@ -104,6 +105,12 @@ struct ApplyArgs {
   const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
                                  ///< null: computed exactly on the fly, once per token
   const CallerAngles* angles = nullptr;  ///< or the caller's cos/sin (table must then be null)
+  /// Which angles: exact, or transformers' float32 pipeline (AngleMode::hf_float32: what a model
+  /// computed in float32 was trained with; whole positions). Unset: the table's mode, else exact.
+  /// A table given must have been built with this mode; without one, hf_float32 angles are
+  /// computed on the fly, the values Table::at(..., hf_float32) holds. The caller's cos/sin are
+  /// their own values: numerics may not be hf_float32 with them.
+  std::optional<AngleMode> numerics{};
   bool copy_tail = true;         ///< out of place: copy the channels outside the rotated slice
   bool q_is_key = false;         ///< xPos: scale q as a key (a call on keys alone; k unset);
                                  ///< without xPos it changes nothing
@@ -127,7 +134,9 @@ struct ApplyArgs {
 /// angles: not together with a table, shape and width as CallerAngles says, not overlapping an
 /// output, not with an xPos schedule; xPos: every position within xpos_reach(schedule) of
 /// xpos_center (the message suggests a centre that serves the call); q_is_key only without k;
-/// undo: no caller angles, and no table unless attention_factor is 1;
+/// undo: no caller angles, and no table unless attention_factor is 1; numerics (when set) a named
+/// AngleMode, the table's mode, not hf_float32 with caller angles; whole positions for hf_float32
+/// angles (and the schedule's inv_freq_hf32 usable: table.hpp);
 /// the table was built from an equal schedule; threads in [0, max_threads];
 /// direction and backend named enumerators.
 void validate(const Schedule& schedule, const ApplyArgs& args);
@@ -144,5 +153,11 @@ void validate_shapes(const Schedule& schedule, const ApplyArgs& args);
 /// calls on disjoint outputs; uses up to `threads` OpenMP threads (0: all; see ApplyArgs) and gives
 /// the same bits for any.
 void apply(const Schedule& schedule, const ApplyArgs& args);
+
+/// The angles a call uses: args.numerics, else its table's mode, else exact.
+inline AngleMode numerics_of(const ApplyArgs& args) {
+  if (args.numerics) return *args.numerics;
+  return args.table != nullptr ? args.table->mode() : AngleMode::exact;
+}
 
 }  // namespace rotary

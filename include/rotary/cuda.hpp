@@ -67,7 +67,7 @@ class DeviceTable {
 
 /// Bits a kernel ors into Options::error for a token it skipped (nothing of it read or written).
 inline constexpr uint32_t position_out_of_range = 1;   ///< not in [0, 2^31), NaN included
-inline constexpr uint32_t position_not_in_table = 2;   ///< fractional, or no row of the DeviceTable
+inline constexpr uint32_t position_not_in_table = 2;   ///< fractional (table or hf_float32), or no table row
 inline constexpr uint32_t position_not_in_angles = 4;  ///< per_position ApplyArgs::angles: fractional,
                                                        ///< or not below their rows
 inline constexpr uint32_t position_beyond_xpos_reach = 8;  ///< xPos: |p - xpos_center| > xpos_reach

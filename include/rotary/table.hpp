@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "rotary/schedule.hpp"
@@ -31,6 +32,8 @@ namespace rotary {
 /// the float rows apply computes on the fly (NaNs compare as NaN): the exact angles come from the
 /// project's own double-double reduction and polynomials (src/math/exact_angle.hpp), not libm.
 enum class AngleMode { exact, hf_float32 };
+/// "exact", "hf_float32"; "?" for a value that is not an AngleMode.
+std::string_view to_string(AngleMode mode);
 
 /// The largest Table: 8 * rows * pairs bytes (cos and sin, float32) must not exceed this, 64 GiB
 /// (2^31 positions of a 128-wide head would take 1 TiB). Above it, build a table of the positions

@@ -13,6 +13,14 @@
 namespace rotary::detail::cuda {
 namespace {
 
+// Pair j's frequency as the device reads it from the launch parameters: inv_freq for every source
+// but hf_float32, which reads transformers' float32 inv_freq (PairArrays: the launch parameters
+// hold it as the float's exact double, and the device's PairArrays::inv_freq_hf32 stays null).
+double parameter_frequency(const KernelArgs& args, int64_t j) {
+  if (args.angle_source != KernelAngleSource::hf_float32) return args.inv_freq[j];
+  return static_cast<double>(args.inv_freq_hf32 != nullptr ? args.inv_freq_hf32[j] : static_cast<float>(args.inv_freq[j]));
+}
+
 static_assert(kPositionOutOfRange == rotary::cuda::position_out_of_range &&
               kPositionNotInTable == rotary::cuda::position_not_in_table &&
               kPositionNotInAngles == rotary::cuda::position_not_in_angles &&
@@ -60,12 +68,13 @@ void launch_as(const KernelArgs& args, const LaunchShape& shape, cudaStream_t st
   params.has_pair_stream = args.pair_stream != nullptr;
   const int64_t pairs = args.rotary_dim / 2;
   for (int64_t j = 0; j < pairs; ++j) {
-    params.inv_freq[j] = args.inv_freq[j];
+    params.inv_freq[j] = parameter_frequency(args, j);
     params.pair_stream[j] = args.pair_stream != nullptr ? args.pair_stream[j] : 0;
   }
   // Host pointers, never read on the device (the kernel reads the arrays above).
   params.args.inv_freq = nullptr;
   params.args.pair_stream = nullptr;
+  params.args.inv_freq_hf32 = nullptr;
   const size_t shared = shape.shared_angles ? static_cast<size_t>(shared_bytes(args)) : 0;
   rope_kernel<T, kPairs><<<static_cast<unsigned>(shape.blocks), static_cast<unsigned>(shape.threads),
                            shared, stream>>>(params);
@@ -125,11 +134,12 @@ void launch_fast_as(const KernelArgs& args, const FastShape& shape, cudaStream_t
   params.has_pair_stream = args.pair_stream != nullptr;
   const int64_t pairs = args.rotary_dim / 2;
   for (int64_t j = 0; j < pairs; ++j) {
-    params.inv_freq[j] = args.inv_freq[j];
+    params.inv_freq[j] = parameter_frequency(args, j);
     params.pair_stream[j] = args.pair_stream != nullptr ? args.pair_stream[j] : 0;
   }
   params.args.inv_freq = nullptr;  // host pointers, never read on the device
   params.args.pair_stream = nullptr;
+  params.args.inv_freq_hf32 = nullptr;
   const dim3 grid(static_cast<unsigned>(shape.grid), static_cast<unsigned>(shape.groups));
   const dim3 block(static_cast<unsigned>(shape.chunks), static_cast<unsigned>(shape.rows));
   fast_rope_kernel<T, kHalf><<<grid, block, static_cast<size_t>(fast_shared_bytes(params.fast)), stream>>>(params);

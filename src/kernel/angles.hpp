@@ -34,13 +34,16 @@ struct AngleCell {
 /// on a device, copies in the kernel's own parameters (src/cuda/apply.cu), so that a kernel reads
 /// its KernelArgs where they lie.
 struct PairArrays {
-  const double* inv_freq = nullptr;  ///< rotary_dim / 2 values
+  const double* inv_freq = nullptr;  ///< rotary_dim / 2 values (hf_float32 without inv_freq_hf32:
+                                     ///< the float32 frequencies, each a float's exact double)
   const int* pair_stream = nullptr;  ///< rotary_dim / 2 stream indices, or null: all stream 0
+  const float* inv_freq_hf32 = nullptr;  ///< hf_float32: the float32 frequencies, or null: read
+                                         ///< inv_freq rounded to float
 };
 
 /// The host's PairArrays of args.
 inline PairArrays pair_arrays(const KernelArgs& args) {
-  return PairArrays{.inv_freq = args.inv_freq, .pair_stream = args.pair_stream};
+  return PairArrays{.inv_freq = args.inv_freq, .pair_stream = args.pair_stream, .inv_freq_hf32 = args.inv_freq_hf32};
 }
 
 /// The entry of the positions that token (b, s) (token = b * seq + s) reads in stream k: per token,
@@ -88,6 +91,7 @@ ROTARY_HD inline uint32_t position_error(const KernelArgs& args, int64_t token, 
   if (args.angle_source == KernelAngleSource::table && table_row(args, token, s, stream) < 0) {
     return kPositionNotInTable;
   }
+  if (args.angle_source == KernelAngleSource::hf_float32 && fractional) return kPositionNotInTable;
   if (args.angle_source == KernelAngleSource::caller && args.angles.per_position &&
       (fractional || whole >= args.angles.rows)) {
     return kPositionNotInAngles;
@@ -161,6 +165,15 @@ ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairA
     const int64_t at = table_row(args, token, s_index, stream) * (args.rotary_dim / 2) + j;
     c = static_cast<Value>(args.table.cos[at]);
     s = static_cast<Value>(args.table.sin[at]);
+  } else if (args.angle_source == KernelAngleSource::hf_float32) {
+    // transformers' float32 pipeline, as Table::at(..., hf_float32) fills a row (whole positions).
+    const double position = position_of(args.positions, token, s_index, stream);
+    const float f = pairs.inv_freq_hf32 != nullptr ? pairs.inv_freq_hf32[j] : static_cast<float>(pairs.inv_freq[j]);
+    const float angle = ieee::mulf(f, static_cast<float>(position));
+    const CosSin cs = exact_angle(static_cast<double>(angle), 1.0);
+    const auto g = static_cast<float>(args.attention_factor);
+    c = static_cast<Value>(ieee::mulf(static_cast<float>(cs.cos), g));
+    s = static_cast<Value>(ieee::mulf(static_cast<float>(cs.sin), g));
   } else {
     const double position = position_of(args.positions, token, s_index, stream);
     const CosSin cs = exact_angle(position, pairs.inv_freq[j]);

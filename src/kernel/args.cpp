@@ -132,6 +132,9 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   } else if (table != nullptr) {
     k.angle_source = KernelAngleSource::table;
     k.table = *table;
+  } else if (numerics_of(args) == AngleMode::hf_float32) {
+    k.angle_source = KernelAngleSource::hf_float32;
+    k.inv_freq_hf32 = schedule.inv_freq_hf32.empty() ? nullptr : schedule.inv_freq_hf32.data();
   }
   if (schedule.xpos()) {
     k.xpos_scale_base = schedule.xpos_scale_base;

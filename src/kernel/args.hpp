@@ -50,7 +50,11 @@ struct KernelPositions {
 ///           times attention_factor, rounded once to float (f32/f16/bf16) or kept in double (f64)
 ///   caller: the caller's cos/sin tensors (CallerAngles, as KernelCallerAngles spells them),
 ///           already times the attention factor
-enum class KernelAngleSource : int32_t { table, exact, caller };
+///   hf_float32: transformers' float32 pipeline on the fly (AngleMode::hf_float32): angle =
+///           fl32(f * fl32(p)) with f its float32 inv_freq (inv_freq_hf32, or the float nearest
+///           inv_freq), cos and sin of that float angle exactly, each rounded to float and times
+///           fl32(attention_factor) in float: the values Table::at(..., hf_float32) holds
+enum class KernelAngleSource : int32_t { table, exact, caller, hf_float32 };
 
 /// A table's rows. A range table holds positions first, first + 1, ..., first + rows - 1: the row of
 /// position p is p - first. A list table (Table::at) holds any positions: row_index gives, for each
@@ -119,6 +123,8 @@ struct KernelArgs {
   int32_t operand_count = 0;
   KernelPositions positions{};
   const double* inv_freq = nullptr;   ///< rotary_dim / 2 values (exact source)
+  const float* inv_freq_hf32 = nullptr;  ///< hf_float32 source: transformers' float32 inv_freq, or
+                                         ///< null: the float nearest inv_freq
   const int* pair_stream = nullptr;   ///< rotary_dim / 2 stream indices, or null: all stream 0
   int32_t streams = 1;                ///< streams the schedule reads
   double attention_factor = 1.0;      ///< exact source (tables hold it already)
@@ -135,6 +141,10 @@ struct KernelArgs {
   uint32_t* error = nullptr;  ///< optional: kPosition* bits or'ed in for skipped tokens
   int32_t threads = 0;        ///< CPU: OpenMP threads (ApplyArgs::threads); other backends ignore it
 };
+
+/// What hf_float32 angles need of Schedule::inv_freq_hf32: empty, or one value per pair, each finite,
+/// >= 0 and <= max_inv_freq. Throws rotary::Error naming the value (src/table.cpp).
+void check_hf_float32_frequencies(const Schedule& schedule);
 
 /// The number of half-paired blocks of the rotated slice (block_half; 1 otherwise).
 inline int64_t slice_blocks(const KernelArgs& args) { return args.rotary_dim / args.block_width; }

@@ -46,6 +46,14 @@ ROTARY_HD ROTARY_IEEE_INLINE double sub(double a, double b) {
   return a - b;
 #endif
 }
+/// a * b in float, rounded once and never fused (transformers' float32 pipeline, AngleMode::hf_float32).
+ROTARY_HD ROTARY_IEEE_INLINE float mulf(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
 /// a * b + c rounded once. The host's std::fma is correctly rounded in every conforming C library
 /// (an instruction where the compiler targets FMA hardware, else a libm call that is exact).
 ROTARY_HD ROTARY_IEEE_INLINE double fma(double a, double b, double c) {

@@ -66,6 +66,7 @@ std::string Call::describe() const {
                   (k_in_place ? " k in place" : " k out of place") +
                   (copy_tail ? "" : " no tail copy") +
                   (direction == Direction::inverse ? " inverse" : " forward") + (undo ? " undo" : "") +
+                  (hf_float32 ? " hf_float32" : "") +
                   " positions kind " + std::to_string(static_cast<int>(kind)) + (broadcast ? " broadcast" : "") +
                   (table ? " table first " + std::to_string(table_first) : caller ? "" : " exact");
   if (caller) {
@@ -277,7 +278,8 @@ std::vector<Arena> make_arenas(const Call& c, uint64_t seed) {
 
 std::optional<Table> table_of(const Call& c) {
   if (!c.table) return std::nullopt;
-  return Table::range(c.schedule, c.table_first, c.table_rows);
+  return Table::range(c.schedule, c.table_first, c.table_rows,
+                      c.hf_float32 ? AngleMode::hf_float32 : AngleMode::exact);
 }
 
 std::vector<Arena> reference_result(const Call& c, std::vector<Arena> arenas) {
@@ -334,7 +336,9 @@ ApplyArgs args_at(const Call& c, const ArenaBases& bases, const Positions& posit
   return ApplyArgs{.q = view_at(c, c.q, bases), .k = view_at(c, c.k, bases),
                    .q_out = view_at(c, c.q_out, bases), .k_out = view_at(c, c.k_out, bases),
                    .positions = positions, .direction = c.direction, .table = table,
-                   .angles = c.caller ? angles : nullptr, .copy_tail = c.copy_tail, .undo = c.undo,
+                   .angles = c.caller ? angles : nullptr,
+                   .numerics = c.hf_float32 ? std::optional(AngleMode::hf_float32) : std::nullopt,
+                   .copy_tail = c.copy_tail, .undo = c.undo,
                    .backend = Backend::reference};
 }
 
@@ -700,6 +704,22 @@ std::vector<SeededCall> undo_calls(int count) {
     if (c.caller || (c.table && c.schedule.attention_factor != 1.0)) continue;  // apply refuses them
     c.undo = true;
     calls.push_back({.call = std::move(c), .seed = static_cast<uint64_t>(70000 + i)});
+  }
+  return calls;
+}
+
+std::vector<SeededCall> hf_float32_calls(int count) {
+  std::mt19937_64 rng(2030), fast_rng(2031);
+  std::vector<SeededCall> calls;
+  for (int i = 0; static_cast<int>(calls.size()) < count; ++i) {
+    const bool fast = i % 2 == 1;
+    Call c = fast ? random_fast_call(fast_rng, pick(fast_rng, {DType::f32, DType::f16, DType::bf16}))
+                  : random_call(rng, pick(rng, {DType::f32, DType::f16, DType::bf16, DType::f64}));
+    const bool fractional = !c.table && (c.kind == Positions::Kind::per_token_f32 ||
+                                         c.kind == Positions::Kind::per_token_f64);
+    if (c.caller || fractional) continue;  // apply refuses them
+    c.hf_float32 = true;
+    calls.push_back({.call = std::move(c), .seed = static_cast<uint64_t>(90000 + i)});
   }
   return calls;
 }

@@ -108,6 +108,8 @@ struct Call {
   bool q_in_place = true, k_in_place = true, copy_tail = true;
   Direction direction = Direction::forward;
   bool undo = false;  // ApplyArgs::undo: 1/g, xPos σ^-1, the other way round
+  bool hf_float32 = false;  // ApplyArgs::numerics hf_float32: transformers' float32 angles (a table of
+                            // that mode, or on the fly)
   Positions::Kind kind = Positions::Kind::sequential;
   int64_t offset = 0;
   int position_streams = 1;
@@ -264,6 +266,11 @@ std::vector<SeededCall> special_value_calls();
 /// that may take it (no caller angles; a table only where the attention factor is 1), xPos in
 /// about a quarter, half through random_fast_call.
 std::vector<SeededCall> undo_calls(int count = 600);
+
+/// ApplyArgs::numerics = hf_float32 over the sweep's calls and the fast sweep's (seeds 2030, 2031):
+/// every call that may take it (whole positions, no caller angles), half with a table of that mode
+/// and half computed on the fly.
+std::vector<SeededCall> hf_float32_calls(int count = 600);
 
 /// Shapes and settings of real models (Llama-3.1-8B, Qwen2-VL, Qwen3-VL, GLM-4.1V, nope-first,
 /// block_half(2) axial, YaRN) in bf16, f16 and f32, with exact angles, a table at the end of the
