@@ -1,0 +1,71 @@
+// longrope (LongRoPE, Phi-3): inv_freq = default_i / factor_i, the long factors when the sequence
+// is longer than L, else the short ones; attention factor sqrt(1 + ln(M/L)/ln(L)) when M > L
+// (DESIGN.md §2).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "rotary/error.hpp"
+#include "schedules/common.hpp"
+#include "schedules/entry.hpp"
+
+namespace rotary::detail {
+namespace {
+
+void check(const Spec& spec) {
+  const auto pairs = static_cast<size_t>(spec.resolved_rotary_dim() / 2);
+  for (const auto* list : {&spec.short_factor, &spec.long_factor}) {
+    const char* name = list == &spec.short_factor ? "short_factor" : "long_factor";
+    if (list->size() != pairs) {
+      throw Error(fmt::format("{} has {} values but rotary_dim/2={}", name, list->size(), pairs));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const double v = (*list)[i];
+      if (!std::isfinite(v) || v <= 0) throw Error(fmt::format("{}[{}]={} must be finite and > 0", name, i, v));
+    }
+  }
+  if (spec.original_length() < 2) {
+    throw Error(fmt::format("original_max_position={} must be >= 2 for schedule longrope",
+                            spec.original_length()));
+  }
+}
+
+const std::vector<double>& factors(const Spec& spec, std::optional<int64_t> seq_len) {
+  const bool long_context = seq_len && *seq_len > spec.original_length();
+  return long_context ? spec.long_factor : spec.short_factor;
+}
+
+Frequencies derive(const Spec& spec, std::optional<int64_t> seq_len) {
+  Frequencies out{unscaled_inv_freq(spec, spec.base)};
+  const std::vector<double>& by = factors(spec, seq_len);
+  for (size_t i = 0; i < out.inv_freq.size(); ++i) out.inv_freq[i] /= by[i];
+  const int64_t original = spec.original_length();
+  if (spec.max_position && *spec.max_position > original) {
+    const double ratio = static_cast<double>(*spec.max_position) / static_cast<double>(original);
+    out.attention_factor = std::sqrt(1.0 + std::log(ratio) / std::log(static_cast<double>(original)));
+  }
+  return out;
+}
+
+// _compute_longrope_parameters: 1 / (ext_factors * pos_freqs), in float32.
+std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t> seq_len, const std::vector<double>&) {
+  std::vector<float> out = hf_powers_of(spec, f32(spec.base));
+  const std::vector<double>& by = factors(spec, seq_len);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = 1.0f / (f32(by[i]) * out[i]);
+  return out;
+}
+
+}  // namespace
+
+const ScheduleEntry& longrope_schedule() {
+  static const ScheduleEntry entry{
+      .info = {.name = "longrope", .type = ScheduleType::longrope, .doc = "LongRoPE: per-pair short or long factors",
+               .required = {{"original_max_position", "max_position"}}, .optional = {"short_factor", "long_factor"},
+               .per_frequency = true, .check = check},
+      .derive = derive,
+      .hf_float32 = hf_float32,
+  };
+  return entry;
+}
+
+}  // namespace rotary::detail
