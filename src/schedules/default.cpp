@@ -21,6 +21,9 @@ const ScheduleEntry& default_schedule() {
                .required = {}, .optional = {}, .per_frequency = true, .check = nullptr},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"default", "mrope"},
+      .rope_keys = {},
+      .read_config = nullptr,
   };
   return entry;
 }

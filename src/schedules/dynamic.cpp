@@ -47,6 +47,12 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t> seq_len, 
   return reciprocals(hf_powers_of(spec, hf_dynamic_base(spec, seq_len)));
 }
 
+void read_config(RopeDict& dict, Spec& spec) {
+  dict.read(spec, "factor");
+  if (!spec.factor) throw Error(fmt::format("{}factor is required for rope_type dynamic", dict.prefix()));
+  spec.max_position = dict.max_position("dynamic");  // transformers compares n with max_position_embeddings
+}
+
 }  // namespace
 
 const ScheduleEntry& dynamic_schedule() {
@@ -57,6 +63,9 @@ const ScheduleEntry& dynamic_schedule() {
                .per_frequency = false, .check = check_rotary_dim_above_two},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"dynamic"},
+      .rope_keys = {"factor"},
+      .read_config = read_config,
   };
   return entry;
 }

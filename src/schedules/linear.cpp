@@ -21,6 +21,11 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t>, const st
   return out;
 }
 
+void read_config(RopeDict& dict, Spec& spec) {
+  dict.read(spec, "factor");
+  if (!spec.factor) throw Error(fmt::format("{}factor is required for rope_type linear", dict.prefix()));
+}
+
 }  // namespace
 
 const ScheduleEntry& linear_schedule() {
@@ -29,6 +34,9 @@ const ScheduleEntry& linear_schedule() {
                .required = {{"factor"}}, .optional = {}, .per_frequency = true, .check = nullptr},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"linear"},
+      .rope_keys = {"factor"},
+      .read_config = read_config,
   };
   return entry;
 }

@@ -72,6 +72,16 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t>, const st
   return inv_freq;
 }
 
+// transformers requires the four keys in the dict (L too: not max_position_embeddings).
+void read_config(RopeDict& dict, Spec& spec) {
+  static constexpr const char* fields[] = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+  for (const char* field : fields) {
+    const std::string_view key = find_spec_field(field)->config_key;
+    if (!dict.has(key)) throw Error(fmt::format("{}{} is required for rope_type llama3", dict.prefix(), key));
+  }
+  for (const char* field : fields) dict.read(spec, field);
+}
+
 }  // namespace
 
 const ScheduleEntry& llama3_schedule() {
@@ -83,6 +93,9 @@ const ScheduleEntry& llama3_schedule() {
                .optional = {}, .per_frequency = true, .check = check},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"llama3"},
+      .rope_keys = {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
+      .read_config = read_config,
   };
   return entry;
 }

@@ -55,6 +55,27 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t> seq_len, 
   return out;
 }
 
+// Phi-3 keeps original_max_position_embeddings at the top level; without it L is
+// max_position_embeddings and a factor > 1 in the dict gives the attention factor.
+void read_config(RopeDict& dict, Spec& spec) {
+  const int64_t max_pos = dict.max_position("longrope");
+  dict.read(spec, "short_factor");
+  dict.read(spec, "long_factor");
+  if (spec.short_factor.empty()) throw Error(fmt::format("{}short_factor is required for longrope", dict.prefix()));
+  if (spec.long_factor.empty()) throw Error(fmt::format("{}long_factor is required for longrope", dict.prefix()));
+  dict.read(spec, "attention_factor");
+  if (auto original = dict.config_integer("original_max_position_embeddings")) {
+    spec.original_max_position = *original;
+    spec.max_position = max_pos;
+  } else {
+    spec.original_max_position = max_pos;
+    const auto factor = dict.number("factor");
+    if (!spec.attention_factor && factor && *factor > 1.0) {
+      spec.attention_factor = std::sqrt(1.0 + std::log(*factor) / std::log(static_cast<double>(max_pos)));
+    }
+  }
+}
+
 }  // namespace
 
 const ScheduleEntry& longrope_schedule() {
@@ -64,6 +85,9 @@ const ScheduleEntry& longrope_schedule() {
                .per_frequency = true, .check = check},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"longrope", "su"},
+      .rope_keys = {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
+      .read_config = read_config,
   };
   return entry;
 }

@@ -41,6 +41,9 @@ const ScheduleEntry& monotone_schedule() {
                .required = {{"max_length"}}, .optional = {"monotone_scale"}, .per_frequency = true, .check = nullptr},
       .derive = derive,
       .hf_float32 = float32_nearest,
+      .rope_types = {},
+      .rope_keys = {},
+      .read_config = nullptr,
   };
   return entry;
 }

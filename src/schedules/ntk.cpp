@@ -21,6 +21,9 @@ const ScheduleEntry& ntk_schedule() {
                .check = check_rotary_dim_above_two},
       .derive = derive,
       .hf_float32 = float32_nearest,
+      .rope_types = {},
+      .rope_keys = {},
+      .read_config = nullptr,
   };
   return entry;
 }

@@ -48,6 +48,10 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t>, const st
   return out;
 }
 
+// partial_rotary_factor is read with the head's width (the config reader keeps rotary_dim =
+// head_dim for a schedule that takes it).
+void read_config(RopeDict& dict, Spec& spec) { dict.read(spec, "factor"); }
+
 }  // namespace
 
 const ScheduleEntry& proportional_schedule() {
@@ -58,6 +62,9 @@ const ScheduleEntry& proportional_schedule() {
                .check = check},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"proportional"},
+      .rope_keys = {"factor"},
+      .read_config = read_config,
   };
   return entry;
 }

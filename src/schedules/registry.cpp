@@ -14,4 +14,13 @@ const ScheduleEntry& schedule_entry(ScheduleType type) {
   return kScheduleEntries[static_cast<size_t>(index)]();
 }
 
+const ScheduleEntry* find_rope_type(std::string_view rope_type) {
+  for (const auto entry : kScheduleEntries) {
+    for (const std::string_view name : entry().rope_types) {
+      if (name == rope_type) return &entry();
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace rotary::detail

@@ -85,6 +85,34 @@ std::vector<float> hf_float32(const Spec& spec, std::optional<int64_t>, const st
   return out;
 }
 
+// L from the dict, else max_position_embeddings; the factor explicit, else max/L (transformers
+// >= 4.56 prefers the explicit one, with a note when they differ).
+void read_config(RopeDict& dict, Spec& spec) {
+  const int64_t max_pos = dict.max_position("yarn");
+  dict.read(spec, "original_max_position");
+  const std::optional<int64_t> original = spec.original_max_position;
+  spec.original_max_position = original.value_or(max_pos);
+  dict.read(spec, "factor");
+  if (original) {
+    const double implicit = static_cast<double>(max_pos) / static_cast<double>(*original);
+    if (!spec.factor) {
+      spec.factor = implicit;
+    } else if (*spec.factor != implicit) {
+      dict.note(fmt::format(
+          "explicit factor {} differs from max_position_embeddings/original_max_position_embeddings = {}; "
+          "the explicit factor is used (transformers >= 4.56, PR #40320; earlier versions used the ratio)",
+          *spec.factor, implicit));
+    }
+  }
+  if (!spec.factor) throw Error(fmt::format("{}factor is required for rope_type yarn", dict.prefix()));
+  // transformers: `beta_fast or 32` — a zero counts as absent.
+  dict.read(spec, "beta_fast");
+  dict.read(spec, "beta_slow");
+  if (spec.beta_fast == 0.0) spec.beta_fast.reset();
+  if (spec.beta_slow == 0.0) spec.beta_slow.reset();
+  for (const char* field : {"mscale", "mscale_all_dim", "truncate", "attention_factor"}) dict.read(spec, field);
+}
+
 }  // namespace
 
 const ScheduleEntry& yarn_schedule() {
@@ -97,6 +125,10 @@ const ScheduleEntry& yarn_schedule() {
                .check = check},
       .derive = derive,
       .hf_float32 = hf_float32,
+      .rope_types = {"yarn"},
+      .rope_keys = {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+                    "mscale", "mscale_all_dim", "truncate"},
+      .read_config = read_config,
   };
   return entry;
 }
