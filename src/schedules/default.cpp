@@ -24,6 +24,7 @@ const ScheduleEntry& default_schedule() {
       .rope_types = {"default", "mrope"},
       .rope_keys = {},
       .read_config = nullptr,
+      .hazards = nullptr,
   };
   return entry;
 }

@@ -8,6 +8,7 @@
 #include "rotary/schedule.hpp"
 #include "schedules/common.hpp"
 #include "schedules/entry.hpp"
+#include "schedules/hazards.hpp"
 
 namespace rotary::detail {
 namespace {
@@ -53,6 +54,16 @@ void read_config(RopeDict& dict, Spec& spec) {
   spec.max_position = dict.max_position("dynamic");  // transformers compares n with max_position_embeddings
 }
 
+void hazards(const Spec& spec, const DoctorReport& r, std::vector<Hazard>& out) {
+  const int64_t original = spec.original_length();
+  if (r.positions <= original) return;
+  const double before = make_schedule(spec, original).inv_freq.back();
+  out.push_back({"dynamic_ntk_switch", original,
+                 fmt::format("transformers' dynamic NTK base grows once the sequence is longer than {} tokens (the "
+                             "lowest frequency x{:.3g} at {}): every key cached at a shorter length changes; {}",
+                             original, r.schedule.inv_freq.back() / before, r.positions, one_schedule_fix(r))});
+}
+
 }  // namespace
 
 const ScheduleEntry& dynamic_schedule() {
@@ -66,6 +77,7 @@ const ScheduleEntry& dynamic_schedule() {
       .rope_types = {"dynamic"},
       .rope_keys = {"factor"},
       .read_config = read_config,
+      .hazards = hazards,
   };
   return entry;
 }

@@ -1,7 +1,7 @@
 // Internal: one schedule, whole — what validate requires of a Spec that names it, its formula, its
-// replay of transformers' float32 arithmetic, and how a transformers config names it and which keys
-// of the rope dict it reads. Each schedule is one such entry in its own file
-// (src/schedules/<name>.cpp); registry.hpp lists them in ScheduleType order.
+// replay of transformers' float32 arithmetic, how a transformers config names it and which keys of
+// the rope dict it reads, and what the doctor says about it. Each schedule is one such entry in its
+// own file (src/schedules/<name>.cpp); registry.hpp lists them in ScheduleType order.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rotary/doctor.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/spec_fields.hpp"
 
@@ -72,6 +73,10 @@ struct ScheduleEntry {
   /// Fills the schedule's fields of `spec` from the rope dict (spec.schedule is already set);
   /// nullptr: it reads none.
   void (*read_config)(RopeDict& dict, Spec& spec);
+
+  /// The doctor's findings particular to this schedule (DoctorReport::hazards, doctor.hpp), given
+  /// the report so far; nullptr: none.
+  void (*hazards)(const Spec& spec, const DoctorReport& report, std::vector<Hazard>& out);
 };
 
 /// The entry of `type`; throws rotary::Error "schedule=N is not a schedule type" otherwise.

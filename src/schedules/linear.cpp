@@ -37,6 +37,7 @@ const ScheduleEntry& linear_schedule() {
       .rope_types = {"linear"},
       .rope_keys = {"factor"},
       .read_config = read_config,
+      .hazards = nullptr,
   };
   return entry;
 }

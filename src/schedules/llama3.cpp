@@ -5,6 +5,7 @@
 #include "rotary/error.hpp"
 #include "schedules/common.hpp"
 #include "schedules/entry.hpp"
+#include "schedules/hazards.hpp"
 
 namespace rotary::detail {
 namespace {
@@ -82,6 +83,13 @@ void read_config(RopeDict& dict, Spec& spec) {
   for (const char* field : fields) dict.read(spec, field);
 }
 
+void hazards(const Spec& spec, const DoctorReport& r, std::vector<Hazard>& out) {
+  const int64_t original = spec.original_length();
+  out.push_back({"llama3_bands", original,
+                 fmt::format("Llama 3 scaling of the original length {} by factor {}: {}; static, no switch inside "
+                             "the context", original, *spec.factor, frequency_bands(spec, r.schedule))});
+}
+
 }  // namespace
 
 const ScheduleEntry& llama3_schedule() {
@@ -96,6 +104,7 @@ const ScheduleEntry& llama3_schedule() {
       .rope_types = {"llama3"},
       .rope_keys = {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
       .read_config = read_config,
+      .hazards = hazards,
   };
   return entry;
 }

@@ -8,6 +8,7 @@
 #include "rotary/error.hpp"
 #include "schedules/common.hpp"
 #include "schedules/entry.hpp"
+#include "schedules/hazards.hpp"
 
 namespace rotary::detail {
 namespace {
@@ -76,6 +77,15 @@ void read_config(RopeDict& dict, Spec& spec) {
   }
 }
 
+void hazards(const Spec& spec, const DoctorReport& r, std::vector<Hazard>& out) {
+  const int64_t original = spec.original_length();
+  if (r.positions <= original) return;
+  out.push_back({"longrope_switch", original,
+                 fmt::format("transformers switches LongRoPE's short factors for the long ones once the sequence is "
+                             "longer than {} tokens: every cos/sin, and every key cached before, changes; {}",
+                             original, one_schedule_fix(r))});
+}
+
 }  // namespace
 
 const ScheduleEntry& longrope_schedule() {
@@ -88,6 +98,7 @@ const ScheduleEntry& longrope_schedule() {
       .rope_types = {"longrope", "su"},
       .rope_keys = {"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"},
       .read_config = read_config,
+      .hazards = hazards,
   };
   return entry;
 }

@@ -44,6 +44,7 @@ const ScheduleEntry& monotone_schedule() {
       .rope_types = {},
       .rope_keys = {},
       .read_config = nullptr,
+      .hazards = nullptr,
   };
   return entry;
 }

@@ -24,6 +24,7 @@ const ScheduleEntry& ntk_schedule() {
       .rope_types = {},
       .rope_keys = {},
       .read_config = nullptr,
+      .hazards = nullptr,
   };
   return entry;
 }

@@ -65,6 +65,7 @@ const ScheduleEntry& proportional_schedule() {
       .rope_types = {"proportional"},
       .rope_keys = {"factor"},
       .read_config = read_config,
+      .hazards = nullptr,
   };
   return entry;
 }

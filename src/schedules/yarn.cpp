@@ -8,6 +8,7 @@
 #include "rotary/error.hpp"
 #include "schedules/common.hpp"
 #include "schedules/entry.hpp"
+#include "schedules/hazards.hpp"
 
 namespace rotary::detail {
 namespace {
@@ -113,6 +114,14 @@ void read_config(RopeDict& dict, Spec& spec) {
   for (const char* field : {"mscale", "mscale_all_dim", "truncate", "attention_factor"}) dict.read(spec, field);
 }
 
+void hazards(const Spec& spec, const DoctorReport& r, std::vector<Hazard>& out) {
+  const int64_t original = spec.original_length();
+  out.push_back({"yarn_ramp", original,
+                 fmt::format("YaRN stretches the original length {} by factor {}: {}; cos and sin carry "
+                             "attention_factor {:.6g}: apply it once, never again to cached keys",
+                             original, *spec.factor, frequency_bands(spec, r.schedule), r.schedule.attention_factor)});
+}
+
 }  // namespace
 
 const ScheduleEntry& yarn_schedule() {
@@ -129,6 +138,7 @@ const ScheduleEntry& yarn_schedule() {
       .rope_keys = {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
                     "mscale", "mscale_all_dim", "truncate"},
       .read_config = read_config,
+      .hazards = hazards,
   };
   return entry;
 }
