@@ -3,6 +3,7 @@
 // (NULL pointers, enum values that C can hold but C++ must not see, 0 meaning unset).
 #include "rotary/rotary.h"
 
+#include <cctype>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -24,6 +25,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "rotary/tensor.hpp"
+#include "schedules/registry.hpp"
 
 namespace {
 
@@ -101,21 +103,26 @@ rotary::Pairing to_pairing(const rotary_pairing& pairing) {
       "spec.pairing={} is not ROTARY_PAIRING_HALF or ROTARY_PAIRING_INTERLEAVED", raw(pairing)));
 }
 
-constexpr rotary::ScheduleType kScheduleTypes[] = {
-    rotary::ScheduleType::default_, rotary::ScheduleType::linear,  rotary::ScheduleType::ntk,
-    rotary::ScheduleType::dynamic,  rotary::ScheduleType::yarn,    rotary::ScheduleType::llama3,
-    rotary::ScheduleType::longrope, rotary::ScheduleType::monotone, rotary::ScheduleType::proportional};
-static_assert(ROTARY_SCHEDULE_PROPORTIONAL + 1 == std::size(kScheduleTypes));
+// The C values are rotary::ScheduleType's, one per entry of the schedule registry.
+static_assert(ROTARY_SCHEDULE_LAST == static_cast<int>(rotary::ScheduleType::last) &&
+                  ROTARY_SCHEDULE_LAST + 1 == rotary::detail::kScheduleEntries.size(),
+              "rotary_schedule_type (rotary.h) needs one value per schedule of src/schedules/registry.hpp");
+
+// "ROTARY_SCHEDULE_YARN" for yarn.
+std::string c_name(rotary::ScheduleType type) {
+  std::string name = "ROTARY_SCHEDULE_";
+  for (const char c : rotary::to_string(type)) name.push_back(static_cast<char>(std::toupper(c)));
+  return name;
+}
 
 rotary::ScheduleType to_schedule_type(const rotary_schedule_type& type) {
   const int64_t value = raw(type);
-  if (value < 0 || value >= static_cast<int64_t>(std::size(kScheduleTypes))) {
-    throw Error(fmt::format(
-        "spec.schedule={} is not a rotary_schedule_type (ROTARY_SCHEDULE_DEFAULT=0 .. "
-        "ROTARY_SCHEDULE_PROPORTIONAL=8)",
-        value));
+  if (value < 0 || value > ROTARY_SCHEDULE_LAST) {
+    throw Error(fmt::format("spec.schedule={} is not a rotary_schedule_type ({}=0 .. {}={})", value,
+                            c_name(rotary::ScheduleType{}), c_name(rotary::ScheduleType::last),
+                            static_cast<int>(ROTARY_SCHEDULE_LAST)));
   }
-  return kScheduleTypes[value];
+  return static_cast<rotary::ScheduleType>(value);
 }
 
 std::optional<bool> to_toggle(const rotary_toggle& toggle, const char* name) {
@@ -485,10 +492,8 @@ int rotary_schedule_pairing(const rotary_schedule* s) {
 
 int rotary_schedule_type_of(const rotary_schedule* s) {
   if (s == nullptr) return null_argument("schedule is NULL", -1);
-  for (size_t i = 0; i < std::size(kScheduleTypes); ++i) {
-    if (kScheduleTypes[i] == s->schedule.type) return static_cast<int>(i);
-  }
-  return -1;
+  const auto type = static_cast<int>(s->schedule.type);
+  return type >= 0 && type <= ROTARY_SCHEDULE_LAST ? type : -1;
 }
 
 const char* rotary_preset_name(int64_t index) {

@@ -12,6 +12,7 @@
 #include "rotary/angle.hpp"
 #include "rotary/error.hpp"
 #include "rotary/table.hpp"
+#include "schedules/entry.hpp"
 
 namespace rotary {
 namespace {
@@ -213,36 +214,6 @@ std::vector<std::optional<double>> wrap_distances(const Schedule& schedule) {
 
 // ---- hazards ----
 
-// "0-17", or "5" for one pair.
-std::string pair_run(int64_t first, int64_t last) {
-  return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
-}
-
-// How the schedule changed each pair against the unscaled frequencies of the same head: runs of
-// "kept", "blended", "divided by s" (exact comparisons: yarn and llama3 keep a pair's frequency or
-// divide it by s bit for bit, make_schedule's arithmetic).
-std::string bands(const Spec& spec, const Schedule& schedule) {
-  Spec plain{.head_dim = spec.head_dim, .rotary_dim = spec.rotary_dim, .base = spec.base, .pairing = spec.pairing,
-             .rotary_offset = spec.rotary_offset, .blocks = spec.blocks, .stream_layout = spec.stream_layout,
-             .sections = spec.sections};
-  const std::vector<double> unscaled = make_schedule(plain).inv_freq;
-  const double s = *spec.factor;
-  auto band = [&](size_t j) {
-    const double f = schedule.inv_freq[j];
-    return f == unscaled[j] ? 0 : f == unscaled[j] / s ? 2 : 1;
-  };
-  static constexpr const char* names[] = {"keep their frequencies", "blend", "are divided by factor"};
-  std::string out;
-  for (size_t j = 0; j < unscaled.size();) {
-    size_t end = j;
-    while (end + 1 < unscaled.size() && band(end + 1) == band(j)) ++end;
-    out += fmt::format("{}pairs {} {}{}", out.empty() ? "" : ", ", pair_run(static_cast<int64_t>(j), static_cast<int64_t>(end)),
-                       names[band(j)], band(j) == 2 ? fmt::format(" {}", s) : "");
-    j = end + 1;
-  }
-  return out;
-}
-
 void add_float32_hazard(const DoctorReport& r, std::vector<Hazard>& out) {
   const Float32DriftReport& d = r.float32_drift;
   if (!d.first_position) return;
@@ -281,42 +252,10 @@ void add_wrap_hazard(const DoctorReport& r, std::vector<Hazard>& out) {
                              *r.wrap_distance[static_cast<size_t>(slowest)], slowest, r.positions)});
 }
 
+// The schedule's own findings (ScheduleEntry::hazards: LongRoPE's and dynamic NTK's switch, YaRN's
+// and Llama 3's bands).
 void add_schedule_hazards(const Spec& spec, const DoctorReport& r, std::vector<Hazard>& out) {
-  const int64_t original = spec.original_length();
-  const std::string fix = fmt::format(
-      "resolve one schedule for the whole sequence: seq_len={} (rotary --seq-len, Rope.from_hf_config(..., "
-      "seq_len=...))", r.positions);
-  switch (spec.schedule) {
-    case ScheduleType::longrope:
-      if (r.positions <= original) return;
-      out.push_back({"longrope_switch", original,
-                     fmt::format("transformers switches LongRoPE's short factors for the long ones once the sequence is "
-                                 "longer than {} tokens: every cos/sin, and every key cached before, changes; {}",
-                                 original, fix)});
-      return;
-    case ScheduleType::dynamic: {
-      if (r.positions <= original) return;
-      const double before = make_schedule(spec, original).inv_freq.back();
-      out.push_back({"dynamic_ntk_switch", original,
-                     fmt::format("transformers' dynamic NTK base grows once the sequence is longer than {} tokens (the "
-                                 "lowest frequency x{:.3g} at {}): every key cached at a shorter length changes; {}",
-                                 original, r.schedule.inv_freq.back() / before, r.positions, fix)});
-      return;
-    }
-    case ScheduleType::yarn:
-      out.push_back({"yarn_ramp", original,
-                     fmt::format("YaRN stretches the original length {} by factor {}: {}; cos and sin carry "
-                                 "attention_factor {:.6g}: apply it once, never again to cached keys",
-                                 original, *spec.factor, bands(spec, r.schedule), r.schedule.attention_factor)});
-      return;
-    case ScheduleType::llama3:
-      out.push_back({"llama3_bands", original,
-                     fmt::format("Llama 3 scaling of the original length {} by factor {}: {}; static, no switch inside "
-                                 "the context", original, *spec.factor, bands(spec, r.schedule))});
-      return;
-    default:
-      return;
-  }
+  if (const auto hazards = detail::schedule_entry(spec.schedule).hazards) hazards(spec, r, out);
 }
 
 // xPos: positions further than xpos_reach from the centre are refused by apply.

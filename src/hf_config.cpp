@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,8 @@
 #include "model_types.hpp"
 #include "presets.hpp"
 #include "rotary/error.hpp"
+#include "rotary/spec_fields.hpp"
+#include "schedules/registry.hpp"
 #include "text.hpp"
 
 namespace rotary {
@@ -293,39 +296,27 @@ LayerRope flat_rope(const json& config, std::vector<std::string>& notes) {
   return flat;
 }
 
-// Keys of a rope dict that transformers' validation of `rope_type` expects (modeling_rope_utils.py,
-// _validate_*_rope_parameters: required and optional keys), those every type takes, and the
-// model-specific keys rotary reads (its config classes' ignore_keys_at_rope_validation).
-bool rope_key_is_read(std::string_view rope_type, std::string_view key) {
+// Keys of a rope dict that transformers' validation of its rope_type expects (the schedule's
+// ScheduleEntry::rope_keys), those every type takes, and the model-specific keys rotary reads (its
+// config classes' ignore_keys_at_rope_validation).
+bool rope_key_is_read(const detail::ScheduleEntry& schedule, std::string_view key) {
   for (const std::string_view k : {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section",
                                    "mrope_interleaved", "interleaved"}) {
     if (key == k) return true;
   }
-  using Keys = std::initializer_list<std::string_view>;
-  const auto any_of = [&](Keys keys) { return std::find(keys.begin(), keys.end(), key) != keys.end(); };
-  if (rope_type == "linear" || rope_type == "dynamic" || rope_type == "proportional") return any_of({"factor"});
-  if (rope_type == "yarn") {
-    return any_of({"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-                   "mscale", "mscale_all_dim", "truncate"});
-  }
-  if (rope_type == "longrope") {
-    return any_of({"short_factor", "long_factor", "original_max_position_embeddings", "attention_factor", "factor"});
-  }
-  if (rope_type == "llama3") {
-    return any_of({"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"});
-  }
-  return false;
+  const auto& keys = schedule.rope_keys;
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
 }
 
 // transformers ignores the keys of a rope dict its rope_type does not read (it logs "Unrecognized
 // keys"); rotary ignores them too, each named in a note, so a misspelt key cannot go unseen.
-void note_unread_keys(const json& rope, const std::string& rope_name, const std::string& rope_type,
+void note_unread_keys(const json& rope, const std::string& rope_name, const detail::ScheduleEntry& schedule,
                       std::vector<std::string>& notes) {
   if (!rope.is_object()) return;
   for (const auto& item : rope.items()) {
-    if (rope_key_is_read(rope_type, item.key())) continue;
+    if (rope_key_is_read(schedule, item.key())) continue;
     notes.push_back(fmt::format("{}.{} is not a key of rope_type {}: ignored, as transformers ignores it",
-                                rope_name, excerpt(item.key()), rope_type));
+                                rope_name, excerpt(item.key()), schedule.rope_types.front()));
   }
 }
 
@@ -503,9 +494,9 @@ double partial_factor(const Source& src, const std::string& p, const ModelRope& 
   return partial;
 }
 
-// base, rotary_dim (and where the rotated slice sits). `proportional` keeps the whole head and hands
-// the factor to the schedule.
-void read_dims(const Source& src, const std::string& rope_type, ModelRope& out) {
+// base, rotary_dim (and where the rotated slice sits). A schedule that takes partial_rotary_factor
+// (proportional) keeps the whole head and is handed the factor.
+void read_dims(const Source& src, const detail::ScheduleEntry* schedule, ModelRope& out) {
   const json& config = *src.config;
   const std::string p = src.rope_name + ".";
   double base = 10000.0;
@@ -515,9 +506,9 @@ void read_dims(const Source& src, const std::string& rope_type, ModelRope& out) 
 
   const double partial = partial_factor(src, p, out);
   const int64_t head_dim = out.spec.head_dim;
-  const bool proportional = rope_type == "proportional";
-  int64_t rotary_dim = proportional ? head_dim : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
-  if (proportional) out.spec.partial_rotary_factor = partial;
+  const bool whole_head = schedule && schedule_uses(schedule->info, *find_spec_field("partial_rotary_factor"));
+  int64_t rotary_dim = whole_head ? head_dim : static_cast<int64_t>(static_cast<double>(head_dim) * partial);
+  if (whole_head) out.spec.partial_rotary_factor = partial;
   const detail::ModelTypeRope* e = src.entry;
   if (e && e->rotary_dim_key == "rotary_dim") {  // GPT-J, CodeGen: the width itself
     rotary_dim = opt_integer(config, "rotary_dim", "").value_or(head_dim);
@@ -578,6 +569,7 @@ void read_pairing(const Source& src, ModelRope& out) {
                       "the model's attention code");
 }
 
+// The rope dict's rope_type (else its legacy `type`, else "default"), as the config writes it.
 std::string read_rope_type(const Source& src, const std::string& type) {
   const std::string p = src.rope_name + ".";
   std::string rope_type = text(*src.rope, "rope_type", p);
@@ -585,107 +577,80 @@ std::string read_rope_type(const Source& src, const std::string& type) {
   if (rope_type.empty()) rope_type = legacy_type;
   if (rope_type.empty()) rope_type = "default";
   if (type.rfind("phi3", 0) == 0 && (legacy_type == "su" || legacy_type == "yarn")) rope_type = "longrope";
-  if (rope_type == "su") rope_type = "longrope";
-  if (rope_type == "mrope") rope_type = "default";  // transformers: M-RoPE is mrope_section, the type default
   return rope_type;
 }
 
-int64_t need_max_position(const ModelRope& out, const char* why) {
-  if (out.max_position_embeddings <= 0) {
-    throw Error(fmt::format("max_position_embeddings is missing ({} needs it)", why));
-  }
-  return out.max_position_embeddings;
-}
+// A schedule's reader sees the rope dict through this (schedules/entry.hpp).
+class JsonRopeDict final : public detail::RopeDict {
+ public:
+  JsonRopeDict(const Source& src, ModelRope& out) : src_(src), out_(out), prefix_(src.rope_name + ".") {}
 
-void read_yarn(const json& rope, const std::string& p, ModelRope& out) {
-  Spec& spec = out.spec;
-  const int64_t max_pos = need_max_position(out, "yarn");
-  const auto original = opt_integer(rope, "original_max_position_embeddings", p);
-  spec.original_max_position = original.value_or(max_pos);
-  spec.factor = opt_number(rope, "factor", p);
-  if (original) {
-    const double implicit = static_cast<double>(max_pos) / static_cast<double>(*original);
-    if (!spec.factor) {
-      spec.factor = implicit;
-    } else if (*spec.factor != implicit) {
-      out.notes.push_back(fmt::format(
-          "explicit factor {} differs from max_position_embeddings/original_max_position_embeddings = {}; "
-          "the explicit factor is used (transformers >= 4.56, PR #40320; earlier versions used the ratio)",
-          *spec.factor, implicit));
+  const std::string& prefix() const override { return prefix_; }
+  bool has(std::string_view key) const override { return find(*src_.rope, key) != nullptr; }
+  std::optional<double> number(std::string_view key) const override { return opt_number(*src_.rope, key, prefix_); }
+  std::optional<int64_t> config_integer(std::string_view key) const override {
+    return opt_integer(*src_.config, key, "");
+  }
+  int64_t max_position(std::string_view why) const override {
+    if (out_.max_position_embeddings <= 0) {
+      throw Error(fmt::format("max_position_embeddings is missing ({} needs it)", why));
     }
+    return out_.max_position_embeddings;
   }
-  if (!spec.factor) throw Error(fmt::format("{}factor is required for rope_type yarn", p));
-  // transformers: `beta_fast or 32` — a zero counts as absent.
-  if (auto v = opt_number(rope, "beta_fast", p); v && *v != 0) spec.beta_fast = *v;
-  if (auto v = opt_number(rope, "beta_slow", p); v && *v != 0) spec.beta_slow = *v;
-  spec.mscale = opt_number(rope, "mscale", p);
-  spec.mscale_all_dim = opt_number(rope, "mscale_all_dim", p);
-  if (find(rope, "truncate")) spec.truncate = boolean(rope, "truncate", p, true);
-  spec.attention_factor = opt_number(rope, "attention_factor", p);
-}
+  void note(std::string text) override { out_.notes.push_back(std::move(text)); }
 
-void read_longrope(const json& config, const json& rope, const std::string& p, ModelRope& out) {
-  Spec& spec = out.spec;
-  const int64_t max_pos = need_max_position(out, "longrope");
-  spec.short_factor = number_list(rope, "short_factor", p);
-  spec.long_factor = number_list(rope, "long_factor", p);
-  if (spec.short_factor.empty()) throw Error(fmt::format("{}short_factor is required for longrope", p));
-  if (spec.long_factor.empty()) throw Error(fmt::format("{}long_factor is required for longrope", p));
-  spec.attention_factor = opt_number(rope, "attention_factor", p);
-  // LongRoPE reads the original length from the top level (Phi-3).
-  if (auto original = opt_integer(config, "original_max_position_embeddings", "")) {
-    spec.original_max_position = *original;
-    spec.max_position = max_pos;
-  } else {
-    spec.original_max_position = max_pos;
-    const auto factor = opt_number(rope, "factor", p);
-    if (!spec.attention_factor && factor && *factor > 1.0) {
-      spec.attention_factor = std::sqrt(1.0 + std::log(*factor) / std::log(static_cast<double>(max_pos)));
+  void read(Spec& spec, std::string_view name) const override {
+    const SpecField* field = find_spec_field(name);
+    if (!field || field->config_key.empty()) throw std::logic_error(fmt::format("{} has no config key", name));
+    const json& rope = *src_.rope;
+    const std::string_view key = field->config_key;
+    switch (field->kind) {
+      case FieldKind::integer:
+        if (auto v = opt_integer(rope, key, prefix_)) set_field(spec, name, *v);
+        return;
+      case FieldKind::number:
+        if (auto v = opt_number(rope, key, prefix_)) set_field(spec, name, *v);
+        return;
+      case FieldKind::boolean:
+        if (find(rope, key)) set_field(spec, name, boolean(rope, key, prefix_, true));
+        return;
+      case FieldKind::numbers:
+        if (auto v = number_list(rope, key, prefix_); !v.empty()) set_field(spec, name, std::move(v));
+        return;
+      case FieldKind::integers:
+      case FieldKind::choice:
+        break;
     }
+    throw std::logic_error(fmt::format("{} is not read from a rope dict", name));
   }
+
+ private:
+  const Source& src_;
+  ModelRope& out_;
+  std::string prefix_;
+};
+
+// "default, linear, ..., mrope, su": every rope_type the schedules read, their own names first.
+std::string supported_rope_types() {
+  std::string own, legacy;
+  for (const auto entry : detail::kScheduleEntries) {
+    const auto& names = entry().rope_types;
+    for (size_t i = 0; i < names.size(); ++i) (i == 0 ? own : legacy) += fmt::format(", {}", names[i]);
+  }
+  return (own + legacy).substr(2);
 }
 
-void read_llama3(const json& rope, const std::string& p, ModelRope& out) {
-  Spec& spec = out.spec;
-  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
-    if (!find(rope, key)) throw Error(fmt::format("{}{} is required for rope_type llama3", p, key));
+// The schedule the rope dict names, and its fields (the schedule's own reader).
+void read_schedule(const Source& src, const detail::ScheduleEntry* schedule, const std::string& rope_type,
+                   ModelRope& out) {
+  if (!schedule) {
+    throw Error(fmt::format("{}.rope_type='{}' is not supported ({})", src.rope_name, excerpt(rope_type),
+                            supported_rope_types()));
   }
-  spec.factor = opt_number(rope, "factor", p);
-  spec.low_freq_factor = opt_number(rope, "low_freq_factor", p);
-  spec.high_freq_factor = opt_number(rope, "high_freq_factor", p);
-  spec.original_max_position = opt_integer(rope, "original_max_position_embeddings", p);
-}
-
-void read_schedule(const Source& src, const std::string& rope_type, ModelRope& out) {
-  const json& rope = *src.rope;
-  const std::string p = src.rope_name + ".";
-  Spec& spec = out.spec;
-  if (rope_type == "default") {
-    spec.schedule = ScheduleType::default_;
-  } else if (rope_type == "proportional") {
-    spec.schedule = ScheduleType::proportional;  // partial_rotary_factor: read_dims
-    spec.factor = opt_number(rope, "factor", p);
-  } else if (rope_type == "linear" || rope_type == "dynamic") {
-    spec.schedule = rope_type == "linear" ? ScheduleType::linear : ScheduleType::dynamic;
-    spec.factor = opt_number(rope, "factor", p);
-    if (!spec.factor) throw Error(fmt::format("{}factor is required for rope_type {}", p, rope_type));
-    // transformers compares n with max_position_embeddings
-    if (spec.schedule == ScheduleType::dynamic) spec.max_position = need_max_position(out, "dynamic");
-  } else if (rope_type == "yarn") {
-    spec.schedule = ScheduleType::yarn;
-    read_yarn(rope, p, out);
-  } else if (rope_type == "longrope") {
-    spec.schedule = ScheduleType::longrope;
-    read_longrope(*src.config, rope, p, out);
-  } else if (rope_type == "llama3") {
-    spec.schedule = ScheduleType::llama3;
-    read_llama3(rope, p, out);
-  } else {
-    throw Error(fmt::format("{}rope_type='{}' is not supported (default, linear, dynamic, yarn, longrope, "
-                            "llama3, proportional, su)",
-                            p, excerpt(rope_type)));
-  }
-  note_unread_keys(rope, src.rope_name, rope_type, out.notes);
+  out.spec.schedule = schedule->info.type;
+  JsonRopeDict dict(src, out);
+  if (schedule->read_config) schedule->read_config(dict, out.spec);
+  note_unread_keys(*src.rope, src.rope_name, *schedule, out.notes);
 }
 
 // ---- position streams (multimodal RoPE) ----
@@ -1054,10 +1019,11 @@ ModelRope resolve_text(const json& root, const ReadOptions& options) {
   read_global_head(src, out);
   refuse_unknown_interleave(src);
   const std::string rope_type = read_rope_type(src, out.model_type);
-  read_dims(src, rope_type, out);
+  const detail::ScheduleEntry* schedule = detail::find_rope_type(rope_type);
+  read_dims(src, schedule, out);
   read_streams(src, out);
   read_pairing(src, out);
-  read_schedule(src, rope_type, out);
+  read_schedule(src, schedule, rope_type, out);
   read_layers(src, out);
   validate_resolved(out);
   return out;

@@ -8,6 +8,7 @@
 
 #include "rotary/error.hpp"
 #include "rotary/spec_fields.hpp"
+#include "schedules/registry.hpp"
 #include "text.hpp"
 
 namespace rotary {
@@ -127,18 +128,9 @@ std::string_view to_string(Pairing pairing) {
 }
 
 std::string_view to_string(ScheduleType schedule) {
-  switch (schedule) {
-    case ScheduleType::default_: return "default";
-    case ScheduleType::linear: return "linear";
-    case ScheduleType::ntk: return "ntk";
-    case ScheduleType::dynamic: return "dynamic";
-    case ScheduleType::yarn: return "yarn";
-    case ScheduleType::llama3: return "llama3";
-    case ScheduleType::longrope: return "longrope";
-    case ScheduleType::monotone: return "monotone";
-    case ScheduleType::proportional: return "proportional";
-  }
-  return "?";
+  const auto index = static_cast<int64_t>(schedule);
+  if (index < 0 || index >= static_cast<int64_t>(detail::kScheduleEntries.size())) return "?";
+  return detail::kScheduleEntries[static_cast<size_t>(index)]().info.name;
 }
 
 std::string_view to_string(StreamLayout layout) {

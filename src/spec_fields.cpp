@@ -1,4 +1,5 @@
-// The tables of spec_fields.hpp: every Spec field and every schedule, once.
+// The tables of spec_fields.hpp: every Spec field, once, and the schedules of the registry
+// (src/schedules/registry.hpp).
 #include "rotary/spec_fields.hpp"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "rotary/error.hpp"
+#include "schedules/registry.hpp"
 #include "text.hpp"
 
 namespace rotary {
@@ -234,57 +236,6 @@ void check_sections(const Spec& spec, std::string_view name) {
   }
 }
 
-// ---- The schedules' rules across fields (after "needs") ------------------------------------------
-
-void check_rotary_dim_above_two(const Spec& spec) {
-  const int64_t r = spec.resolved_rotary_dim();
-  if (r <= 2) {
-    throw Error(fmt::format("rotary_dim={} must be > 2 for schedule {} (its base exponent is r/(r-2))",
-                            r, to_string(spec.schedule)));
-  }
-}
-
-void check_yarn(const Spec& spec) {
-  const double fast = spec.beta_fast.value_or(32.0);
-  const double slow = spec.beta_slow.value_or(1.0);
-  if (fast < slow) throw Error(fmt::format("beta_fast={} must be >= beta_slow={}", fast, slow));
-}
-
-// Equal factors are allowed (Llama 4 Scout): two bands, no smoothing (see make_schedule).
-void check_llama3(const Spec& spec) {
-  if (*spec.low_freq_factor > *spec.high_freq_factor) {
-    throw Error(fmt::format("low_freq_factor={} must be <= high_freq_factor={}", *spec.low_freq_factor,
-                            *spec.high_freq_factor));
-  }
-}
-
-void check_longrope(const Spec& spec) {
-  const auto pairs = static_cast<size_t>(spec.resolved_rotary_dim() / 2);
-  for (const auto* list : {&spec.short_factor, &spec.long_factor}) {
-    const char* name = list == &spec.short_factor ? "short_factor" : "long_factor";
-    if (list->size() != pairs) {
-      throw Error(fmt::format("{} has {} values but rotary_dim/2={}", name, list->size(), pairs));
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      const double v = (*list)[i];
-      if (!std::isfinite(v) || v <= 0) throw Error(fmt::format("{}[{}]={} must be finite and > 0", name, i, v));
-    }
-  }
-  if (spec.original_length() < 2) {
-    throw Error(fmt::format("original_max_position={} must be >= 2 for schedule longrope",
-                            spec.original_length()));
-  }
-}
-
-// transformers' _compute_proportional_rope_parameters spaces the frequencies over the whole head.
-void check_proportional(const Spec& spec) {
-  if (spec.resolved_rotary_dim() != spec.head_dim) {
-    throw Error(fmt::format("rotary_dim={} must equal head_dim={} for schedule proportional "
-                            "(partial_rotary_factor={} picks the pairs that turn)",
-                            spec.resolved_rotary_dim(), spec.head_dim, *spec.partial_rotary_factor));
-  }
-}
-
 // ---- The tables ----------------------------------------------------------------------------------
 
 std::vector<std::string_view> schedule_names() {
@@ -376,31 +327,6 @@ std::vector<SpecField> make_spec_fields() {
   };
 }
 
-std::vector<ScheduleInfo> make_schedules() {
-  using enum ScheduleType;
-  const std::vector<std::string_view> length = {"original_max_position", "max_position"};
-  return {
-      {"default", default_, "inv_freq = base^(-2i/r)", {}, {}, true, nullptr},
-      {"linear", linear, "position interpolation: default / factor", {{"factor"}}, {}, true, nullptr},
-      {"ntk", ntk, "static NTK-aware: base * factor^(r/(r-2))", {{"factor"}}, {}, false,
-       check_rotary_dim_above_two},
-      {"dynamic", dynamic, "dynamic NTK: the base grows with the sequence length past L", {{"factor"}, length},
-       {}, false, check_rotary_dim_above_two},
-      {"yarn", yarn, "YaRN: a ramp between interpolation and extrapolation, mscale attention factor",
-       {{"factor"}, length}, {"beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"}, false,
-       check_yarn},
-      {"llama3", llama3, "Llama 3.1: wavelength bands kept, smoothed, divided by factor",
-       {{"factor"}, length, {"low_freq_factor"}, {"high_freq_factor"}}, {}, true, check_llama3},
-      {"longrope", longrope, "LongRoPE: per-pair short or long factors", {length},
-       {"short_factor", "long_factor"}, true, check_longrope},
-      {"monotone", monotone, "every frequency times c, angles monotone over max_length tokens",
-       {{"max_length"}}, {"monotone_scale"}, true, nullptr},
-      {"proportional", proportional,
-       "Gemma 4: frequencies over the whole head, the first floor(p*head_dim/2) nonzero",
-       {{"partial_rotary_factor"}}, {"factor"}, false, check_proportional},
-  };
-}
-
 }  // namespace
 
 std::string_view to_string(FieldKind kind) {
@@ -421,7 +347,11 @@ const std::vector<SpecField>& spec_fields() {
 }
 
 const std::vector<ScheduleInfo>& schedules() {
-  static const std::vector<ScheduleInfo> table = make_schedules();
+  static const std::vector<ScheduleInfo> table = [] {
+    std::vector<ScheduleInfo> infos;
+    for (const auto entry : detail::kScheduleEntries) infos.push_back(entry().info);
+    return infos;
+  }();
   return table;
 }
 

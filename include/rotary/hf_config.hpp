@@ -110,9 +110,9 @@ inline constexpr std::size_t max_config_bytes = std::size_t{16} << 20;
 ///    (`axial`, interleaved, stream 0 = column + 1 and stream 1 = row + 1: positions 1-based, the CLS
 ///    token at position 0 in both); Gemma 4 (`axial` in 2 blocks of half pairs, x then y, base
 ///    `rope_theta`, default 100).
-/// Refused, each with an error naming the field: rope types other than default, linear, dynamic,
-/// yarn, longrope, llama3, proportional and su, `rope_interleave` on a model type rotary does not
-/// know, and a vision tower rotary does not know.
+/// Refused, each with an error naming the field: a rope type no schedule of rotary reads (the error
+/// lists those that one does), `rope_interleave` on a model type rotary does not know, and a vision
+/// tower rotary does not know.
 /// Other unknown keys are ignored; wrong types and invalid values throw rotary::Error naming the key,
 /// e.g. "rope_scaling.factor='x' must be a number". Errors and notes echo at most ~100 characters
 /// of any value from the config. Pure; thread-safe.

@@ -65,7 +65,8 @@ typedef enum rotary_pairing {
   ROTARY_PAIRING_INTERLEAVED = 1
 } rotary_pairing;
 
-/** How inv_freq and attention_factor are derived (Hugging Face definitions; see schedule.hpp). */
+/** How inv_freq and attention_factor are derived (Hugging Face definitions; see schedule.hpp). The
+ *  values are rotary::ScheduleType's, one per schedule of the library. */
 typedef enum rotary_schedule_type {
   ROTARY_SCHEDULE_DEFAULT = 0,
   ROTARY_SCHEDULE_LINEAR = 1,
@@ -75,7 +76,8 @@ typedef enum rotary_schedule_type {
   ROTARY_SCHEDULE_LLAMA3 = 5,
   ROTARY_SCHEDULE_LONGROPE = 6,
   ROTARY_SCHEDULE_MONOTONE = 7,
-  ROTARY_SCHEDULE_PROPORTIONAL = 8 /**< Gemma 4: set rotary_spec_ext.partial_rotary_factor */
+  ROTARY_SCHEDULE_PROPORTIONAL = 8, /**< Gemma 4: set rotary_spec_ext.partial_rotary_factor */
+  ROTARY_SCHEDULE_LAST = ROTARY_SCHEDULE_PROPORTIONAL /**< the largest value */
 } rotary_schedule_type;
 
 /** A yes/no setting that may be left unset (then the schedule's default applies). */

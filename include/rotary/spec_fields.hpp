@@ -1,14 +1,25 @@
 // rotary — one description of the Spec fields and the schedules, read by validate(Spec), the CLI
 // options, the Python keywords and the docs.
 //
-// Adding a schedule touches three places:
-//   1. the enum ScheduleType (spec.hpp), before `last` (and `last` if it comes last);
-//   2. its entry in the schedules() table (src/spec_fields.cpp): name, the fields it requires and
-//      takes, whether it scales each frequency on its own, its rules across fields;
-//   3. its inv_freq / attention_factor formula in make_schedule (src/schedule.cpp).
+// Adding a schedule touches these places, and tests/test_schedule_registry.cpp fails while one is
+// missing:
+//   1. its ScheduleType value (spec.hpp), before `last` (and `last` if it comes last), and its row
+//      in the table of fields above struct Spec;
+//   2. its file src/schedules/<name>.cpp, one ScheduleEntry (src/schedules/entry.hpp): the
+//      ScheduleInfo below (name, doc, the fields it requires and takes, whether it scales each
+//      frequency on its own, its rules across fields), its formula, transformers' float32 replay,
+//      transformers' rope_type names and rope dict keys with its config reader, and optional doctor
+//      hazards; and its two lines in src/schedules/registry.hpp;
+//   3. its rotary_schedule_type value in the C ABI (rotary.h; ROTARY_SCHEDULE_LAST if it comes last);
+//   4. the list of schedules in the docstring of python/rotary/__init__.py's Rope;
+//   5. tests: its formula (test_schedule.cpp), its float32 replay (test_hf_float32.cpp), its config
+//      (test_hf_config.cpp), its C enum line in test_schedule_registry.cpp.
+// make_schedule, to_string, parse_schedule, validate, the config reader, the doctor, the CLI
+// options and the Python keywords read the registry.
 // A new Spec field adds its member to Spec and one entry to the spec_fields() table (name, kind,
-// scope, doc line, config key, accessor and its own range rule); the schedules that use it name it.
-// Validation, parse_schedule, the CLI options and the Python keywords follow from the tables.
+// scope, doc line, config key, accessor and its own range rule), and its member in the C ABI's
+// rotary_spec or rotary_spec_ext with its line in to_spec (src/c_api.cpp); the schedules that use it
+// name it. Validation, parse_schedule, the CLI options and the Python keywords follow from the tables.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +69,8 @@ struct SpecField {
   bool required;                          ///< every Spec must set it (head_dim)
   std::string_view doc;                   ///< one line, with the default, for --help and docstrings
   std::string_view config_key;            ///< transformers' config key it is read from, "" if none
+                                          ///< (a schedule's config reader reads its fields from the
+                                          ///< rope dict by this key)
   std::vector<std::string_view> choices;  ///< choice: the accepted names in enum order, else empty
   /// The field's value; nullopt when unset (an empty optional, an empty list, rotary_dim 0 which
   /// follows head_dim). The other plain members (head_dim, base, pairing, ...) always have one.
@@ -73,7 +86,8 @@ struct SpecField {
   void (*check)(const Spec&, std::string_view name);
 };
 
-/// One schedule: what validate requires of a Spec that names it.
+/// One schedule: what validate requires of a Spec that names it (the public part of the schedule's
+/// entry in the library's registry, src/schedules/).
 struct ScheduleInfo {
   std::string_view name;  ///< to_string(type): the CLI's --schedule, Python's schedule=
   ScheduleType type;

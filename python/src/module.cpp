@@ -1398,6 +1398,18 @@ PYBIND11_MODULE(_rotary, m) {
                                parse_pairing(str_arg(from, "from"), "from"), parse_pairing(str_arg(to, "to"), "to"));
   });
   m.def("preset_names", &preset_names);
+  // The library's schedules (spec_fields.hpp), for tests and docs: [(name, doc, required, optional)], required
+  // a list of alternatives ([["original_max_position", "max_position"], ...]).
+  m.def("schedules", [] {
+    py::list out;
+    for (const ScheduleInfo& info : schedules()) {
+      py::list required;
+      for (const auto& any_of : info.required) required.append(py::cast(std::vector<std::string>(any_of.begin(), any_of.end())));
+      out.append(py::make_tuple(std::string(info.name), std::string(info.doc), required,
+                                std::vector<std::string>(info.optional.begin(), info.optional.end())));
+    }
+    return out;
+  });
   m.def("layer_types_text", [](const py::object& text) { return layer_types(str_arg(text, "config text")); });
   m.def("layer_types_file", [](const py::object& path) { return read_hf_config_file(str_arg(path, "path")).layer_types; });
   m.def("preset_text", [](const py::object& name) { return preset_text(str_arg(name, "name")); });
