@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "apply_internal.hpp"
 #include "kernel/args.hpp"
 #include "kernel/backend.hpp"
 #include "memory.hpp"
@@ -141,8 +142,10 @@ void check_xpos_extent(const Schedule& schedule, double lowest, double highest, 
 
 // batch and seq are >= 0 (checked); their product may still leave int64 for an empty view.
 // angle_rows: rows of per_position caller angles, else -1.
-void check_positions(const Positions& positions, const Schedule& schedule, int64_t batch,
-                     int64_t seq, const Table* table, int64_t angle_rows, bool hf_float32, bool read_entries) {
+// Returns the lowest and highest position read (when read_entries, or sequential), else nullopt.
+std::optional<std::pair<double, double>> check_positions(const Positions& positions, const Schedule& schedule,
+                                                        int64_t batch, int64_t seq, const Table* table,
+                                                        int64_t angle_rows, bool hf_float32, bool read_entries) {
   using Kind = Positions::Kind;
   if (positions.streams < 1 || positions.streams > max_streams) {
     throw Error(fmt::format("positions streams={} must be in [1, {}]", positions.streams, max_streams));
@@ -162,7 +165,9 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
         throw Error(fmt::format("offset={} with seq={} must keep positions in [0, 2^31)",
                                 positions.offset, seq));
       }
-      if (batch == 0 || seq == 0) return;
+      if (batch == 0 || seq == 0) return std::nullopt;
+      const std::pair<double, double> extent{static_cast<double>(positions.offset),
+                                             static_cast<double>(positions.offset + seq - 1)};
       if (schedule.xpos()) {
         check_xpos_extent(schedule, static_cast<double>(positions.offset),
                           static_cast<double>(positions.offset + seq - 1), [&](double p) {
@@ -170,12 +175,12 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
                                                static_cast<int64_t>(p) - positions.offset);
                           });
       }
-      if (table == nullptr && angle_rows < 0) return;
+      if (table == nullptr && angle_rows < 0) return extent;
       for (int64_t s = 0; s < seq; ++s) {
         check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows, false,
                              [&] { return std::to_string(positions.offset + s); });
       }
-      return;
+      return extent;
     }
     case Kind::per_token_i32:
     case Kind::per_token_i64:
@@ -194,7 +199,7 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
       }
       if (positions.shape) check_positions_shape(*positions.shape, positions.streams, batch, seq);
       if (tokens > 0 && positions.data == nullptr) throw Error("positions data is null");
-      if (!read_entries || tokens == 0) return;
+      if (!read_entries || tokens == 0) return std::nullopt;
       const int64_t per_stream = positions.count;
       double lowest = max_position_limit;
       double highest = 0;
@@ -219,7 +224,7 @@ void check_positions(const Positions& positions, const Schedule& schedule, int64
           return fmt::format("position {}", p);
         });
       }
-      return;
+      return std::pair{lowest, highest};
     }
   }
   throw Error(fmt::format("positions.kind={} is not sequential or per_token",
@@ -287,7 +292,8 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
 namespace {
 
 // validate's body; read_entries false skips the per-token position entries' values.
-void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_entries) {
+std::optional<std::pair<double, double>> validate_call(const Schedule& schedule, const ApplyArgs& args,
+                                                      bool read_entries) {
   const bool table_matches = args.table != nullptr && same_schedule(*args.table, schedule);
   if (!table_matches) validate(schedule);
   if (!args.q.is_set()) throw Error("q is not set (q is TensorView{}: data null, shape all 0)");
@@ -399,8 +405,8 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, bool read_en
     throw Error(fmt::format("undo with attention_factor={} needs exact angles (table=nullptr): a table holds "
                             "cos and sin times the factor", schedule.attention_factor));
   }
-  check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows, hf_on_the_fly,
-                  read_entries);
+  return check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
+                         hf_on_the_fly, read_entries);
 }
 
 }  // namespace
@@ -413,8 +419,16 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
   validate_call(schedule, args, /*read_entries=*/true);
 }
 
+std::optional<std::pair<double, double>> detail::validate_extent(const Schedule& schedule, const ApplyArgs& args) {
+  return validate_call(schedule, args, /*read_entries=*/true);
+}
+
 void apply(const Schedule& schedule, const ApplyArgs& args) {
   validate(schedule, args);
+  detail::apply_validated(schedule, args);
+}
+
+void detail::apply_validated(const Schedule& schedule, const ApplyArgs& args) {
   // Empty q and k: nothing to do (and batch * seq, which no output bounds then, is never formed).
   if (args.q.is_empty() && (!args.k.is_set() || args.k.is_empty())) return;
   // A list table (Table::at): each position's row, looked up once here for the whole call.

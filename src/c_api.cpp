@@ -357,7 +357,7 @@ const std::vector<std::string>& preset_names() {
 
 }  // namespace
 
-rotary::ApplyArgs rotary::detail::c_abi::apply_args(const rotary_schedule& schedule, const rotary_apply_args& a,
+rotary::ApplyArgs rotary::detail::c_abi::apply_args(bool rotates_backward, const rotary_apply_args& a,
                                                     const rotary_positions* positions) {
   if (positions != nullptr &&
       (a.positions != nullptr || a.positions_i32 != nullptr || a.positions_count != 0 || a.offset != 0)) {
@@ -367,7 +367,7 @@ rotary::ApplyArgs rotary::detail::c_abi::apply_args(const rotary_schedule& sched
   ApplyArgs args = to_apply_args(a);
   if (positions != nullptr) args.positions = to_positions(*positions);
   // A model whose code turns pairs by -angle (rotates_backward) has rotary's inverse as its forward.
-  if (schedule.rotates_backward) {
+  if (rotates_backward) {
     args.direction = args.direction == Direction::forward ? Direction::inverse : Direction::forward;
   }
   return args;
@@ -570,7 +570,30 @@ int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_a
                            const rotary_positions* positions) {
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
-    rotary::apply(s.schedule, rotary::detail::c_abi::apply_args(s, require(args, "args"), positions));
+    rotary::apply(s.schedule,
+                  rotary::detail::c_abi::apply_args(s.rotates_backward, require(args, "args"), positions));
+  });
+}
+
+int rotary_rope_create(const rotary_schedule* schedule, rotary_rope** out) {
+  return guarded([&] {
+    start(out);
+    const rotary_schedule& s = require(schedule, "schedule");
+    *out = new rotary_rope{.rope = rotary::Rope(s.schedule), .rotates_backward = s.rotates_backward};
+  });
+}
+
+void rotary_rope_free(rotary_rope* rope) { delete rope; }
+
+int rotary_rope_apply(const rotary_rope* rope, const rotary_apply_args* args, const rotary_positions* positions,
+                      int mode) {
+  return guarded([&] {
+    const rotary_rope& r = require(rope, "rope");
+    rotary::ApplyArgs a = rotary::detail::c_abi::apply_args(r.rotates_backward, require(args, "args"), positions);
+    if (a.table != nullptr) throw Error("args.table is set, but rotary_rope_apply takes its angles from the Rope "
+                                        "(leave it NULL)");
+    a.numerics = to_angle_mode(static_cast<rotary_angle_mode>(mode));
+    r.rope.apply(a);
   });
 }
 

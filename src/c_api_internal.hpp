@@ -11,6 +11,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/rotary.h"
+#include "rotary/rope.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
 
@@ -21,6 +22,11 @@ struct rotary_schedule {
 
 struct rotary_table {
   rotary::Table table;
+};
+
+struct rotary_rope {
+  rotary::Rope rope;
+  bool rotates_backward = false;  // as rotary_schedule's
 };
 
 namespace rotary::detail::c_abi {
@@ -59,7 +65,6 @@ const T& require(const T* pointer, const char* name) {
 /// `positions` (args' position fields must then be 0), the direction flipped for a model that turns
 /// pairs by -angle (rotary_schedule::rotates_backward). Throws rotary::Error for what the C
 /// encoding gets wrong (enum values, flags, NULL arrays); the call's rules are rotary::validate's.
-ApplyArgs apply_args(const rotary_schedule& schedule, const rotary_apply_args& args,
-                     const rotary_positions* positions);
+ApplyArgs apply_args(bool rotates_backward, const rotary_apply_args& args, const rotary_positions* positions);
 
 }  // namespace rotary::detail::c_abi

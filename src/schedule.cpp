@@ -21,7 +21,7 @@ double attention_factor_of(const Spec& spec, double computed) {
   throw Error(fmt::format("schedule {} computes attention_factor={} from factor={}, mscale={}, "
                           "mscale_all_dim={}: it must round to a normal float32, in [2^-126, 3.40282347e+38]",
                           to_string(spec.schedule), computed, spec.factor.value_or(0.0),
-                          spec.mscale.value_or(0.0), spec.mscale_all_dim.value_or(0.0)));
+                          spec.mscale.value_or(0.0), spec.mscale_all_dim.value_or(0.0)), "schedule");
 }
 
 // Pair j's stream (DESIGN.md §5; the StreamLayout doc in spec.hpp). Empty for one stream.
@@ -67,12 +67,12 @@ std::vector<double> xpos_log_zeta(int64_t rotary_dim) {
 
 Schedule with_xpos(Schedule schedule, double scale_base, double center) {
   if (!(scale_base >= 0) || !std::isfinite(scale_base)) {
-    throw Error(fmt::format("xpos_scale_base={} must be finite and > 0 (0: no xPos)", scale_base));
+    throw Error(fmt::format("xpos_scale_base={} must be finite and > 0 (0: no xPos)", scale_base), "xpos_scale_base");
   }
-  if (!std::isfinite(center)) throw Error(fmt::format("xpos_center={} must be finite", center));
+  if (!std::isfinite(center)) throw Error(fmt::format("xpos_center={} must be finite", center), "xpos_center");
   if (scale_base == 0 && center != 0) {
     // As validate(Spec): a centre without a scale base is a setting that would do nothing.
-    throw Error(fmt::format("xpos_center={} is set but xpos_scale_base is 0 (no xPos)", center));
+    throw Error(fmt::format("xpos_center={} is set but xpos_scale_base is 0 (no xPos)", center), "xpos_center");
   }
   schedule.xpos_scale_base = scale_base;
   schedule.xpos_center = scale_base == 0 ? 0.0 : center;
@@ -100,7 +100,7 @@ std::vector<double> default_inv_freq(double base, int64_t rotary_dim) {
 Schedule make_schedule(const Spec& spec, std::optional<int64_t> seq_len) {
   validate(spec);
   if (seq_len && (*seq_len < 0 || *seq_len > max_position_limit)) {
-    throw Error(fmt::format("seq_len={} must be in [0, 2^31]", *seq_len));
+    throw Error(fmt::format("seq_len={} must be in [0, 2^31]", *seq_len), "seq_len");
   }
   const detail::ScheduleEntry& entry = detail::schedule_entry(spec.schedule);
   Schedule out;

@@ -40,23 +40,23 @@ void check_stream_counts(const Spec& spec, int64_t pairs) {
   const std::string shown = describe_sections(sections);
   if (layout == StreamLayout::alternating_sections && count != 3) {
     throw Error(fmt::format("sections={} must list 3 streams [height, width, time] for stream_layout "
-                            "alternating_sections", shown));
+                            "alternating_sections", shown), "sections");
   }
   if (layout == StreamLayout::axial_even_odd && count != 2) {
     throw Error(fmt::format("sections={} must list 2 streams [height, width] for stream_layout axial_even_odd",
-                            shown));
+                            shown), "sections");
   }
   if (count < 2 || count > max_streams) {
     throw Error(fmt::format("sections={} lists {} streams; stream_layout {} needs 2 to {}", shown, count,
-                            to_string(layout), max_streams));
+                            to_string(layout), max_streams), "sections");
   }
   int64_t sum = 0;
   for (const int64_t s : sections) {
     if (__builtin_add_overflow(sum, s, &sum)) {
-      throw Error(fmt::format("sections={} sum past 2^63 but rotary_dim/2={}", shown, pairs));
+      throw Error(fmt::format("sections={} sum past 2^63 but rotary_dim/2={}", shown, pairs), "sections");
     }
   }
-  if (sum != pairs) throw Error(fmt::format("sections={} sum to {} but rotary_dim/2={}", shown, sum, pairs));
+  if (sum != pairs) throw Error(fmt::format("sections={} sum to {} but rotary_dim/2={}", shown, sum, pairs), "sections");
 }
 
 // Qwen3-VL's overwrite gives stream a >= 1 the pairs j % S == a below S * s_a (clipped to P): each
@@ -71,7 +71,7 @@ void check_interleaved_counts(const Spec& spec, int64_t pairs) {
       throw Error(fmt::format("sections={} do not interleave over rotary_dim/2={}: stream {} (pairs j % {} == {} "
                               "below {}*{}) gets {} pairs, not {}",
                               describe_sections(spec.sections), pairs, a, streams, a, streams, wanted, got,
-                              wanted));
+                              wanted), "sections");
     }
   }
 }
@@ -80,7 +80,7 @@ void check_interleaved_counts(const Spec& spec, int64_t pairs) {
 void check_stream_layout_rules(const Spec& spec) {
   const StreamLayout layout = spec.stream_layout;
   if (layout == StreamLayout::single) return;
-  if (spec.sections.empty()) throw Error(fmt::format("stream_layout {} needs sections", to_string(layout)));
+  if (spec.sections.empty()) throw Error(fmt::format("stream_layout {} needs sections", to_string(layout)), "stream_layout");
   const int64_t pairs = spec.resolved_rotary_dim() / 2;
   check_stream_counts(spec, pairs);
   const auto& s = spec.sections;
@@ -88,18 +88,18 @@ void check_stream_layout_rules(const Spec& spec) {
   if (layout == StreamLayout::alternating_sections && s[0] != s[1]) {
     throw Error(fmt::format("sections={}: height {} and width {} must be equal for stream_layout "
                             "alternating_sections (their pairs alternate)",
-                            describe_sections(s), s[0], s[1]));
+                            describe_sections(s), s[0], s[1]), "sections");
   }
   if (layout == StreamLayout::axial_even_odd && s[0] != s[1]) {
     throw Error(fmt::format("sections={}: stream_layout axial_even_odd needs two equal sections (even "
                             "frequencies to one axis, odd to the other)",
-                            describe_sections(s)));
+                            describe_sections(s)), "sections");
   }
   const ScheduleInfo& info = schedule_info(spec.schedule);
   if ((layout == StreamLayout::axial || layout == StreamLayout::axial_even_odd) && !info.per_frequency) {
     throw Error(fmt::format("schedule {} cannot be used with stream_layout {}: it does not scale each "
                             "frequency on its own (those that do: {})",
-                            info.name, to_string(layout), per_frequency_schedules()));
+                            info.name, to_string(layout), per_frequency_schedules()), "schedule");
   }
 }
 
@@ -111,7 +111,7 @@ void check_required(const Spec& spec, const ScheduleInfo& info) {
     if (given) continue;
     std::string names;
     for (std::string_view name : any_of) names += fmt::format("{}{}", names.empty() ? "" : " or ", name);
-    throw Error(fmt::format("schedule {} needs {}", info.name, names));
+    throw Error(fmt::format("schedule {} needs {}", info.name, names), "schedule");
   }
 }
 
@@ -179,10 +179,10 @@ void validate(const Spec& spec) {
   for (const SpecField& field : fields) {
     if (field.scope == FieldScope::common || !field.is_set(spec)) continue;
     if (field.scope == FieldScope::streams && spec.stream_layout == StreamLayout::single) {
-      throw Error(fmt::format("{} is set but stream_layout single does not use it", field.name));
+      throw Error(fmt::format("{} is set but stream_layout single does not use it", field.name), std::string(field.name));
     }
     if (!schedule_uses(info, field)) {
-      throw Error(fmt::format("{} is set but schedule {} does not use it", field.name, info.name));
+      throw Error(fmt::format("{} is set but schedule {} does not use it", field.name, info.name), std::string(field.name));
     }
   }
   for (const SpecField& field : fields) {

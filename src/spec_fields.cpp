@@ -47,7 +47,7 @@ FieldValue normalized(std::string_view name, FieldKind kind, const FieldValue& v
   }
   // FieldKind's members name FieldValue's alternatives in order.
   if (value.index() != static_cast<size_t>(kind)) {
-    throw Error(fmt::format("{} must be {}, got {}", name, kind_phrase(kind), value_phrase(value)));
+    throw Error(fmt::format("{} must be {}, got {}", name, kind_phrase(kind), value_phrase(value)), std::string(name));
   }
   return value;
 }
@@ -112,14 +112,14 @@ std::optional<FieldValue> get_rotary_dim(const Spec& spec) {
 bool rotary_dim_is_set(const Spec& spec) { return spec.rotary_dim != 0; }
 void set_rotary_dim(Spec& spec, const FieldValue& value) {
   const int64_t r = std::get<int64_t>(value);
-  if (r == 0) throw Error("rotary_dim=0 must be > 0");
+  if (r == 0) throw Error("rotary_dim=0 must be > 0", "rotary_dim");
   spec.rotary_dim = r;
 }
 
 // ---- The fields' own rules (validate calls them; `name` is the field's) --------------------------
 
 void require_finite(double value, std::string_view name) {
-  if (!std::isfinite(value)) throw Error(fmt::format("{}={} must be finite", name, value));
+  if (!std::isfinite(value)) throw Error(fmt::format("{}={} must be finite", name, value), std::string(name));
 }
 
 // Optional fields' rules run only when the field is set: the optional holds a value.
@@ -127,7 +127,7 @@ template <auto Member>
 void check_positive(const Spec& spec, std::string_view name) {
   const double value = *(spec.*Member);
   require_finite(value, name);
-  if (value <= 0) throw Error(fmt::format("{}={} must be > 0", name, value));
+  if (value <= 0) throw Error(fmt::format("{}={} must be > 0", name, value), std::string(name));
 }
 
 template <auto Member>
@@ -135,34 +135,34 @@ void check_finite(const Spec& spec, std::string_view name) { require_finite(*(sp
 
 template <auto Member>
 void check_length(const Spec& spec, std::string_view name) {
-  if (*(spec.*Member) < 1) throw Error(fmt::format("{}={} must be >= 1", name, *(spec.*Member)));
+  if (*(spec.*Member) < 1) throw Error(fmt::format("{}={} must be >= 1", name, *(spec.*Member)), std::string(name));
 }
 
 void check_head_dim(const Spec& spec, std::string_view) {
-  if (spec.head_dim <= 0) throw Error(fmt::format("head_dim={} must be > 0", spec.head_dim));
+  if (spec.head_dim <= 0) throw Error(fmt::format("head_dim={} must be > 0", spec.head_dim), "head_dim");
   if (spec.head_dim > (int64_t{1} << 20)) {
-    throw Error(fmt::format("head_dim={} exceeds 1048576", spec.head_dim));
+    throw Error(fmt::format("head_dim={} exceeds 1048576", spec.head_dim), "head_dim");
   }
 }
 
 void check_rotary_dim(const Spec& spec, std::string_view) {
-  if (spec.rotary_dim < 0) throw Error(fmt::format("rotary_dim={} must be > 0", spec.rotary_dim));
+  if (spec.rotary_dim < 0) throw Error(fmt::format("rotary_dim={} must be > 0", spec.rotary_dim), "rotary_dim");
   const int64_t r = spec.resolved_rotary_dim();
   if (r % 2 != 0) {
-    throw Error(fmt::format("rotary_dim={} must be even and <= head_dim={}", r, spec.head_dim));
+    throw Error(fmt::format("rotary_dim={} must be even and <= head_dim={}", r, spec.head_dim), "rotary_dim");
   }
-  if (r > spec.head_dim) throw Error(fmt::format("rotary_dim={} exceeds head_dim={}", r, spec.head_dim));
+  if (r > spec.head_dim) throw Error(fmt::format("rotary_dim={} exceeds head_dim={}", r, spec.head_dim), "rotary_dim");
 }
 
 void check_base(const Spec& spec, std::string_view) {
   require_finite(spec.base, "base");
-  if (spec.base <= 1) throw Error(fmt::format("base={} must be > 1", spec.base));
+  if (spec.base <= 1) throw Error(fmt::format("base={} must be > 1", spec.base), "base");
 }
 
 template <class E>
 void require_enum(E value, E last, std::string_view name, std::string_view what) {
   const auto v = static_cast<int64_t>(value);
-  if (v < 0 || v > static_cast<int64_t>(last)) throw Error(fmt::format("{}={} is not {}", name, v, what));
+  if (v < 0 || v > static_cast<int64_t>(last)) throw Error(fmt::format("{}={} is not {}", name, v, what), std::string(name));
 }
 
 void check_pairing(const Spec& spec, std::string_view name) {
@@ -183,17 +183,17 @@ void check_attention_factor(const Spec& spec, std::string_view name) {
   if (g >= min_attention_factor && g <= max_attention_factor) return;
   throw Error(fmt::format("{}={} must round to a normal float32, in [2^-126, 3.40282347e+38] (cos and sin "
                           "times it are stored as float32)",
-                          name, g));
+                          name, g), std::string(name));
 }
 
 void check_max_length(const Spec& spec, std::string_view name) {
   const int64_t n = *spec.max_length;
-  if (n < 2 || n > max_position_limit) throw Error(fmt::format("{}={} must be in [2, 2^31]", name, n));
+  if (n < 2 || n > max_position_limit) throw Error(fmt::format("{}={} must be in [2, 2^31]", name, n), std::string(name));
 }
 
 void check_partial_rotary_factor(const Spec& spec, std::string_view name) {
   const double p = *spec.partial_rotary_factor;
-  if (!(p > 0 && p <= 1)) throw Error(fmt::format("{}={} must be in (0, 1]", name, p));
+  if (!(p > 0 && p <= 1)) throw Error(fmt::format("{}={} must be in (0, 1]", name, p), std::string(name));
 }
 
 // The texts of validate(Schedule) (src/descriptor.cpp), which sees the same fields.
@@ -201,7 +201,7 @@ void check_rotary_offset(const Spec& spec, std::string_view) {
   const int64_t room = spec.head_dim - spec.resolved_rotary_dim();
   if (spec.rotary_offset < 0 || spec.rotary_offset > room) {
     throw Error(fmt::format("rotary_offset={} must be in [0, head_dim - rotary_dim = {}]",
-                            spec.rotary_offset, room));
+                            spec.rotary_offset, room), "rotary_offset");
   }
 }
 
@@ -212,27 +212,27 @@ void check_xpos_scale_base(const Spec& spec, std::string_view name) {
 void check_xpos_center(const Spec& spec, std::string_view name) {
   if (!spec.xpos_center) return;
   require_finite(*spec.xpos_center, name);
-  if (!spec.xpos_scale_base) throw Error(fmt::format("{} is set but xpos_scale_base is not", name));
+  if (!spec.xpos_scale_base) throw Error(fmt::format("{} is set but xpos_scale_base is not", name), std::string(name));
 }
 
 void check_blocks(const Spec& spec, std::string_view) {
   const int64_t blocks = spec.blocks;
-  if (blocks < 1) throw Error(fmt::format("blocks={} must be >= 1", blocks));
+  if (blocks < 1) throw Error(fmt::format("blocks={} must be >= 1", blocks), "blocks");
   if (blocks == 1) return;
   if (spec.pairing != Pairing::half) {
     throw Error(fmt::format("blocks={} needs pairing half (block_half), not {}", blocks,
-                            to_string(spec.pairing)));
+                            to_string(spec.pairing)), "blocks");
   }
   const int64_t pairs = spec.resolved_rotary_dim() / 2;
   if (pairs % blocks != 0) {
     throw Error(fmt::format("blocks={} must divide rotary_dim/2={} (block_half: equal blocks of "
-                            "half-paired channels)", blocks, pairs));
+                            "half-paired channels)", blocks, pairs), "blocks");
   }
 }
 
 void check_sections(const Spec& spec, std::string_view name) {
   for (size_t a = 0; a < spec.sections.size(); ++a) {
-    if (spec.sections[a] <= 0) throw Error(fmt::format("{}[{}]={} must be > 0", name, a, spec.sections[a]));
+    if (spec.sections[a] <= 0) throw Error(fmt::format("{}[{}]={} must be > 0", name, a, spec.sections[a]), std::string(name));
   }
 }
 
@@ -358,7 +358,7 @@ const std::vector<ScheduleInfo>& schedules() {
 const ScheduleInfo& schedule_info(ScheduleType type) {
   const auto index = static_cast<int64_t>(type);
   if (index < 0 || index >= static_cast<int64_t>(schedules().size())) {
-    throw Error(fmt::format("schedule={} is not a schedule type", index));
+    throw Error(fmt::format("schedule={} is not a schedule type", index), "schedule");
   }
   return schedules()[static_cast<size_t>(index)];
 }

@@ -61,6 +61,38 @@ TEST(Spec, Factor) {
   EXPECT_NO_THROW(validate(s));
 }
 
+// Error::field names the Spec field a rule is about (front ends map it to their own option), and
+// is one of spec_fields()' names, or "schedule"/"seq_len".
+TEST(Spec, ErrorsNameTheirField) {
+  const auto field_of = [](const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return std::string("<no error>");
+  };
+  const auto with = [](auto set) {
+    Spec s = base_spec();
+    set(s);
+    return [s] { validate(s); };
+  };
+  EXPECT_EQ(field_of(with([](Spec& s) { s.head_dim = 0; })), "head_dim");
+  EXPECT_EQ(field_of(with([](Spec& s) { s.rotary_dim = 130; })), "rotary_dim");
+  EXPECT_EQ(field_of(with([](Spec& s) { s.base = 0.5; })), "base");
+  EXPECT_EQ(field_of(with([](Spec& s) {
+              s.schedule = ScheduleType::linear;
+              s.factor = -2.0;
+            })),
+            "factor");
+  EXPECT_EQ(field_of(with([](Spec& s) { s.schedule = ScheduleType::linear; })), "schedule");
+  EXPECT_EQ(field_of(with([](Spec& s) { s.factor = 2.0; })), "factor");  // unused by default
+  EXPECT_EQ(field_of(with([](Spec& s) { s.xpos_center = 3.0; })), "xpos_center");
+  EXPECT_EQ(field_of([] { make_schedule(base_spec(), int64_t{-1}); }), "seq_len");
+  // A message that names no single field carries none.
+  EXPECT_EQ(field_of([] { parse_schedule("nope"); }), "");
+}
+
 TEST(Spec, FieldsTheScheduleDoesNotUseAreRejected) {
   Spec s = base_spec();
   s.factor = 2.0;

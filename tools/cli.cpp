@@ -79,7 +79,7 @@ struct SpecOptions {
     try {
       r.schedule = make_schedule(r.spec, integer("seq-len"));
     } catch (const Error& e) {
-      throw Error(blame(e.what()));
+      throw Error(blame(e));
     }
     return r;
   }
@@ -101,7 +101,7 @@ struct SpecOptions {
     try {
       return config_path.empty() ? load_preset(preset_name, options) : read_hf_config_file(config_path, options);
     } catch (const Error& e) {
-      throw Error(blame(e.what()));
+      throw Error(blame(e));
     }
   }
 
@@ -154,19 +154,15 @@ struct SpecOptions {
     return t;
   }
 
-  // Library errors name what they check: a spec field ("factor=-2 must be > 0", "schedule yarn
-  // needs factor") or the config ("config 'x': ..."). Name what the user gave instead: the option
-  // of that field if given, else the --config or --preset the settings came from.
-  std::string blame(const std::string& message) const {
-    size_t end = 0;
-    while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '_')) {
-      ++end;
-    }
-    std::string option = message.substr(0, end);
+  // Library errors name what they check: a spec field ("factor=-2 must be > 0", Error::field
+  // "factor") or the config ("config 'x': ..."). Name what the user gave instead: the option of
+  // that field if given, else the --config or --preset the settings came from.
+  std::string blame(const Error& e) const {
+    const std::string message = e.what();
+    std::string option = e.field();
     for (char& c : option) c = c == '_' ? '-' : c;
-    if (option == "truncate" ? given.contains("no-truncate") : given.contains(option)) {
-      return "--" + (option == "truncate" ? "no-truncate" : option) + ": " + message;
-    }
+    if (option == "truncate") option = "no-truncate";  // the option that sets it
+    if (!option.empty() && given.contains(option)) return "--" + option + ": " + message;
     if (!config_path.empty()) {
       if (message.starts_with("config '")) return "--" + message;
       return fmt::format("--config '{}': {}", excerpt(config_path), message);

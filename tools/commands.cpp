@@ -15,6 +15,7 @@
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/layout.hpp"
+#include "rotary/rope.hpp"
 #include "tensor_file.hpp"
 
 namespace rotary::cli {
@@ -349,17 +350,14 @@ class TokenPositions {
   bool fractional_ = false;
 };
 
-// Rotates one tensor of `input` into `output` a block at a time; hf-float32 tables hold only the
-// block's distinct positions.
-void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const TokenPositions& positions,
+// Rotates one tensor of `input` into `output` a block at a time, its angles (exact or transformers'
+// float32) from the Rope's tables, or computed on the fly beyond them.
+void rotate_tensor(const Rope& rope, const ApplyFileOptions& o, const TokenPositions& positions,
                    const Geometry& g, const InputFile& input, const HostTensor& t, bool keys,
                    AtomicOutputs::File& output, std::vector<unsigned char>& buffer) {
-  const bool hf = o.angles == AngleMode::hf_float32;
   const int64_t streams = positions.streams();
-  // Per token: its positions (8 bytes each) and, for hf-float32, a table row per stream (8 bytes
-  // per pair) and its lookup.
-  const int64_t max_tokens = std::max<int64_t>(1, kBlockBytes / (streams * (hf ? 8 * schedule.pairs() + 32 : 8)));
-  std::vector<int64_t> token_positions, distinct;
+  const int64_t max_tokens = std::max<int64_t>(1, kBlockBytes / (streams * 8));  // 8 bytes per position
+  std::vector<int64_t> token_positions;
   std::vector<double> fractional;
   for_each_block(g, max_tokens, [&](const Block& b) {
     const int64_t bytes = b.tokens * b.heads * g.head_bytes();
@@ -373,19 +371,12 @@ void rotate_tensor(const Schedule& schedule, const ApplyFileOptions& o, const To
       positions.fill(g, b.first_token, b.tokens, token_positions);
       block_positions = Positions::per_token(std::span<const int64_t>(token_positions), static_cast<int>(streams));
     }
-    std::optional<Table> table;
-    if (hf) {
-      distinct = token_positions;
-      std::sort(distinct.begin(), distinct.end());
-      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-      table = Table::at(schedule, distinct, AngleMode::hf_float32);
-    }
     const TensorView view = g.bhsd ? TensorView::bhsd(buffer.data(), g.dtype, 1, b.heads, b.tokens, g.head_dim)
                                    : TensorView::bshd(buffer.data(), g.dtype, 1, b.tokens, b.heads, g.head_dim);
     // --k holds keys: xPos scales them by ζ^-(p-c)/γ, the queries of --q by ζ^+(p-c)/γ.
-    apply(schedule, ApplyArgs{.q = view, .positions = block_positions,
+    rope.apply(ApplyArgs{.q = view, .positions = block_positions,
                               .direction = o.inverse ? Direction::inverse : Direction::forward,
-                              .table = table ? &*table : nullptr, .q_is_key = keys, .undo = o.undo,
+                              .numerics = o.angles, .q_is_key = keys, .undo = o.undo,
                               .threads = static_cast<int>(o.threads)});
     output.write(buffer.data(), static_cast<uint64_t>(bytes));
   });
@@ -498,6 +489,7 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
   for (const ApplyJob& job : jobs) {
     files.push_back(&outputs.add(job.out_path, shown({job.out_option, job.out_path})));
   }
+  const Rope rope(schedule);
   std::vector<unsigned char> buffer;
   int rotated = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
@@ -510,7 +502,7 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
         continue;
       }
       with_context(fmt::format("'{}' {}: ", excerpt(job.input->path()), tensor_label(t)), [&] {
-        rotate_tensor(schedule, o, positions, *job.rotate[i], *job.input, t, job.keys, *files[j], buffer);
+        rotate_tensor(rope, o, positions, *job.rotate[i], *job.input, t, job.keys, *files[j], buffer);
       });
       ++rotated;
     }

@@ -350,6 +350,23 @@ int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args)
 int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_args* args,
                            const rotary_positions* positions);
 
+/** A schedule with its own angle tables (rotary::Rope, rope.hpp): tables of positions [0, n) in
+ *  each rotary_angle_mode, grown on demand up to 64 MiB each, shared safely by every thread that
+ *  calls rotary_rope_apply. Opaque. */
+typedef struct rotary_rope rotary_rope;
+
+/** A Rope of `schedule` (copied: the schedule may be freed after). *out is NULL on failure. */
+int rotary_rope_create(const rotary_schedule* schedule, rotary_rope** out);
+/** Frees a Rope (NULL: nothing). No call may be using it. */
+void rotary_rope_free(rotary_rope* rope);
+
+/** rotary_apply_positions with the angles `mode` names (a rotary_angle_mode): taken from the Rope's
+ *  table when the positions are whole and within it, else computed on the fly (the same bits).
+ *  args->table must be NULL. Every rule of rotary_apply; for ROTARY_ANGLES_HF_FLOAT32, whole
+ *  positions, and no undo with attention_factor != 1. */
+int rotary_rope_apply(const rotary_rope* rope, const rotary_apply_args* args, const rotary_positions* positions,
+                      int mode);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -14,6 +14,7 @@
 #include "rotary/layout.hpp"
 #include "rotary/positions.hpp"
 #include "rotary/rerotate.hpp"
+#include "rotary/rope.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/spec.hpp"
 #include "rotary/spec_fields.hpp"

@@ -357,41 +357,22 @@ uint32_t* error_word(int device, cuda::Stream stream) {
 class PyRope {
  public:
   explicit PyRope(const Spec& spec, std::optional<int64_t> seq_len = std::nullopt)
-      : spec_(spec), seq_len_(seq_len), schedule_(make_schedule(spec, seq_len)) {}
+      : spec_(spec), seq_len_(seq_len), rope_(std::make_shared<const Rope>(spec, seq_len)) {}
 
-  const Schedule& schedule() const { return schedule_; }
+  const Schedule& schedule() const { return rope_->schedule(); }
+  const Rope& rope() const { return *rope_; }
   const Spec& spec() const { return spec_; }
   std::optional<int64_t> seq_len() const { return seq_len_; }
 
-  // A table covering positions [0, needed), grown by doubling, or null when it would exceed
-  // kCacheBytes (then the caller builds a table of just the positions it needs: a row depends only
-  // on its position, so the values are the same). Call with the GIL held: it is released while
-  // waiting for the mutex and while growing, so one call grows and the others wait for its table.
-  static constexpr int64_t kCacheBytes = int64_t{64} << 20;
-  int64_t max_cached_rows() const {
-    return kCacheBytes / std::max<int64_t>(1, 2 * schedule_.pairs() * static_cast<int64_t>(sizeof(float)));
-  }
+  // The Rope's table covering positions [0, needed), or null beyond its cache. Call with the GIL
+  // held: a table already large enough is taken without giving it up (a decode step's cost);
+  // waiting for a thread that grows it, or growing it, happens with the GIL released.
+  int64_t max_cached_rows() const { return rope_->max_cached_rows(); }
   std::shared_ptr<const Table> cache(int64_t needed, AngleMode mode) const {
-    const int64_t max_rows = max_cached_rows();
-    if (needed > max_rows) return nullptr;
-    {  // The common case, a table already large enough, without giving up the GIL (a decode step's
-       // cost): try_lock never waits, so holding the GIL here cannot deadlock with a grower.
-      std::unique_lock lock(caches_->mutex, std::try_to_lock);
-      if (lock.owns_lock()) {
-        const std::shared_ptr<const Table>& slot = mode == AngleMode::exact ? caches_->exact : caches_->float32;
-        if (slot && slot->rows() >= needed) return slot;
-      }
-    }
+    if (needed > max_cached_rows()) return nullptr;
+    if (std::shared_ptr<const Table> t = rope_->cached(needed, mode)) return t;
     py::gil_scoped_release release;
-    const std::lock_guard lock(caches_->mutex);
-    std::shared_ptr<const Table>& slot = mode == AngleMode::exact ? caches_->exact : caches_->float32;
-    if (!slot || slot->rows() < needed) {
-      int64_t rows = std::max<int64_t>(4096, slot ? slot->rows() : 0);
-      while (rows < needed) rows *= 2;
-      rows = std::min(rows, max_rows);
-      slot = std::make_shared<const Table>(Table::range(schedule_, 0, rows, mode));  // calls hold the old one
-    }
-    return slot;
+    return rope_->table(needed, mode);
   }
 
 #if ROTARY_PY_CUDA
@@ -423,11 +404,6 @@ class PyRope {
 #endif
 
  private:
-  struct Caches {
-    std::mutex mutex;  // guards the two pointers; a published Table is immutable
-    std::shared_ptr<const Table> exact, float32;
-  };
-
 #if ROTARY_PY_CUDA
   struct DeviceCaches {
     std::mutex mutex;  // guards the map and the lists; a DeviceTable, once made, lives as long as this
@@ -457,8 +433,7 @@ class PyRope {
 
   Spec spec_;
   std::optional<int64_t> seq_len_;
-  Schedule schedule_;
-  std::unique_ptr<Caches> caches_ = std::make_unique<Caches>();  // behind a pointer: PyRope stays movable
+  std::shared_ptr<const Rope> rope_;  // shared: PyRope stays copyable (pickling, with_notes)
 #if ROTARY_PY_CUDA
   std::unique_ptr<DeviceCaches> device_caches_ = std::make_unique<DeviceCaches>();
 #endif
@@ -838,30 +813,6 @@ PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   return out;
 }
 
-// The table this call reads: a snapshot of the Rope's cache, or (beyond the cache) a table of just
-// this call's distinct positions (of every stream); null for on-the-fly angles, fractional
-// positions or no tokens. `args` passed validate.
-std::shared_ptr<const Table> table_for(const PyRope& rope, const ApplyArgs& args, Angles angles,
-                                       std::span<const int64_t> positions) {
-  if (angles == Angles::on_the_fly || args.q.batch() == 0 || args.q.seq() == 0) return nullptr;
-  if (args.positions.is_fractional()) return nullptr;
-  const AngleMode mode = angles == Angles::hf_float32 ? AngleMode::hf_float32 : AngleMode::exact;
-  const bool sequential = args.positions.kind == Positions::Kind::sequential;
-  const int64_t max_position = sequential ? args.positions.offset + args.q.seq() - 1
-                                          : *std::max_element(positions.begin(), positions.end());
-  if (std::shared_ptr<const Table> cached = rope.cache(max_position + 1, mode)) return cached;
-  std::vector<int64_t> wanted;
-  if (sequential) {
-    for (int64_t s = 0; s < args.q.seq(); ++s) wanted.push_back(args.positions.offset + s);
-  } else {
-    wanted.assign(positions.begin(), positions.end());
-    std::sort(wanted.begin(), wanted.end());
-    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-  }
-  py::gil_scoped_release release;
-  return std::make_shared<const Table>(Table::at(rope.schedule(), wanted, mode));
-}
-
 CallerAngles::Columns columns_arg(py::handle v) {
   const std::string text = str_arg(v, "cos_sin_columns");
   if (text == "pairs") return CallerAngles::Columns::pairs;
@@ -977,78 +928,19 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, const char* 
 }
 
 #if ROTARY_PY_CUDA
-// The table a CUDA call reads: the Rope's device cache, or one of this call's positions alone (beyond
-// the cache; `own`, freed once the call's kernel has run), or none (angles computed on the device).
-struct DeviceAngles {
-  const cuda::DeviceTable* table = nullptr;
-  std::optional<cuda::DeviceTable> own;
-};
-
-// Per-token integer positions in device memory copied to the host (waiting for `stream`, so never
-// inside a CUDA graph capture) and checked by validate (ValueError naming a position, before any
-// write); returns the smallest and the largest.
-std::pair<int64_t, int64_t> read_back_positions(const Schedule& schedule, const ApplyArgs& args, cuda::Stream stream) {
+// The angles of a CUDA call that passed validate_shapes. Angles computed on the device are the
+// table's bits (exact: the same double-double reduction, rounded once; hf-float32: transformers'
+// float32 arithmetic replayed), so a call takes the Rope's device table only for sequential
+// positions, whose rows the host knows, and computes per-token ones on the device: nothing is read
+// back, and a call is always capturable in a CUDA graph.
+const cuda::DeviceTable* device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int device,
+                                       cuda::Stream stream) {
+  if (angles == Angles::on_the_fly || args.angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) {
+    return nullptr;
+  }
   const Positions& p = args.positions;
-  const auto entries = static_cast<size_t>(p.count) * static_cast<size_t>(p.streams);
-  const bool i32 = p.kind == Positions::Kind::per_token_i32;
-  std::vector<int64_t> host(entries);
-  std::vector<int32_t> narrow(i32 ? entries : 0);
-  {
-    py::gil_scoped_release release;
-    void* into = i32 ? static_cast<void*>(narrow.data()) : static_cast<void*>(host.data());
-    check(cudaMemcpyAsync(into, p.data, entries * (i32 ? sizeof(int32_t) : sizeof(int64_t)), cudaMemcpyDeviceToHost,
-                          stream), "cudaMemcpyAsync (positions)");
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  }
-  if (i32) std::copy(narrow.begin(), narrow.end(), host.begin());
-  ApplyArgs on_host = args;
-  on_host.positions = Positions::per_token(std::span<const int64_t>(host), p.streams);
-  validate(schedule, on_host);
-  const auto [low, high] = std::minmax_element(host.begin(), host.end());
-  return {*low, *high};
-}
-
-// The angles of a CUDA call that passed validate_shapes. Exact angles computed on the device are the
-// table's bits (the same double-double reduction, rounded once), so "exact" takes the Rope's device
-// table only for sequential positions, whose rows the host knows, and computes per-token ones on the
-// device: nothing is read back, and a call is always capturable in a CUDA graph. hf-float32 angles
-// exist only as a table: per-token positions are read back to size it (not capturable).
-void device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int device, cuda::Stream stream,
-                   DeviceAngles& out) {
-  if (angles == Angles::on_the_fly || args.angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) return;
-  const Positions& p = args.positions;
-  const bool sequential = p.kind == Positions::Kind::sequential;
-  if (angles == Angles::table) {
-    if (sequential) out.table = rope.device_cache(device, p.offset + args.q.seq(), AngleMode::exact, stream);
-    return;
-  }
-  const std::string where = " on cuda:" + std::to_string(device);
-  if (!sequential && is_capturing(stream)) {
-    throw py::value_error("angles='hf-float32' with per-token positions" + where + " reads them back to size its "
-                          "table, which cannot happen inside a CUDA graph capture: use angles='exact' (computed on "
-                          "the device), or sequential positions (offset=) after a warm-up call");
-  }
-  const auto [first, last] = sequential ? std::pair{p.offset, p.offset + args.q.seq() - 1}
-                                        : read_back_positions(rope.schedule(), args, stream);
-  out.table = rope.device_cache(device, last + 1, AngleMode::hf_float32, stream);
-  if (out.table != nullptr) return;
-  const std::string span = std::to_string(first) + ".." + std::to_string(last);
-  if (is_capturing(stream)) {
-    throw py::value_error("angles='hf-float32' needs a table of positions " + span + where + ", which cannot be "
-                          "made inside a CUDA graph capture: run a call with positions this large before capturing");
-  }
-  // A table of this call's positions alone: its rows at most the cache's, or one per position entry.
-  const int64_t entries = sequential ? args.q.seq() : p.count * p.streams;
-  const int64_t rows = last - first + 1;
-  if (rows > std::max(rope.max_cached_rows(), entries)) {
-    throw py::value_error("angles='hf-float32'" + where + ": positions " + span + " would need a table of " +
-                          std::to_string(rows) + " rows for " + std::to_string(entries) + " positions (at most " +
-                          std::to_string(rope.max_cached_rows()) + " rows, or one per position): use "
-                          "angles='exact' (computed on the device), or split the call");
-  }
-  py::gil_scoped_release release;
-  out.own.emplace(Table::range(rope.schedule(), first, rows, AngleMode::hf_float32));
-  out.table = &*out.own;
+  if (p.kind != Positions::Kind::sequential) return nullptr;
+  return rope.device_cache(device, p.offset + args.q.seq(), numerics_of(args), stream);
 }
 
 // apply on a CUDA device, queued on torch's current stream there. Per-token positions are checked by
@@ -1056,24 +948,19 @@ void device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int
 // device's error word records it; `check_now` waits for the call and raises for it (and for any
 // earlier call on the device not yet checked). Per call: one validation, the current device and
 // torch's stream, cached words and tables, one launch (no allocation, device query or wait unless
-// a table must be made or check_now).
-void apply_cuda(const PyRope& rope, const ApplyArgs& args, Angles angles, const char* given, int device,
-                bool check_now) {
+// the Rope's device table must grow, or check_now).
+void apply_cuda(const PyRope& rope, ApplyArgs args, Angles angles, const char* given, int device, bool check_now) {
   const Schedule& schedule = rope.schedule();
+  if (angles == Angles::hf_float32) args.numerics = AngleMode::hf_float32;
   validate_call(schedule, args, given, true);
   const DeviceGuard guard(device);
   const cuda::Stream stream = current_stream(device);
   uint32_t* error = error_word(device, stream);
-  DeviceAngles table;
-  device_angles(rope, args, angles, device, stream, table);
-  detail::cuda::apply_validated(schedule, args, stream, {.table = table.table, .error = error});
-  if (!check_now && !table.own) return;
+  const cuda::DeviceTable* table = device_angles(rope, args, angles, device, stream);
+  detail::cuda::apply_validated(schedule, args, stream, {.table = table, .error = error});
+  if (!check_now) return;
   py::gil_scoped_release release;
-  if (check_now) {
-    cuda::check_positions(error, stream);  // waits for the stream
-  } else {
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // before the call's own table goes
-  }
+  cuda::check_positions(error, stream);  // waits for the stream
 }
 
 // rotary.torch.check_positions: raises for tokens skipped on `device` since its last check.
@@ -1205,18 +1092,30 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
     return apply_cuda(rope, args, angle_source, given_name, device.device_id, check_now);
   }
 #endif
-  validate_call(rope.schedule(), args, given_name, false);  // raises before any write, and before a table is built
-  const std::shared_ptr<const Table> table = given ? nullptr : table_for(rope, args, angle_source, pos.whole);
-  args.table = table.get();
+  // The Rope validates (raising before any write), then takes the angles from its table when the
+  // positions allow, else computes them on the fly: one read of the positions to check them.
+  if (angle_source == Angles::hf_float32) args.numerics = AngleMode::hf_float32;
+  const auto run = [&] {
+    if (angle_source == Angles::on_the_fly) {
+      apply(rope.schedule(), args);
+    } else {
+      rope.rope().apply(args);
+    }
+  };
   // A small call (a decode step) keeps the GIL: releasing and taking it back costs about as much as
   // its rotation. Larger ones let other Python threads run meanwhile.
   constexpr int64_t kReleaseGilElements = int64_t{1} << 16;
-  if (args.q.elements() + args.k.elements() <= kReleaseGilElements) {
-    apply(rope.schedule(), args);
-    return;
+  try {
+    if (args.q.elements() + args.k.elements() <= kReleaseGilElements) {
+      run();
+      return;
+    }
+    py::gil_scoped_release release;
+    run();
+  } catch (const Error& e) {
+    if (given_name == nullptr) throw;
+    throw Error(caller_words(e.what(), given_name));
   }
-  py::gil_scoped_release release;
-  apply(rope.schedule(), args);
 }
 
 // ---- rerotate, switch ------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
       throw Error("args.table is a host table: give its rotary_cuda_table_create copy in options.table");
     }
     const rotary_cuda_options o = options != nullptr ? *options : rotary_cuda_options{};
-    rotary::cuda::apply(s.schedule, rotary::detail::c_abi::apply_args(s, a, positions), stream,
+    rotary::cuda::apply(s.schedule, rotary::detail::c_abi::apply_args(s.rotates_backward, a, positions), stream,
                         {.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error});
   });
 }

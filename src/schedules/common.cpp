@@ -63,7 +63,7 @@ double ntk_base(double base, double scale, int64_t rotary_dim) {
 void require_finite_base(const Spec& spec, double base) {
   if (!std::isfinite(base)) {
     throw Error(fmt::format("base after {} scaling is {}: factor or seq_len too large", to_string(spec.schedule),
-                            base));
+                            base), "base");
   }
 }
 
@@ -71,7 +71,7 @@ void check_rotary_dim_above_two(const Spec& spec) {
   const int64_t r = spec.resolved_rotary_dim();
   if (r <= 2) {
     throw Error(fmt::format("rotary_dim={} must be > 2 for schedule {} (its base exponent is r/(r-2))",
-                            r, to_string(spec.schedule)));
+                            r, to_string(spec.schedule)), "rotary_dim");
   }
 }
 

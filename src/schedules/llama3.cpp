@@ -14,7 +14,7 @@ namespace {
 void check(const Spec& spec) {
   if (*spec.low_freq_factor > *spec.high_freq_factor) {
     throw Error(fmt::format("low_freq_factor={} must be <= high_freq_factor={}", *spec.low_freq_factor,
-                            *spec.high_freq_factor));
+                            *spec.high_freq_factor), "low_freq_factor");
   }
 }
 
@@ -44,7 +44,7 @@ Frequencies derive(const Spec& spec, std::optional<int64_t>) {
           "low_freq_factor={} equals high_freq_factor and pair {}'s wavelength 2*pi/inv_freq equals "
           "original_max_position/low_freq_factor={} exactly: transformers' llama3 smoothing divides 0 "
           "by 0 there (NaN)",
-          lf, i, low_freq_wavelength));
+          lf, i, low_freq_wavelength), "low_freq_factor");
     }
     const double t = (original / wavelength - lf) / (hf - lf);
     f = (1.0 - t) * f / s + t * f;

@@ -18,16 +18,16 @@ void check(const Spec& spec) {
   for (const auto* list : {&spec.short_factor, &spec.long_factor}) {
     const char* name = list == &spec.short_factor ? "short_factor" : "long_factor";
     if (list->size() != pairs) {
-      throw Error(fmt::format("{} has {} values but rotary_dim/2={}", name, list->size(), pairs));
+      throw Error(fmt::format("{} has {} values but rotary_dim/2={}", name, list->size(), pairs), std::string(name));
     }
     for (size_t i = 0; i < list->size(); ++i) {
       const double v = (*list)[i];
-      if (!std::isfinite(v) || v <= 0) throw Error(fmt::format("{}[{}]={} must be finite and > 0", name, i, v));
+      if (!std::isfinite(v) || v <= 0) throw Error(fmt::format("{}[{}]={} must be finite and > 0", name, i, v), std::string(name));
     }
   }
   if (spec.original_length() < 2) {
     throw Error(fmt::format("original_max_position={} must be >= 2 for schedule longrope",
-                            spec.original_length()));
+                            spec.original_length()), "original_max_position");
   }
 }
 

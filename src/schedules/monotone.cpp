@@ -26,7 +26,7 @@ Frequencies derive(const Spec& spec, std::optional<int64_t>) {
     throw Error(fmt::format(
         "monotone_scale={} breaks (max_length-1)*c*inv_freq[0] < 2*pi for max_length={}; "
         "the largest allowed is below {}",
-        c, n, two_pi / (static_cast<double>(n - 1) * first)));
+        c, n, two_pi / (static_cast<double>(n - 1) * first)), "monotone_scale");
   }
   for (double& f : inv_freq) f *= c;
   return {inv_freq};

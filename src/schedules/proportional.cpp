@@ -18,7 +18,7 @@ void check(const Spec& spec) {
   if (spec.resolved_rotary_dim() != spec.head_dim) {
     throw Error(fmt::format("rotary_dim={} must equal head_dim={} for schedule proportional "
                             "(partial_rotary_factor={} picks the pairs that turn)",
-                            spec.resolved_rotary_dim(), spec.head_dim, *spec.partial_rotary_factor));
+                            spec.resolved_rotary_dim(), spec.head_dim, *spec.partial_rotary_factor), "rotary_dim");
   }
 }
 

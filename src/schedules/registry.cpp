@@ -9,7 +9,7 @@ namespace rotary::detail {
 const ScheduleEntry& schedule_entry(ScheduleType type) {
   const auto index = static_cast<int64_t>(type);
   if (index < 0 || index >= static_cast<int64_t>(kScheduleEntries.size())) {
-    throw Error(fmt::format("schedule={} is not a schedule type", index));
+    throw Error(fmt::format("schedule={} is not a schedule type", index), "schedule");
   }
   return kScheduleEntries[static_cast<size_t>(index)]();
 }

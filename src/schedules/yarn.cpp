@@ -45,7 +45,7 @@ Range ramp_range(const Spec& spec) {
 void check(const Spec& spec) {
   const double fast = spec.beta_fast.value_or(32.0);
   const double slow = spec.beta_slow.value_or(1.0);
-  if (fast < slow) throw Error(fmt::format("beta_fast={} must be >= beta_slow={}", fast, slow));
+  if (fast < slow) throw Error(fmt::format("beta_fast={} must be >= beta_slow={}", fast, slow), "beta_fast");
 }
 
 Frequencies derive(const Spec& spec, std::optional<int64_t>) {

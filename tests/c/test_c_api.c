@@ -964,6 +964,67 @@ static void test_undo(void) {
   free(k_in);
 }
 
+/* rotary_rope: its angles (from its table, or on the fly beyond it) are the bits of rotary_apply
+ * without a table (exact) and with a table of transformers' float32 angles (hf_float32); NULL
+ * arguments, a table given and a bad mode are refused. */
+static void test_rope_handle(void) {
+  const rope r = {128, 128, 1000000.0, 0};
+  enum { batch = 1, seq = 4, heads = 2, dim = 128 };
+  const int64_t positions[batch * seq] = {0, 4097, 70000, 2147483647};
+  const int64_t count = batch * seq * heads * dim;
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_rope* handle = NULL;
+  rotary_table* hf_table = NULL;
+  float* original = random_floats(count);
+  float* a = copy_floats(original, count);
+  float* b = copy_floats(original, count);
+  rotary_apply_args args;
+  rotary_positions pos;
+  int mode;
+  memset(&pos, 0, sizeof pos);
+  pos.kind = ROTARY_POSITIONS_I64;
+  pos.data = positions;
+  pos.count = batch * seq;
+  CHECK(rotary_rope_create(schedule, &handle) == ROTARY_OK);
+  rotary_schedule_free(schedule); /* the Rope holds its own copy */
+  schedule = schedule_of(&r);
+  for (mode = ROTARY_ANGLES_EXACT; mode <= ROTARY_ANGLES_HF_FLOAT32; ++mode) {
+    memcpy(a, original, (size_t)count * sizeof(float));
+    memcpy(b, original, (size_t)count * sizeof(float));
+    memset(&args, 0, sizeof args);
+    CHECK(rotary_tensor_bshd(a, ROTARY_F32, batch, seq, heads, dim, &args.q) == ROTARY_OK);
+    CHECK(rotary_rope_apply(handle, &args, &pos, mode) == ROTARY_OK);
+    CHECK(rotary_tensor_bshd(b, ROTARY_F32, batch, seq, heads, dim, &args.q) == ROTARY_OK);
+    if (mode == ROTARY_ANGLES_HF_FLOAT32) {
+      CHECK(rotary_table_at(schedule, positions, batch * seq, ROTARY_ANGLES_HF_FLOAT32, &hf_table) == ROTARY_OK);
+      args.table = hf_table;
+    }
+    CHECK(rotary_apply_positions(schedule, &args, &pos) == ROTARY_OK);
+    CHECK(memcmp(a, b, (size_t)count * sizeof(float)) == 0);
+    CHECK(memcmp(a, original, (size_t)count * sizeof(float)) != 0);
+  }
+  /* errors: nothing written */
+  memcpy(a, original, (size_t)count * sizeof(float));
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(a, ROTARY_F32, batch, seq, heads, dim, &args.q) == ROTARY_OK);
+  expect_error(rotary_rope_apply(handle, &args, &pos, 7), "mode=7", "bad mode", __LINE__);
+  args.table = hf_table;
+  expect_error(rotary_rope_apply(handle, &args, &pos, ROTARY_ANGLES_EXACT), "args.table", "table", __LINE__);
+  args.table = NULL;
+  expect_error(rotary_rope_apply(NULL, &args, &pos, ROTARY_ANGLES_EXACT), "rope is NULL", "NULL rope", __LINE__);
+  expect_error(rotary_rope_apply(handle, NULL, &pos, ROTARY_ANGLES_EXACT), "args is NULL", "NULL args", __LINE__);
+  expect_error(rotary_rope_create(NULL, &handle), "schedule is NULL", "NULL schedule", __LINE__);
+  CHECK(handle == NULL);
+  CHECK(memcmp(a, original, (size_t)count * sizeof(float)) == 0);
+  rotary_rope_free(NULL);
+
+  rotary_schedule_free(schedule);
+  rotary_table_free(hf_table);
+  free(original);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   test_half_in_place_then_inverse();
   test_interleaved_out_of_place_int32_positions();
@@ -985,6 +1046,7 @@ int main(void) {
   test_layer_type_and_vision();
   test_xpos();
   test_undo();
+  test_rope_handle();
   if (failures != 0) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;
