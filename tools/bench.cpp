@@ -1,6 +1,7 @@
 #include "bench.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <omp.h>
 
 #include <algorithm>
@@ -276,23 +277,31 @@ std::string json_row(const Row& r) {
       {r.compute_floor, "compute_floor"},
       {r.ratio, "ratio"}};
   for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
-  std::string single = fmt::format(",\"compute_floor_ratio\":{:.4f}", r.compute_floor);
+  nlohmann::ordered_json j;
+  j["case"] = r.case_name;
+  j["dtype"] = r.dtype;
+  j["pairing"] = r.pairing;
+  j["angles"] = r.angles;
+  j["inplace"] = r.inplace;
+  j["threads"] = r.threads;
+  j["median_ns"] = json_rounded(r.median_ns, 1);
+  j["gbps"] = json_rounded(r.gbps, 3);
+  j["memcpy_median_ns"] = json_rounded(r.memcpy_median_ns, 1);
+  j["ratio_to_memcpy"] = json_rounded(r.ratio_to_memcpy, 4);
+  j["speedup_vs_reference"] = json_rounded(r.speedup_vs_reference, 2);
+  j["compute_floor_ratio"] = json_rounded(r.compute_floor, 4);
   if (r.touch_median_ns > 0) {
-    single += fmt::format(",\"touch_median_ns\":{:.1f},\"touch_ratio_to_memcpy\":{:.4f}", r.touch_median_ns,
-                          r.touch_median_ns / r.memcpy_median_ns);
+    j["touch_median_ns"] = json_rounded(r.touch_median_ns, 1);
+    j["touch_ratio_to_memcpy"] = json_rounded(r.touch_median_ns / r.memcpy_median_ns, 4);
   }
   if (r.single_stream_median_ns > 0) {
-    single += fmt::format(",\"single_stream_median_ns\":{:.1f},\"ratio_to_single_stream\":{:.4f}",
-                         r.single_stream_median_ns, r.ratio);
+    j["single_stream_median_ns"] = json_rounded(r.single_stream_median_ns, 1);
+    j["ratio_to_single_stream"] = json_rounded(r.ratio, 4);
   }
-  return fmt::format(
-      "{{\"case\":\"{}\",\"dtype\":\"{}\",\"pairing\":\"{}\",\"angles\":\"{}\",\"inplace\":{},"
-      "\"threads\":{},\"median_ns\":{:.1f},\"gbps\":{:.3f},\"memcpy_median_ns\":{:.1f},"
-      "\"ratio_to_memcpy\":{:.4f},\"speedup_vs_reference\":{:.2f}{},\"target\":{:.2f},"
-      "\"target_against\":\"{}\",\"pass\":{}}}",
-      r.case_name, r.dtype, r.pairing, r.angles, r.inplace ? "true" : "false", r.threads, r.median_ns,
-      r.gbps, r.memcpy_median_ns, r.ratio_to_memcpy, r.speedup_vs_reference, single, r.target.limit,
-      r.target.against, r.pass ? "true" : "false");
+  j["target"] = json_rounded(r.target.limit, 2);
+  j["target_against"] = r.target.against;
+  j["pass"] = r.pass;
+  return j.dump();
 }
 
 // Inputs and outputs of `buffers` operations, q then k in each, random values. Both start on a

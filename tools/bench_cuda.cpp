@@ -3,6 +3,7 @@
 // CUDA backend (ROTARY_CLI_CUDA).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -520,18 +521,30 @@ std::string json_row(const CudaRow& r) {
                                                     {r.ratio_to_copy, "ratio_to_memcpy"},
                                                     {r.eager_median_ns, "eager_median_ns"}};
   for (const auto& [value, name] : numbers) require_finite_for_json(value, fmt::format("{} of {}", name, r.case_name));
-  const std::string eager = r.graph ? fmt::format(",\"eager_median_ns\":{:.1f}", r.eager_median_ns) : "";
-  const std::string plain = r.plain_median_ns > 0 ? fmt::format(",\"plain_median_ns\":{:.1f},\"ratio_to_plain\":{:.4f}",
-                                                                r.plain_median_ns, r.median_ns / r.plain_median_ns)
-                                                  : "";
-  return fmt::format(
-      "{{\"device\":\"cuda\",\"case\":\"{}\",\"dtype\":\"{}\",\"pairing\":\"{}\",\"angles\":\"{}\",\"inplace\":{},"
-      "\"timing\":\"{}\",\"calls_per_rep\":{},\"buffers\":{},\"median_ns\":{:.1f},\"gbps\":{:.3f},"
-      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{}{},\"target\":{:.2f},\"target_against\":\"{}\","
-      "\"bitwise\":{},\"pass\":{}}}",
-      r.case_name, r.dtype, r.pairing, r.angles, r.inplace, r.graph ? "graph" : "events", r.calls, r.buffers,
-      r.median_ns, r.gbps, r.copy_median_ns, r.ratio_to_copy, eager, plain, r.target,
-      r.plain_median_ns > 0 ? "plain" : r.graph ? "us" : "memcpy", r.bitwise, r.pass);
+  nlohmann::ordered_json j;
+  j["device"] = "cuda";
+  j["case"] = r.case_name;
+  j["dtype"] = r.dtype;
+  j["pairing"] = r.pairing;
+  j["angles"] = r.angles;
+  j["inplace"] = r.inplace;
+  j["timing"] = r.graph ? "graph" : "events";
+  j["calls_per_rep"] = r.calls;
+  j["buffers"] = r.buffers;
+  j["median_ns"] = json_rounded(r.median_ns, 1);
+  j["gbps"] = json_rounded(r.gbps, 3);
+  j["memcpy_median_ns"] = json_rounded(r.copy_median_ns, 1);
+  j["ratio_to_memcpy"] = json_rounded(r.ratio_to_copy, 4);
+  if (r.graph) j["eager_median_ns"] = json_rounded(r.eager_median_ns, 1);
+  if (r.plain_median_ns > 0) {
+    j["plain_median_ns"] = json_rounded(r.plain_median_ns, 1);
+    j["ratio_to_plain"] = json_rounded(r.median_ns / r.plain_median_ns, 4);
+  }
+  j["target"] = json_rounded(r.target, 2);
+  j["target_against"] = r.plain_median_ns > 0 ? "plain" : r.graph ? "us" : "memcpy";
+  j["bitwise"] = r.bitwise;
+  j["pass"] = r.pass;
+  return j.dump();
 }
 
 struct DeviceInfo {

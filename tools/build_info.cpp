@@ -1,6 +1,7 @@
 // `rotary info --build`: the library's version, the CPU kernels' Highway target on this machine
 // and, when built with them, the CUDA kernels' architectures and whether a device can run them.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <ostream>
 #include <string>
@@ -24,31 +25,16 @@ std::string joined(const std::vector<std::string>& items, const char* separator)
   return text;
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string json_list(const std::vector<std::string>& items) {
-  std::vector<std::string> quoted;
-  for (const std::string& item : items) quoted.push_back(json_string(item));
-  return fmt::format("[{}]", joined(quoted, ", "));
-}
-
 // A CUDA version number (13000) as "13.0"; 0 (no driver) as "none".
 std::string cuda_version(int version) {
   return version == 0 ? "none" : fmt::format("{}.{}", version / 1000, version % 1000 / 10);
 }
-std::string json_version(int version) { return version == 0 ? "null" : json_string(cuda_version(version)); }
-std::string json_optional(const std::string& text) { return text.empty() ? "null" : json_string(text); }
+nlohmann::ordered_json json_version(int version) {
+  return version == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(cuda_version(version));
+}
+nlohmann::ordered_json json_optional(const std::string& text) {
+  return text.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(text);
+}
 
 }  // namespace
 
@@ -68,19 +54,24 @@ void print_build_info(bool json, std::ostream& out) {
   const bool compiled = false;
 #endif
   if (json) {
-    out << fmt::format("{{\"version\": {}, \"cpu_target\": {}, \"cpu_targets\": {}, \"backends\": {}, "
-                       "\"cuda\": {{\"compiled\": {}",
-                       json_string(cpu.version), json_string(cpu.cpu_target), json_list(cpu.cpu_targets),
-                       json_list(cpu.backends), compiled);
-    if (!compiled) out << ", \"why_not\": \"this rotary was built without CUDA kernels\"";
+    nlohmann::ordered_json j;
+    j["version"] = cpu.version;
+    j["cpu_target"] = cpu.cpu_target;
+    j["cpu_targets"] = cpu.cpu_targets;
+    j["backends"] = cpu.backends;
+    nlohmann::ordered_json& c = j["cuda"];
+    c["compiled"] = compiled;
+    if (!compiled) c["why_not"] = "this rotary was built without CUDA kernels";
     if (compiled) {
-      out << fmt::format(", \"architectures\": {}, \"runtime\": {}, \"driver\": {}, \"devices\": {}, \"device\": {}, "
-                         "\"usable\": {}, \"why_not\": {}",
-                         json_list(gpu.architectures), json_version(gpu.runtime_version),
-                         json_version(gpu.driver_version), gpu.devices, json_optional(gpu.device), gpu.usable,
-                         json_optional(gpu.why_not));
+      c["architectures"] = gpu.architectures;
+      c["runtime"] = json_version(gpu.runtime_version);
+      c["driver"] = json_version(gpu.driver_version);
+      c["devices"] = gpu.devices;
+      c["device"] = json_optional(gpu.device);
+      c["usable"] = gpu.usable;
+      c["why_not"] = json_optional(gpu.why_not);
     }
-    out << "}}\n";
+    out << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
     return;
   }
   out << fmt::format("rotary {}\n", cpu.version);

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -248,55 +249,45 @@ std::string pair_stream_runs(const Schedule& schedule) {
   return out;
 }
 
-// `text` as a JSON string literal (a config's names may hold any character).
-std::string json_string(std::string_view text) {
-  std::string s = "\"";
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      s += '\\';
-      s += ch;
-    } else if (c < 0x20 || c == 0x7f) {
-      s += fmt::format("\\u{:04x}", c);
-    } else {
-      s += ch;
-    }
-  }
-  return s + "\"";
-}
+// JSON output: nlohmann's ordered_json (keys in the order written), the writer of every JSON the
+// library and the CLI print (doctor, info, table, info --build).
+using ordered_json = nlohmann::ordered_json;
 
-std::string json_strings(const std::vector<std::string>& items) {
-  std::string s = "[";
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? "," : "") + json_string(items[i]);
-  return s + "]";
+std::string json_dump(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 void print_info_json(const Resolved& r, std::ostream& out) {
   const Schedule& schedule = r.schedule;
   require_finite_for_json(r.spec.base, "base");
   require_finite_for_json(schedule.attention_factor, "attention_factor");
-  std::string s = fmt::format(
-      "{{\"head_dim\":{},\"rotary_dim\":{},\"pairing\":\"{}\",\"schedule\":\"{}\",\"base\":{},\"inv_freq\":[",
-      schedule.head_dim, schedule.rotary_dim, to_string(schedule.pairing), to_string(schedule.type), g17(r.spec.base));
   for (size_t i = 0; i < schedule.inv_freq.size(); ++i) {
     require_finite_for_json(schedule.inv_freq[i], fmt::format("inv_freq[{}]", i));
-    if (i) s += ',';
-    s += g17(schedule.inv_freq[i]);
   }
-  s += fmt::format("],\"attention_factor\":{},\"layout\":\"{}\",\"rotary_offset\":{},\"blocks\":{},\"streams\":{},"
-                   "\"pair_stream\":[",
-                   g17(schedule.attention_factor), to_string(schedule.layout()), schedule.rotary_offset, schedule.blocks,
-                   schedule.streams);
-  for (int64_t j = 0; j < schedule.pairs(); ++j) s += fmt::format("{}{}", j ? "," : "", schedule.stream_of(j));
-  s += ']';
+  ordered_json j;
+  j["head_dim"] = schedule.head_dim;
+  j["rotary_dim"] = schedule.rotary_dim;
+  j["pairing"] = to_string(schedule.pairing);
+  j["schedule"] = to_string(schedule.type);
+  j["base"] = r.spec.base;
+  j["inv_freq"] = schedule.inv_freq;
+  j["attention_factor"] = schedule.attention_factor;
+  j["layout"] = to_string(schedule.layout());
+  j["rotary_offset"] = schedule.rotary_offset;
+  j["blocks"] = schedule.blocks;
+  j["streams"] = schedule.streams;
+  std::vector<int> pair_stream;
+  for (int64_t p = 0; p < schedule.pairs(); ++p) pair_stream.push_back(schedule.stream_of(p));
+  j["pair_stream"] = pair_stream;
   // xPos's settings (0, 0 without xPos): with them the schedule can be rebuilt from this output.
-  s += fmt::format(",\"xpos_scale_base\":{},\"xpos_center\":{}", g17(schedule.xpos_scale_base),
-                   g17(schedule.xpos_center));
+  j["xpos_scale_base"] = schedule.xpos_scale_base;
+  j["xpos_center"] = schedule.xpos_center;
   if (r.model) {
-    s += fmt::format(",\"layer_type\":{},\"layer_types\":{},\"vision\":{}", json_string(r.model->layer_type),
-                     json_strings(r.model->layer_types), r.model->vision);
+    j["layer_type"] = r.model->layer_type;
+    j["layer_types"] = r.model->layer_types;
+    j["vision"] = r.model->vision;
   }
-  out << s << "}\n";
+  out << json_dump(j) << "\n";
 }
 
 void print_info(const Resolved& r, bool json, std::ostream& out) {
@@ -330,28 +321,23 @@ void print_info(const Resolved& r, bool json, std::ostream& out) {
 }
 
 void print_table_json(const Table& table, std::ostream& out) {
-  std::string s = "{\"positions\":[";
-  for (int64_t r = 0; r < table.rows(); ++r) {
-    if (r) s += ',';
-    s += std::to_string(table.position(r));
-  }
+  ordered_json j;
+  std::vector<int64_t> positions;
+  for (int64_t r = 0; r < table.rows(); ++r) positions.push_back(table.position(r));
+  j["positions"] = positions;
   for (int which = 0; which < 2; ++which) {
-    s += which == 0 ? "],\"cos\":[" : "],\"sin\":[";
+    ordered_json rows = ordered_json::array();
     for (int64_t r = 0; r < table.rows(); ++r) {
-      if (r) s += ',';
-      s += '[';
       const float* row = which == 0 ? table.cos_row(r) : table.sin_row(r);
       for (int64_t i = 0; i < table.pairs(); ++i) {
         require_finite_for_json(row[i], fmt::format("{} at position {} pair {}", which == 0 ? "cos" : "sin",
                                                     table.position(r), i));
-        if (i) s += ',';
-        s += fmt::format("{:.9g}", row[i]);
       }
-      s += ']';
+      rows.push_back(std::vector<float>(row, row + table.pairs()));
     }
+    j[which == 0 ? "cos" : "sin"] = std::move(rows);
   }
-  s += "]}\n";
-  out << s;
+  out << json_dump(j) << "\n";
 }
 
 void print_table(const Table& table, bool json, std::ostream& out) {

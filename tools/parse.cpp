@@ -68,4 +68,10 @@ void require_finite_for_json(double value, std::string_view what) {
   }
 }
 
+double json_rounded(double value, int digits) {
+  const double scale = std::pow(10.0, digits);
+  const double r = std::round(value * scale) / scale;
+  return std::isfinite(r) ? r : value;
+}
+
 }  // namespace rotary::cli

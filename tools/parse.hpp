@@ -19,5 +19,7 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view opti
 /// JSON has no inf or nan: throws rotary::Error "<what>=inf is not finite; --json prints only finite
 /// numbers" unless `value` is finite. Call before printing a number as JSON.
 void require_finite_for_json(double value, std::string_view what);
+/// `value` rounded to `digits` decimals, for JSON output a reader can scan (123.4, not 123.4000000000001).
+double json_rounded(double value, int digits);
 
 }  // namespace rotary::cli
