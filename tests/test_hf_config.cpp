@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "model_types.hpp"
+#include "config/model_types.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"

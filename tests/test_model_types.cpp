@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model_types.hpp"
+#include "config/model_types.hpp"
 #include "rotary/rotary.hpp"
 #include "support/oracle.hpp"
 

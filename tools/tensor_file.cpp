@@ -16,7 +16,7 @@
 #include <tuple>
 #include <utility>
 
-#include "../src/json_parse.hpp"
+#include "../src/config/json_parse.hpp"
 #include "../src/text.hpp"
 #include "rotary/error.hpp"
 

@@ -1,10 +1,10 @@
 // The CUDA backend's C ABI (include/rotary/rotary_cuda.h) over rotary::cuda: rotary.h's
-// conversions and error channel (src/c_api_internal.hpp), the CUDA runtime's failures as
+// conversions and error channel (src/c_api/c_api_internal.hpp), the CUDA runtime's failures as
 // ROTARY_ERROR_CUDA. No rule is checked here that rotary::cuda checks: only what the C encoding
 // adds (NULL pointers, a host table where a device table belongs).
 #include "rotary/rotary_cuda.h"
 
-#include "../c_api_internal.hpp"
+#include "../c_api/c_api_internal.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/error.hpp"
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rotary/error.hpp"
-#include "text.hpp"
+#include "../text.hpp"
 
 namespace rotary::detail {
 
