@@ -42,18 +42,18 @@ build-asan: deps
 
 run: build python-install
 	mkdir -p out
-	$(BUILD)/rotary demo
-	$(BUILD)/rotary bench --cases prefill_q,decode --pairings half | tee out/bench.txt
+	$(BUILD)/rotary-dev demo
+	$(BUILD)/rotary-dev bench --cases prefill_q,decode --pairings half | tee out/bench.txt
 	$(VENV_PYTHON) bench/compare_torch.py | tee out/compare_torch.txt
-	$(VENV_PYTHON) -m rotary.report --cli $(BUILD)/rotary --out out \
+	$(VENV_PYTHON) -m rotary.report --cli $(BUILD)/rotary-dev --out out \
 	  --extra out/bench.txt out/compare_torch.txt
 
 # The speed figures of record: every bench row (ratios to memcpy, floors, targets) and the peers
 # (transformers' eager formula, torch.compile of it, ONNX Runtime's RotaryEmbedding operators).
 bench: build python-install
 	mkdir -p out
-	$(BUILD)/rotary bench --json --threads 1,2 --reps 15 | tee out/bench.json
-	$(BUILD)/rotary bench --json --threads 1,2 --reps 15 --cases rerotate,switch | tee out/bench-keys.json
+	$(BUILD)/rotary-dev bench --json --threads 1,2 --reps 15 | tee out/bench.json
+	$(BUILD)/rotary-dev bench --json --threads 1,2 --reps 15 --cases rerotate,switch | tee out/bench-keys.json
 	$(VENV_PYTHON) bench/compare_peers.py | tee out/compare_peers.txt
 
 # The venv, filled once per change of the requirements file (quick when nothing changed).

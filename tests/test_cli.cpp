@@ -13,6 +13,7 @@
 
 #include "bench.hpp"
 #include "cli.hpp"
+#include "dev.hpp"
 #include "parse.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/rotary.h"
@@ -30,13 +31,32 @@ struct Result {
   std::string err;
 };
 
+// `rotary ARGS`, or `rotary-dev ARGS` for its subcommands (demo, bench).
 Result run(std::vector<std::string> args) {
-  args.insert(args.begin(), "rotary");
+  const bool dev = !args.empty() && (args[0] == "demo" || args[0] == "bench");
+  args.insert(args.begin(), dev ? "rotary-dev" : "rotary");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int status = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int status = (dev ? cli::run_dev : cli::run)(static_cast<int>(argv.size()), argv.data(), out, err);
   return {status, out.str(), err.str()};
+}
+
+// demo and bench live in the developer's rotary-dev, not in the user's rotary (nor the reverse).
+TEST(Cli, DemoAndBenchAreTheDeveloperToolsOwn) {
+  for (const char* sub : {"demo", "bench"}) {
+    std::vector<std::string> args{"rotary", sub};
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    EXPECT_EQ(cli::run(static_cast<int>(argv.size()), argv.data(), out, err), 2) << sub;
+    EXPECT_EQ(err.str(), "rotary: error: unknown subcommand '" + std::string(sub) +
+                             "' (known: info, table, presets, apply, convert-weights, doctor)\n");
+  }
+  std::vector<const char*> argv{"rotary-dev", "info"};
+  std::ostringstream out, err;
+  EXPECT_EQ(cli::run_dev(2, argv.data(), out, err), 2);
+  EXPECT_EQ(err.str(), "rotary-dev: error: unknown subcommand 'info' (known: demo, bench)\n");
 }
 
 // `rotary info --build`: version, the CPU kernels' Highway target, and the CUDA kernels (built or
@@ -574,10 +594,10 @@ TEST(Cli, BenchOnCudaWithoutADeviceSaysWhy) {
 #else
   EXPECT_EQ(why, "this rotary was built without CUDA");
 #endif
-  expect_one_line_error(run({"bench", "--device", "cuda"}), "rotary: error: --device cuda: " + why);
+  expect_one_line_error(run({"bench", "--device", "cuda"}), "rotary-dev: error: --device cuda: " + why);
   expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "batched_decode,prefill", "--dtypes", "bf16",
                              "--reps", "3", "--json"}),
-                        "rotary: error: --device cuda: " + why);
+                        "rotary-dev: error: --device cuda: " + why);
 }
 
 // The named CUDA cases and the caller's cos/sin pass the options' checks (then, without a device,
@@ -593,7 +613,7 @@ TEST(Cli, BenchOnCudaTakesTheNamedCasesAndTheCallersAngles) {
   if (why.empty()) GTEST_SKIP() << "a CUDA device is present (BenchOnCudaTimesTheNamedCases runs them)";
   expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "mrope,partial_deepseek_v3,partial_phi",
                              "--angles", "table,on_the_fly,caller"}),
-                        "rotary: error: --device cuda: " + why);
+                        "rotary-dev: error: --device cuda: " + why);
 }
 
 // On a CUDA device (skipped elsewhere): M-RoPE and the partial-rotary cases, with the caller's

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "dev.hpp"
 #include "commands.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
@@ -55,12 +56,14 @@ struct RunResult {
   int status;
   std::string out, err;
 };
+// `rotary ARGS`, or `rotary-dev ARGS` for its subcommands (demo, bench).
 RunResult run(std::vector<std::string> args) {
-  args.insert(args.begin(), "rotary");
+  const bool dev = !args.empty() && (args[0] == "demo" || args[0] == "bench");
+  args.insert(args.begin(), dev ? "rotary-dev" : "rotary");
   std::vector<const char*> argv;
   for (const auto& a : args) argv.push_back(a.c_str());
   std::ostringstream out, err;
-  const int status = cli::run(static_cast<int>(argv.size()), argv.data(), out, err);
+  const int status = (dev ? cli::run_dev : cli::run)(static_cast<int>(argv.size()), argv.data(), out, err);
   return {status, out.str(), err.str()};
 }
 

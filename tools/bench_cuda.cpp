@@ -1,4 +1,4 @@
-// `rotary bench --device cuda`: rotary::cuda::apply against a device-to-device copy of the same bytes
+// `rotary-dev bench --device cuda`: rotary::cuda::apply against a device-to-device copy of the same bytes
 // (cudaMemcpyAsync on the same stream), timed with CUDA events in one process. Built only with the
 // CUDA backend (ROTARY_CLI_CUDA).
 #include <cuda_runtime_api.h>

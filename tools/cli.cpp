@@ -1,5 +1,7 @@
 #include "cli.hpp"
 
+#include "app.hpp"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,9 +17,7 @@
 #include <vector>
 
 #include "../src/text.hpp"
-#include "bench.hpp"
 #include "commands.hpp"
-#include "demo.hpp"
 #include "parse.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/hf_config.hpp"
@@ -190,25 +190,6 @@ AngleMode parse_angles(const std::string& text, std::string_view option) {
 
 std::string g17(double v) { return fmt::format("{:.17g}", v); }
 
-// The longest line of an error message, whatever a library or system message holds.
-constexpr size_t kMaxMessageChars = 2000;
-
-// `message` as one line of bounded length: control bytes written as \xHH (a message keeps at most
-// ~100 characters of any user value, but a system's or a dependency's message may hold anything).
-std::string one_line(std::string_view message) {
-  std::string out;
-  for (size_t i = 0; i < message.size() && out.size() < kMaxMessageChars; ++i) {
-    const auto c = static_cast<unsigned char>(message[i]);
-    if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  if (out.size() >= kMaxMessageChars) out += fmt::format("... ({} bytes)", message.size());
-  return out;
-}
-
 void print_notes(const std::optional<ModelRope>& model, std::ostream& err) {
   if (!model) return;
   for (const auto& note : model->notes) err << "rotary: note: " << one_line(note) << "\n";
@@ -351,19 +332,6 @@ void print_table(const Table& table, bool json, std::ostream& out) {
   }
 }
 
-// "a,b,c" -> {"a", "b", "c"}; empty text leaves `into` (the defaults) as it is.
-void split_list(const std::string& text, std::vector<std::string>& into) {
-  if (text.empty()) return;
-  into.clear();
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    into.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-}
-
 // Every subcommand with the storage its options parse into.
 struct Commands {
   CLI::App app{"rotary: Rotary Position Embeddings, exact at any context length"};
@@ -393,14 +361,6 @@ struct Commands {
   std::map<std::string, std::string> convert_counts;  // --num-heads etc., as text
   CLI::App* convert = nullptr;
 
-  DemoOptions demo_options;
-  std::string demo_seed;
-  CLI::App* demo = nullptr;
-
-  BenchOptions bench_options;
-  std::string bench_cases, bench_dtypes, bench_pairings, bench_angles, bench_placement, bench_threads;
-  CLI::App* bench = nullptr;
-
   Commands() {
     app.name("rotary");
     app.require_subcommand(1);
@@ -408,11 +368,6 @@ struct Commands {
     presets = app.add_subcommand("presets", "list the built-in model presets");
     add_apply();
     add_convert();
-    demo = app.add_subcommand("demo", "the main job: Llama-3.1-8B RoPE, checked and timed");
-    demo->add_option_function<std::string>(
-            "--seed", [this](const std::string& v) { demo_seed = v; }, "random seed, in [0, 2^63)")
-        ->type_name("VALUE");
-    add_bench();
     add_doctor();
   }
 
@@ -481,70 +436,6 @@ struct Commands {
     convert->add_option("--k-name", convert_options.k_name, "wildcard for k projection tensors");
     convert->add_flag("--force", convert_options.force,
                       fmt::format("convert even if the file's __metadata__ {} says it is done", kPairingMetadataKey));
-  }
-
-  void add_bench() {
-    bench = app.add_subcommand("bench", "time RoPE against memcpy of the same bytes");
-    bench->add_option("--device", bench_options.device,
-                      "cpu (default) or cuda (against a device-to-device copy; CUDA events, graph replay for decode)");
-    bench->add_option("--cases", bench_cases,
-                      "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch; "
-                      "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi");
-    bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
-    bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
-    bench->add_option("--angles", bench_angles, "table,on_the_fly (default both); cuda: also caller (cos/sin cache)");
-    bench->add_option("--placement", bench_placement, "inplace,outofplace (default both)");
-    bench->add_option("--threads", bench_threads, "cpu: thread counts, e.g. 1,2 (0 = all; default 1 and all)");
-    bench->add_option("--reps", bench_options.reps, "timed repetitions per side (default 15)");
-    bench->add_flag("--json", bench_options.json, "print JSON rows");
-  }
-
-  // Before CLI11 sees the arguments: a first word that is no subcommand is named as such.
-  void refuse_unknown_subcommand(int argc, const char* const* argv) {
-    if (argc < 2 || argv[1][0] == '-') return;
-    const std::string word = argv[1];
-    std::string known;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      if (sub->get_name() == word) return;
-      known += (known.empty() ? "" : ", ") + sub->get_name();
-    }
-    throw Error(fmt::format("unknown subcommand '{}' (known: {})", excerpt(word), known));
-  }
-
-  // After a parse error: arguments no option took are named first, in command-line order, each
-  // excerpted (CLI11's own message lists them last to first, whole, and cut to a prefix loses the option).
-  void refuse_unexpected_arguments() const {
-    const CLI::App* command = &app;
-    for (const CLI::App* sub : app.get_subcommands()) {
-      if (!sub->remaining().empty()) command = sub;
-    }
-    const std::vector<std::string> extra = command->remaining();
-    if (extra.empty()) return;
-    const std::string name = command == &app ? "rotary" : "rotary " + command->get_name();
-    std::string message = fmt::format("{} '{}' for '{}'", extra[0].starts_with('-') ? "unknown option" : "unexpected argument",
-                                      excerpt(extra[0]), name);
-    constexpr size_t kShown = 3;
-    for (size_t i = 1; i < extra.size() && i <= kShown; ++i) {
-      message += fmt::format("{}'{}'", i == 1 ? " (then " : ", ", excerpt(extra[i]));
-    }
-    if (extra.size() > kShown + 1) message += fmt::format(" and {} more", extra.size() - kShown - 1);
-    if (extra.size() > 1) message += ")";
-    throw Error(message);
-  }
-
-  // An option given an empty value (`--offset ""`) is an error, never its default: a script whose
-  // variable came out empty would otherwise run with a setting it did not ask for.
-  void refuse_empty_values() const {
-    for (const CLI::App* command : app.get_subcommands()) {
-      for (const CLI::Option* option : command->get_options()) {
-        if (option->get_type_size() == 0 || option->count() == 0) continue;  // flags; not given
-        for (const std::string& value : option->results()) {
-          if (value.empty()) {
-            throw Error(fmt::format("{}='' is empty (leave the option out for its default)", option->get_name()));
-          }
-        }
-      }
-    }
   }
 
   int run_info(std::ostream& out, std::ostream& err) {
@@ -628,52 +519,15 @@ struct Commands {
     return run_convert_weights(convert_options, out);
   }
 
-  int run_bench_command(std::ostream& out) {
-    split_list(bench_cases, bench_options.cases);
-    split_list(bench_dtypes, bench_options.dtypes);
-    split_list(bench_pairings, bench_options.pairings);
-    split_list(bench_angles, bench_options.angles);
-    split_list(bench_placement, bench_options.placement);
-    if (!bench_threads.empty()) {
-      for (int64_t t : parse_int_list(bench_threads, "--threads")) {
-        check_threads(t, "--threads");
-        bench_options.threads.push_back(static_cast<int>(t));
-      }
-    }
-    return run_bench(bench_options, out);
-  }
-
   // Parses and runs; user errors throw rotary::Error.
   int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-    refuse_unknown_subcommand(argc, argv);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      if (e.get_exit_code() == 0) {  // --help
-        out << app.help(app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name());
-        return 0;
-      }
-      refuse_unexpected_arguments();
-      std::string message = e.what();
-      if (auto nl = message.find('\n'); nl != std::string::npos) message.resize(nl);
-      throw Error(excerpt(message, 300));  // CLI11 quotes the user's arguments
-    }
-    refuse_empty_values();
+    if (!parse_app(app, "rotary", argc, argv, out)) return 0;  // --help
     if (info->parsed()) return run_info(out, err);
     if (table->parsed()) return run_table(out, err);
     if (presets->parsed()) return run_presets(out);
     if (doctor_cmd->parsed()) return run_doctor(out, err);
     if (apply_cmd->parsed()) return run_apply(out, err);
     if (convert->parsed()) return run_convert(out);
-    if (demo->parsed()) {
-      if (demo->count("--seed") > 0) {
-        const int64_t seed = parse_int(demo_seed, "--seed");
-        if (seed < 0) throw Error(fmt::format("--seed={} must be in [0, 2^63)", seed));
-        demo_options.seed = static_cast<uint64_t>(seed);
-      }
-      return run_demo(demo_options, out);
-    }
-    if (bench->parsed()) return run_bench_command(out);
     return 0;
   }
 };
@@ -681,19 +535,10 @@ struct Commands {
 }  // namespace
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
-  try {
+  return run_guarded("rotary", err, [&] {
     Commands commands;
     return commands.run(argc, argv, out, err);
-  } catch (const Error& e) {
-    err << "rotary: error: " << one_line(e.what()) << "\n";
-    return 2;
-  } catch (const std::bad_alloc&) {
-    err << "rotary: error: out of memory\n";
-    return 1;
-  } catch (const std::exception& e) {
-    err << "rotary: error: " << one_line(e.what()) << "\n";
-    return 1;
-  }
+  });
 }
 
 }  // namespace rotary::cli

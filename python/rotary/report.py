@@ -1,6 +1,6 @@
 """The main job's report: ``python3 -m rotary.report --cli build/rotary --out out [--extra FILE ...]``.
 
-Runs ``rotary demo``, draws the six plots for the model (default Llama-3.1-8B) at its own factor and
+Runs ``rotary-dev demo``, draws the six plots for the model (default Llama-3.1-8B) at its own factor and
 lengths, and writes ``out/report.md`` with both (and any extra text files, e.g. the bench tables,
 verbatim)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _error(message: str) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m rotary.report")
-    parser.add_argument("--cli", required=True, help="path of the rotary executable")
+    parser.add_argument("--cli", required=True, help="path of the rotary-dev executable (its demo)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--preset", default="llama-3.1-8b")
     parser.add_argument("--extra", nargs="*", default=[], help="text files to include verbatim")
