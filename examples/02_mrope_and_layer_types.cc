@@ -22,7 +22,7 @@ int main() {
   rotary::apply(mrope, {.q = rotary::TensorView::bshd(q.data(), rotary::DType::f32, 1, seq, heads, head_dim),
                         .positions = rotary::Positions::per_token(positions, /*streams=*/3)});
   std::printf("qwen2-vl: %s pairing, %d streams, pair 16 reads stream %d\n",
-              std::string(rotary::to_string(mrope.layout())).c_str(), mrope.streams, mrope.stream_of(16));
+              std::string(rotary::to_string(mrope.channel_layout())).c_str(), mrope.streams, mrope.stream_of(16));
 
   // Per layer type: Gemma 3 rotates its sliding-window layers with base 1e4 and its full-attention
   // layers with base 1e6 and linear x8; each resolves to its own schedule.

@@ -117,11 +117,11 @@ void check_xpos(const Schedule& schedule) {
 
 }  // namespace
 
-std::string_view to_string(Layout layout) {
+std::string_view to_string(ChannelLayout layout) {
   switch (layout) {
-    case Layout::half: return "half";
-    case Layout::interleaved: return "interleaved";
-    case Layout::block_half: return "block_half";
+    case ChannelLayout::half: return "half";
+    case ChannelLayout::interleaved: return "interleaved";
+    case ChannelLayout::block_half: return "block_half";
   }
   return "?";
 }

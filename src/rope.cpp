@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "apply_internal.hpp"
+#include "math/hd.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary {
@@ -74,6 +75,7 @@ void Rope::apply(const ApplyArgs& args) const {
     detail::apply_validated(schedule_, args);
     return;
   }
+  ROTARY_DASSERT(table->rows() > static_cast<int64_t>(extent->second));
   ApplyArgs with_table = args;
   with_table.table = table.get();
   with_table.numerics = table->mode();

@@ -11,7 +11,7 @@
 #include "math/half.hpp"
 #include "math/rotate.hpp"
 #include "rotary/apply.hpp"
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 #include "support/oracle.hpp"
 
 namespace rotary {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernel/backend.hpp"
+#include "math/hd.hpp"
 #include "rotary/rotary.h"
 #include "rotary/rotary.hpp"
 #include "support/oracle.hpp"
@@ -77,6 +78,20 @@ TEST(Backends, EveryEntryRunsTheSameCallToTheSameBitsAndBuildInfoListsThem) {
   EXPECT_EQ(build_info().backends, names);
   EXPECT_EQ(detail::backend_entry(Backend::automatic).backend, Backend::cpu);
   EXPECT_ROTARY_ERROR(detail::backend_entry(static_cast<Backend>(7)), "backend=7 is not automatic, reference or cpu");
+}
+
+// ROTARY_DASSERT checks invariants in the sanitizer build (ROTARY_DEBUG_ASSERTS), and compiles to
+// nothing elsewhere (the condition not even evaluated).
+TEST(DebugAssert, ChecksOnlyInTheSanitizerBuild) {
+  int evaluated = 0;
+  [[maybe_unused]] const auto count = [&] { return ++evaluated > 0; };
+  ROTARY_DASSERT(count());
+#if defined(ROTARY_DEBUG_ASSERTS)
+  EXPECT_EQ(evaluated, 1);
+  EXPECT_DEATH(ROTARY_DASSERT(evaluated == 7), "internal invariant broken: evaluated == 7");
+#else
+  EXPECT_EQ(evaluated, 0);
+#endif
 }
 
 }  // namespace

@@ -85,14 +85,14 @@ struct Buffer {
   }
 };
 
-struct Layout {
+struct ChannelLayout {
   const char* name;
   // strides for shape [b, s, h, d] in a buffer; returns element count the buffer needs
   std::array<int64_t, 4> strides;
   int64_t extent;
 };
 
-Layout make_layout(int kind, int64_t b, int64_t s, int64_t h, int64_t d) {
+ChannelLayout make_layout(int kind, int64_t b, int64_t s, int64_t h, int64_t d) {
   switch (kind) {
     case 0: return {"bshd", {s * h * d, h * d, d, 1}, b * s * h * d};
     case 1: return {"bhsd", {h * s * d, d, s * d, 1}, b * s * h * d};
@@ -112,7 +112,7 @@ struct SweepCase {
   int64_t head_dim;
   int64_t rotary_dim;
   int64_t seq;
-  int layout;
+  int lanes;
   int64_t misalign;
   int64_t guard = 19;  ///< elements before and after the view
 };
@@ -122,7 +122,7 @@ std::string fmt_case(const SweepCase& c) {
   return std::string(to_string(c.dtype)) + " " + std::string(to_string(c.pairing)) +
          (c.table ? " table" : " on-the-fly") + (c.in_place ? " in-place" : " out-of-place") +
          " head_dim " + std::to_string(c.head_dim) + " rotary_dim " + std::to_string(c.rotary_dim) +
-         " seq " + std::to_string(c.seq) + " " + layouts[c.layout] + " misalign " +
+         " seq " + std::to_string(c.seq) + " " + layouts[c.lanes] + " misalign " +
          std::to_string(c.misalign) + " target " + hwy::TargetName(hwy::SupportedTargets() & -hwy::SupportedTargets());
 }
 
@@ -137,17 +137,17 @@ void run_case(const SweepCase& c, uint64_t seed) {
   std::uniform_int_distribution<int64_t> any(0, max_position_limit - 1);
   for (int64_t t = 0; t < batch * c.seq; ++t) positions.push_back(t % 3 == 0 ? t : any(rng));
   const Table table = Table::at(schedule, positions);
-  const Layout layout = make_layout(c.layout, batch, c.seq, heads, c.head_dim);
-  const int64_t base_offset = c.layout == 2 ? heads * c.head_dim : 0;
+  const ChannelLayout lanes = make_layout(c.lanes, batch, c.seq, heads, c.head_dim);
+  const int64_t base_offset = c.lanes == 2 ? heads * c.head_dim : 0;
   const int64_t guard = c.guard;
-  Buffer input(c.dtype, layout.extent, guard, c.misalign);
-  const std::vector<float> values = test::random_floats(static_cast<size_t>(layout.extent), seed, 2.0f);
-  for (int64_t i = 0; i < layout.extent; ++i) input.set(i, values[static_cast<size_t>(i)]);
+  Buffer input(c.dtype, lanes.extent, guard, c.misalign);
+  const std::vector<float> values = test::random_floats(static_cast<size_t>(lanes.extent), seed, 2.0f);
+  for (int64_t i = 0; i < lanes.extent; ++i) input.set(i, values[static_cast<size_t>(i)]);
   Buffer fast_in = input, ref_in = input;
-  Buffer fast_out(c.dtype, layout.extent, guard, c.misalign), ref_out(c.dtype, layout.extent, guard, c.misalign);
+  Buffer fast_out(c.dtype, lanes.extent, guard, c.misalign), ref_out(c.dtype, lanes.extent, guard, c.misalign);
   auto view = [&](Buffer& buffer) {
     return TensorView{.data = static_cast<unsigned char*>(buffer.data()) + base_offset * size_of(c.dtype),
-                      .dtype = c.dtype, .shape = {batch, c.seq, heads, c.head_dim}, .strides = layout.strides};
+                      .dtype = c.dtype, .shape = {batch, c.seq, heads, c.head_dim}, .strides = lanes.strides};
   };
   ApplyArgs fast{.q = view(fast_in), .positions = Positions::per_token(positions),
                  .table = c.table ? &table : nullptr, .backend = Backend::cpu};
@@ -173,9 +173,9 @@ void run_case(const SweepCase& c, uint64_t seed) {
     for (int64_t s = 0; s < c.seq; ++s)
       for (int64_t hd = 0; hd < heads; ++hd)
         for (int64_t i = 0; i < h; ++i) {
-          const int64_t base = base_offset + b * layout.strides[0] + s * layout.strides[1] + hd * layout.strides[2];
-          const int64_t ia = base + (c.pairing == Pairing::interleaved ? 2 * i : i) * layout.strides[3];
-          const int64_t ib = base + (c.pairing == Pairing::interleaved ? 2 * i + 1 : i + h) * layout.strides[3];
+          const int64_t base = base_offset + b * lanes.strides[0] + s * lanes.strides[1] + hd * lanes.strides[2];
+          const int64_t ia = base + (c.pairing == Pairing::interleaved ? 2 * i : i) * lanes.strides[3];
+          const int64_t ib = base + (c.pairing == Pairing::interleaved ? 2 * i + 1 : i + h) * lanes.strides[3];
           const double bound = kOnTheFlyPairBound * schedule.attention_factor *
                                (std::fabs(input.get(ia)) + std::fabs(input.get(ib)));
           // 16-bit storage: the two f32 results may round to neighbouring 16-bit values.
@@ -191,8 +191,8 @@ void run_case(const SweepCase& c, uint64_t seed) {
     for (int64_t s = 0; s < c.seq; ++s)
       for (int64_t hd = 0; hd < heads; ++hd)
         for (int64_t j = 0; j < c.head_dim; ++j) {
-          const int64_t e = base_offset + b * layout.strides[0] + s * layout.strides[1] +
-                            hd * layout.strides[2] + j * layout.strides[3];
+          const int64_t e = base_offset + b * lanes.strides[0] + s * lanes.strides[1] +
+                            hd * lanes.strides[2] + j * lanes.strides[3];
           const int64_t byte = (guard + c.misalign + e) * size_of(c.dtype);
           ASSERT_FALSE(got.is_poison_at_offset(byte)) << where << " unwritten element " << e;
           if (j >= c.rotary_dim) {
@@ -205,7 +205,7 @@ void run_case(const SweepCase& c, uint64_t seed) {
   for (int64_t i = 0; i < guard + c.misalign; ++i) {
     ASSERT_TRUE(got.is_poison_at_offset(i * es)) << where << " front guard";
   }
-  const int64_t end = (guard + c.misalign + layout.extent) * es;
+  const int64_t end = (guard + c.misalign + lanes.extent) * es;
   for (int64_t i = end; i < static_cast<int64_t>(got.bytes.size()); i += es) {
     ASSERT_TRUE(got.is_poison_at_offset(i)) << where << " back guard";
   }
@@ -231,7 +231,7 @@ TEST_P(CpuKernels, MatchReferenceEverywhere) {
         for (int variant = 0; variant < 4; ++variant) {
           SweepCase c{.dtype = dtype, .pairing = pairing, .table = (variant & 1) != 0,
                       .in_place = (variant & 2) != 0, .head_dim = d, .rotary_dim = r,
-                      .seq = static_cast<int64_t>(1 + (seed % 9)), .layout = static_cast<int>(seed % 4),
+                      .seq = static_cast<int64_t>(1 + (seed % 9)), .lanes = static_cast<int>(seed % 4),
                       .misalign = static_cast<int64_t>(seed % 3)};
           run_case(c, seed++);
           if (HasFatalFailure()) return;
@@ -240,14 +240,14 @@ TEST_P(CpuKernels, MatchReferenceEverywhere) {
       }
     }
   }
-  // Token counts around vector widths, every layout, both sources, at one head size.
+  // Token counts around vector widths, every lanes, both sources, at one head size.
   for (int64_t seq : {1, 2, 3, 6, 7, 8, 9, 10, 15, 16, 17, 33, 66}) {
-    for (int layout = 0; layout < 4; ++layout) {
+    for (int lanes = 0; lanes < 4; ++lanes) {
       for (bool table : {false, true}) {
         run_case({.dtype = DType::f32, .pairing = Pairing::interleaved, .table = table, .in_place = false,
-                  .head_dim = 40, .rotary_dim = 36, .seq = seq, .layout = layout, .misalign = 1}, seed++);
+                  .head_dim = 40, .rotary_dim = 36, .seq = seq, .lanes = lanes, .misalign = 1}, seed++);
         run_case({.dtype = DType::bf16, .pairing = Pairing::half, .table = table, .in_place = true,
-                  .head_dim = 40, .rotary_dim = 40, .seq = seq, .layout = layout, .misalign = 0}, seed++);
+                  .head_dim = 40, .rotary_dim = 40, .seq = seq, .lanes = lanes, .misalign = 0}, seed++);
         if (HasFatalFailure()) return;
         cases += 2;
       }
@@ -268,11 +268,11 @@ TEST_P(CpuKernels, NonTemporalStoresMatchTheReference) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
     for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
       for (const auto& [d, r] : dims) {
-        for (int layout = 0; layout < 4; ++layout) {
+        for (int lanes = 0; lanes < 4; ++lanes) {
           for (int64_t misalign : {0, 1}) {
             run_case({.dtype = dtype, .pairing = pairing, .table = (seed & 1) != 0, .in_place = false,
                       .head_dim = d, .rotary_dim = r, .seq = static_cast<int64_t>(1 + seed % 5),
-                      .layout = layout, .misalign = misalign, .guard = 64}, seed);
+                      .lanes = lanes, .misalign = misalign, .guard = 64}, seed);
             ++seed;
             if (HasFatalFailure()) return;
             ++cases;

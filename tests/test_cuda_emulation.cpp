@@ -314,7 +314,7 @@ TEST(KernelArgs, ChannelsAreTheSchedules) {
               const int64_t a = k.rotary_offset + (j / k.block_pairs) * k.block_width +
                                 (j % k.block_pairs) * k.pair_step;
               ASSERT_EQ(std::pair(a, a + k.partner), s.channels(j))
-                  << to_string(s.layout()) << " blocks " << blocks << " d " << d << " r " << r << " offset "
+                  << to_string(s.channel_layout()) << " blocks " << blocks << " d " << d << " r " << r << " offset "
                   << offset << " pair " << j;
               ++checked;
             }

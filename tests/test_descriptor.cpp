@@ -868,7 +868,7 @@ TEST_P(DescriptorModels, BlockHalfIsHalfPairingPerBlock) {
   }
 }
 
-// Layout equivalence: block_half on x equals half pairing (pair j on (j, j + r/2), same frequency
+// ChannelLayout equivalence: block_half on x equals half pairing (pair j on (j, j + r/2), same frequency
 // and stream per pair) on x permuted so that block k's halves land at pair j's two channels.
 TEST_P(DescriptorModels, BlockHalfEqualsHalfUnderTheChannelPermutation) {
   const int64_t B = 2, r = 48, w = r / B, D = 52, b = 1, seq = 7, h = 3, tokens = b * seq;

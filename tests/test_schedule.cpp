@@ -499,7 +499,7 @@ TEST(Descriptor, Llama4VisionAxialInterleaved) {
 TEST(Descriptor, Gemma4VisionBlockHalfAxial) {
   const Schedule s = make_schedule(Spec{.head_dim = 72, .base = 100, .blocks = 2,
                                         .stream_layout = StreamLayout::axial, .sections = {18, 18}});
-  EXPECT_EQ(s.layout(), Layout::block_half);
+  EXPECT_EQ(s.channel_layout(), ChannelLayout::block_half);
   EXPECT_EQ(s.blocks, 2);
   std::vector<double> expected;
   for (int block = 0; block < 2; ++block) {
@@ -562,7 +562,7 @@ TEST(Descriptor, OffsetAndBlocksCopiedSingleStreamHasNoMap) {
   for (int64_t i = 0; i < 32; ++i) EXPECT_REL(nope_first.inv_freq[i], plain(10000, 64, i));
   const Schedule blocks = make_schedule(Spec{.head_dim = 64, .blocks = 4});
   EXPECT_EQ(blocks.blocks, 4);
-  EXPECT_EQ(blocks.layout(), Layout::block_half);
+  EXPECT_EQ(blocks.channel_layout(), ChannelLayout::block_half);
   EXPECT_EQ(blocks.channels(8), std::make_pair(int64_t{16}, int64_t{24}));
 }
 

@@ -21,7 +21,7 @@
 #include "commands.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 #include "support/oracle.hpp"
 #include "tensor_file.hpp"
 

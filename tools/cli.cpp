@@ -253,7 +253,7 @@ void print_info_json(const Resolved& r, std::ostream& out) {
   j["base"] = r.spec.base;
   j["inv_freq"] = schedule.inv_freq;
   j["attention_factor"] = schedule.attention_factor;
-  j["layout"] = to_string(schedule.layout());
+  j["layout"] = to_string(schedule.channel_layout());
   j["rotary_offset"] = schedule.rotary_offset;
   j["blocks"] = schedule.blocks;
   j["streams"] = schedule.streams;
@@ -278,7 +278,7 @@ void print_info(const Resolved& r, bool json, std::ostream& out) {
   out << fmt::format("schedule {}  pairing {}  head_dim {}  rotary_dim {}  base {}  attention_factor {}\n",
                      to_string(schedule.type), to_string(schedule.pairing), schedule.head_dim,
                      schedule.rotary_dim, g17(r.spec.base), g17(schedule.attention_factor));
-  out << fmt::format("layout {}  rotary_offset {}  blocks {}  streams {}  pair_stream {}\n", to_string(schedule.layout()),
+  out << fmt::format("layout {}  rotary_offset {}  blocks {}  streams {}  pair_stream {}\n", to_string(schedule.channel_layout()),
                      schedule.rotary_offset, schedule.blocks, schedule.streams, pair_stream_runs(schedule));
   if (schedule.xpos()) {
     out << fmt::format("xpos scale_base {}  center {}  reach |position - center| <= {:.1f}\n",

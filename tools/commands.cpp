@@ -14,7 +14,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 #include "rotary/rope.hpp"
 #include "tensor_file.hpp"
 

@@ -75,7 +75,7 @@ inline constexpr std::size_t max_config_bytes = std::size_t{16} << 20;
 ///    int(head_dim * partial_rotary_factor); GPT-NeoX `rotary_pct` (default 0.25), Phi default 0.5,
 ///    GPT-J and CodeGen `rotary_dim`; rope_type `proportional` (Gemma 4) keeps rotary_dim = head_dim
 ///    and passes the factor to Spec::partial_rotary_factor.
-///  - The model type's modeling code (src/model_types.cpp, each entry cited) decides the pairing, or
+///  - The model type's modeling code (src/config/model_types.cpp, each entry cited) decides the pairing, or
 ///    the config boolean it reads (DeepSeek-V3 `rope_interleave`); whether a rotary_dim < head_dim
 ///    matches the code (else an error); a trailing rotated slice (DeepSeek-V4: Spec::rotary_offset =
 ///    head_dim - rotary_dim); rotation by -angle (`rotates_backward`, NanoChat); RoPE switched off by

@@ -186,7 +186,7 @@ int rotary_schedule_pairing(const rotary_schedule* schedule);
 /** A rotary_schedule_type value, or -1. */
 int rotary_schedule_type_of(const rotary_schedule* schedule);
 
-/** How channels form pairs (rotary::Layout, schedule.hpp). */
+/** How channels form pairs (rotary::ChannelLayout, schedule.hpp). */
 typedef enum rotary_layout {
   ROTARY_LAYOUT_HALF = 0,        /**< pair j is (off + j, off + j + r/2) */
   ROTARY_LAYOUT_INTERLEAVED = 1, /**< pair j is (off + 2j, off + 2j + 1) */

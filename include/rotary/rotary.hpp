@@ -11,7 +11,7 @@
 #include "rotary/doctor.hpp"
 #include "rotary/error.hpp"
 #include "rotary/hf_config.hpp"
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 #include "rotary/positions.hpp"
 #include "rotary/rerotate.hpp"
 #include "rotary/rope.hpp"

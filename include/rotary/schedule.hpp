@@ -17,8 +17,10 @@ namespace rotary {
 ///   block_half:  the slice is `blocks` blocks of width w = r/blocks, half-paired inside each:
 ///                pair j = k*(w/2) + i (block k, i < w/2) is (off + k*w + i, off + k*w + i + w/2)
 ///                (Gemma 4's vision tower: 2 blocks, one per image axis)
-enum class Layout { half, interleaved, block_half };
-std::string_view to_string(Layout layout);
+enum class ChannelLayout { half, interleaved, block_half };
+std::string_view to_string(ChannelLayout layout);
+/// The old name of ChannelLayout, kept for one release.
+using Layout [[deprecated("renamed ChannelLayout")]] = ChannelLayout;
 
 /// The descriptor: everything a kernel needs to know about one head, pair by pair. Schedules and
 /// configs produce it; kernels never learn which schedule or model did.
@@ -62,13 +64,14 @@ struct Schedule {
 
   int64_t pairs() const { return rotary_dim / 2; }
   bool xpos() const { return xpos_scale_base != 0; }
-  Layout layout() const {
-    return blocks > 1 ? Layout::block_half
-                      : pairing == Pairing::interleaved ? Layout::interleaved : Layout::half;
+  ChannelLayout channel_layout() const {
+    return blocks > 1 ? ChannelLayout::block_half
+                      : pairing == Pairing::interleaved ? ChannelLayout::interleaved : ChannelLayout::half;
   }
+  [[deprecated("renamed channel_layout()")]] ChannelLayout layout() const { return channel_layout(); }
   /// The stream driving pair j (j < pairs()).
   int stream_of(int64_t j) const { return pair_stream.empty() ? 0 : pair_stream[static_cast<size_t>(j)]; }
-  /// The two channels of pair j within a head (see Layout), rotary_offset included.
+  /// The two channels of pair j within a head (see ChannelLayout), rotary_offset included.
   std::pair<int64_t, int64_t> channels(int64_t j) const {
     if (blocks > 1) {
       const int64_t half_width = rotary_dim / blocks / 2;

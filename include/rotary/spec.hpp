@@ -101,7 +101,7 @@ struct Spec {
                                                   ///< floor(p * head_dim / 2) pairs turn, the rest
                                                   ///< have inv_freq 0 (rotary_dim must be head_dim)
 
-  // The descriptor's channels and streams (schedule.hpp: Schedule, Layout).
+  // The descriptor's channels and streams (schedule.hpp: Schedule, ChannelLayout).
   int64_t rotary_offset = 0;            ///< first rotated channel, in [0, head_dim - rotary_dim]
                                         ///< (head_dim - rotary_dim: nope-first, DeepSeek-V4)
   int64_t blocks = 1;                   ///< >= 1; > 1: block_half, half pairing inside each block,

@@ -18,7 +18,7 @@
 // options and the Python keywords read the registry.
 // A new Spec field adds its member to Spec and one entry to the spec_fields() table (name, kind,
 // scope, doc line, config key, accessor and its own range rule), and its member in the C ABI's
-// rotary_spec or rotary_spec_ext with its line in to_spec (src/c_api.cpp); the schedules that use it
+// rotary_spec or rotary_spec_ext with its line in to_spec (src/c_api/c_api.cpp); the schedules that use it
 // name it. Validation, parse_schedule, the CLI options and the Python keywords follow from the tables.
 #pragma once
 

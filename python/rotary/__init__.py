@@ -637,9 +637,9 @@ class Rope:
         the device, which allocates its error word). Results are the CPU's bit for bit (NaNs
         compared as NaN). ``angles="exact"`` reads the Rope's table copied to the device for
         sequential positions (``offset``) and computes the same values on the device for per-token
-        ``positions`` (a tensor on the device, never read back); ``"hf-float32"`` angles exist only
-        as a table, so per-token positions are read back to size it (the call then waits, and
-        cannot be captured). The host checks everything but the per-token positions' values, which
+        ``positions`` (a tensor on the device, never read back); ``"hf-float32"`` angles likewise
+        (transformers' float32 arithmetic replayed on the device for per-token positions). The
+        host checks everything but the per-token positions' values, which
         the kernels check: a token whose position is unusable (outside [0, 2^31), not a row of
         per-position cos/sin, or beyond xPos's reach) is skipped, its output left unwritten, and the
         device's error word records it; ``check=True`` or ``rotary.torch.check_positions()`` raise

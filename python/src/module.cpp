@@ -160,7 +160,7 @@ int threads_arg(py::handle v) {
   return static_cast<int>(threads);
 }
 
-enum class Layout { bshd, bhsd };
+enum class ChannelLayout { bshd, bhsd };
 
 // True when v is the str `text` (ASCII): the common case of the enumerated arguments below, checked
 // without building a std::string (they are read on every apply call).
@@ -168,12 +168,12 @@ bool is_str(py::handle v, const char* text) {
   return PyUnicode_Check(v.ptr()) && PyUnicode_CompareWithASCIIString(v.ptr(), text) == 0;
 }
 
-Layout layout_arg(py::handle v) {
-  if (is_str(v, "bshd")) return Layout::bshd;
-  if (is_str(v, "bhsd")) return Layout::bhsd;
+ChannelLayout layout_arg(py::handle v) {
+  if (is_str(v, "bshd")) return ChannelLayout::bshd;
+  if (is_str(v, "bhsd")) return ChannelLayout::bhsd;
   const std::string text = str_arg(v, "layout");
-  if (text == "bshd") return Layout::bshd;
-  if (text == "bhsd") return Layout::bhsd;
+  if (text == "bshd") return ChannelLayout::bshd;
+  if (text == "bhsd") return ChannelLayout::bhsd;
   throw py::value_error("layout='" + detail::excerpt(text) + "' must be 'bshd', 'bhsd' or 'thd'");
 }
 
@@ -549,8 +549,8 @@ class Borrowed {
   }
 
   // The view in [batch, seq, heads, head_dim] order; unset (TensorView{}) when no object was given.
-  TensorView view(Layout layout) const {
-    if (!given_ || layout == Layout::bshd) return view_;
+  TensorView view(ChannelLayout layout) const {
+    if (!given_ || layout == ChannelLayout::bshd) return view_;
     TensorView v = view_;
     std::swap(v.shape[1], v.shape[2]);
     std::swap(v.strides[1], v.strides[2]);
@@ -1026,7 +1026,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
               const py::object& angles, const py::object& threads, const py::object& cos,
               const py::object& sin, const py::object& cos_sin_cache, const py::object& cos_sin_columns,
               const py::object& check_arg, const py::object& undo_arg) {
-  const Layout lay = layout_arg(layout);
+  const ChannelLayout lay = layout_arg(layout);
   Angles angle_source = angles_arg(angles);
   const bool undo = undo_arg.ptr() != Py_False && bool_arg(undo_arg, "undo");
   const Access in_access = q_out.is_none() ? Access::write : Access::read;
@@ -1125,7 +1125,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
 template <typename Move>
 void move_keys(const py::object& k, const py::object& k_out, const py::object& positions, const py::object& streams,
                const py::object& offset, const py::object& layout, const py::object& inverse, Move move) {
-  const Layout lay = layout_arg(layout);
+  const ChannelLayout lay = layout_arg(layout);
   Borrowed bk(k, "k", k_out.is_none() ? Access::write : Access::read), bk_out(k_out, "k_out", Access::write);
   RotatedKeys keys{.k = bk.view(lay), .k_out = bk_out.view(lay)};
   keys.rotated = bool_arg(inverse, "inverse") ? Direction::inverse : Direction::forward;
@@ -1265,7 +1265,7 @@ PYBIND11_MODULE(_rotary, m) {
       .def_property_readonly("pairing", [](const PyRope& r) { return std::string(to_string(r.schedule().pairing)); })
       .def_property_readonly("schedule", [](const PyRope& r) { return std::string(to_string(r.schedule().type)); })
       .def_property_readonly("base", [](const PyRope& r) { return r.spec().base; })
-      .def_property_readonly("layout", [](const PyRope& r) { return std::string(to_string(r.schedule().layout())); })
+      .def_property_readonly("layout", [](const PyRope& r) { return std::string(to_string(r.schedule().channel_layout())); })
       .def_property_readonly("rotary_offset", [](const PyRope& r) { return r.schedule().rotary_offset; })
       .def_property_readonly("blocks", [](const PyRope& r) { return r.schedule().blocks; })
       .def_property_readonly("xpos_scale_base", [](const PyRope& r) -> py::object {

@@ -437,10 +437,10 @@ void rotary_schedule_free(rotary_schedule* schedule) { delete schedule; }
 
 int rotary_schedule_layout(const rotary_schedule* s) {
   if (s == nullptr) return null_argument("schedule is NULL", -1);
-  switch (s->schedule.layout()) {
-    case rotary::Layout::half: return ROTARY_LAYOUT_HALF;
-    case rotary::Layout::interleaved: return ROTARY_LAYOUT_INTERLEAVED;
-    case rotary::Layout::block_half: return ROTARY_LAYOUT_BLOCK_HALF;
+  switch (s->schedule.channel_layout()) {
+    case rotary::ChannelLayout::half: return ROTARY_LAYOUT_HALF;
+    case rotary::ChannelLayout::interleaved: return ROTARY_LAYOUT_INTERLEAVED;
+    case rotary::ChannelLayout::block_half: return ROTARY_LAYOUT_BLOCK_HALF;
   }
   return -1;
 }

@@ -1,4 +1,4 @@
-// Internal: what the C ABI's translation units share — src/c_api.cpp (rotary/rotary.h) and
+// Internal: what the C ABI's translation units share — src/c_api/c_api.cpp (rotary/rotary.h) and
 // src/cuda/c_api.cpp (rotary/rotary_cuda.h): the opaque objects, the calling thread's last error,
 // the guard that turns exceptions into status codes, and rotary_apply_args read as ApplyArgs.
 #pragma once

@@ -187,14 +187,14 @@ HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
 }
 
 // f32 and f16, interleaved: x = [a0 b0 a1 b1 ..], swapped = [b0 a0 b1 a1 ..],
-// y = x C2 - swapped S2 with C2 = [c0 c0 c1 c1 ..], S2 = [s0 -s0 s1 -s1 ..] (args.layout):
+// y = x C2 - swapped S2 with C2 = [c0 c0 c1 c1 ..], S2 = [s0 -s0 s1 -s1 ..] (args.lanes):
 // even lanes a c - b s, odd lanes b c - a (-s): the scalar formula lane by lane.
 template <class Tag, bool kStream, class T>
 HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t r = args.rotary_dim;
-  const float* c2 = args.layout;
-  const float* s2 = args.layout + r;
+  const float* c2 = args.lanes;
+  const float* s2 = args.lanes + r;
   int64_t j = 0;
   for (; j + L <= r; j += L) {
     const VF x = InRegister(VecIo<Tag>::Load(in + j));
@@ -223,7 +223,7 @@ HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, cons
 }
 
 // bf16, half pairing: blocks of 2L pairs; one load of x[i..i+2L) gives pairs i, i+2, .. (even)
-// and i+1, i+3, .. (odd), so args.layout holds per block [c_even | c_odd | s_even | s_odd].
+// and i+1, i+3, .. (odd), so args.lanes holds per block [c_even | c_odd | s_even | s_odd].
 template <bool kStream>
 HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
@@ -233,7 +233,7 @@ HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowAr
     const VU wa = LoadBf16Words(in + i);
     const VU wb = LoadBf16Words(in + h + i);
     const VF ae = Bf16Even(wa), ao = Bf16Odd(wa), be = Bf16Even(wb), bo = Bf16Odd(wb);
-    const float* block = args.layout + 2 * i;
+    const float* block = args.lanes + 2 * i;
     const VF ce = InRegister(hn::LoadU(DF(), block)), co = InRegister(hn::LoadU(DF(), block + L));
     const VF se = InRegister(hn::LoadU(DF(), block + 2 * L)), so = InRegister(hn::LoadU(DF(), block + 3 * L));
     StoreBf16Words<kStream>(PackBf16(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
@@ -247,13 +247,13 @@ HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowAr
 #define ROTARY_VECTOR_F16 0
 #endif  // HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
 
-/// Angle layouts the vector bodies read (RowArgs::layout), built once per token from the natural
+/// Angle layouts the vector bodies read (RowArgs::lanes), built once per token from the natural
 /// rows c[i], s[i] (i < pairs) and shared by every head of q and k. Needs 2 * rotary_dim floats.
 ///   f32/f16 interleaved: C2 = [c0 c0 c1 c1 ..] (r values), then S2 = [s0 -s0 s1 -s1 ..] (r values)
 ///   bf16 half:           per block of 2L pairs, [c_even | c_odd | s_even | s_odd] (L values each)
 ///   otherwise:           nothing (the bodies read c and s directly)
 template <class Tag>
-void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
+void PrepareLanesImpl(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
 #if ROTARY_VECTOR_BODY
   constexpr bool kBf16 = std::is_same_v<Tag, BF16Tag>;
   constexpr bool kVector = !std::is_same_v<Tag, F16Tag> || ROTARY_VECTOR_F16;
@@ -272,8 +272,8 @@ void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool inter
       const auto wide_hi = hn::PromoteTo(d64, hn::BitCast(duh, hi));
       return hn::BitCast(df, hn::Or(wide_lo, hn::ShiftLeft<32>(wide_hi)));
     };
-    float* c2 = layout;
-    float* s2 = layout + 2 * pairs;
+    float* c2 = lanes;
+    float* s2 = lanes + 2 * pairs;
     const int64_t half = L / 2;
     int64_t i = 0;
     for (; i + half <= pairs; i += half) {
@@ -290,7 +290,7 @@ void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool inter
     }
   } else if (!interleaved && kBf16) {
     for (int64_t i = 0; i + 2 * L <= pairs; i += 2 * L) {
-      float* block = layout + 2 * i;
+      float* block = lanes + 2 * i;
       const VF c_lo = hn::LoadU(df, c + i), c_hi = hn::LoadU(df, c + i + L);
       const VF s_lo = hn::LoadU(df, s + i), s_hi = hn::LoadU(df, s + i + L);
       hn::StoreU(hn::ConcatEven(df, c_hi, c_lo), df, block);
@@ -300,12 +300,12 @@ void PrepareLayoutImpl(const float* c, const float* s, int64_t pairs, bool inter
     }
   }
 #else
-  (void)c, (void)s, (void)pairs, (void)interleaved, (void)layout;
+  (void)c, (void)s, (void)pairs, (void)interleaved, (void)lanes;
 #endif
 }
 
 // One rotated slice (or one block of a block_half slice) of one head: in and out point at its
-// first channel; args.rotary_dim, c, s and layout describe it.
+// first channel; args.rotary_dim, c, s and lanes describe it.
 template <class Tag, bool kStream, class T>
 HWY_INLINE int64_t RotateSliceVectors(const T* in, T* out, const RowArgs& args) {
 #if ROTARY_VECTOR_BODY
@@ -380,7 +380,7 @@ HWY_INLINE void RotateHeadsAs(const RowArgs& args) {
       for (int64_t k = 0; k < args.blocks; ++k) {
         block.c = args.c + k * (w / 2);
         block.s = args.s + k * (w / 2);
-        block.layout = args.layout != nullptr ? args.layout + 2 * k * w : nullptr;
+        block.lanes = args.lanes != nullptr ? args.lanes + 2 * k * w : nullptr;
         RotateSlice<Tag, kMayStream>(in + off + k * w, out + off + k * w, block);
       }
     }

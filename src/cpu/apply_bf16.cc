@@ -8,8 +8,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 void RotateHeadsBF16(const RowArgs& args) { RotateHeads<BF16Tag>(args); }
-void PrepareLayoutBF16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  PrepareLayoutImpl<BF16Tag>(c, s, pairs, interleaved, layout);
+void PrepareLanesBF16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  PrepareLanesImpl<BF16Tag>(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -17,10 +17,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace rotary::detail {
 HWY_EXPORT(RotateHeadsBF16);
-HWY_EXPORT(PrepareLayoutBF16);
+HWY_EXPORT(PrepareLanesBF16);
 void rotate_heads_bf16(const RowArgs& args) { HWY_DYNAMIC_DISPATCH(RotateHeadsBF16)(args); }
-void prepare_layout_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  HWY_DYNAMIC_DISPATCH(PrepareLayoutBF16)(c, s, pairs, interleaved, layout);
+void prepare_lanes_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  HWY_DYNAMIC_DISPATCH(PrepareLanesBF16)(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail
 #endif

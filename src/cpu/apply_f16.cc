@@ -8,8 +8,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 void RotateHeadsF16(const RowArgs& args) { RotateHeads<F16Tag>(args); }
-void PrepareLayoutF16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  PrepareLayoutImpl<F16Tag>(c, s, pairs, interleaved, layout);
+void PrepareLanesF16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  PrepareLanesImpl<F16Tag>(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -17,10 +17,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace rotary::detail {
 HWY_EXPORT(RotateHeadsF16);
-HWY_EXPORT(PrepareLayoutF16);
+HWY_EXPORT(PrepareLanesF16);
 void rotate_heads_f16(const RowArgs& args) { HWY_DYNAMIC_DISPATCH(RotateHeadsF16)(args); }
-void prepare_layout_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  HWY_DYNAMIC_DISPATCH(PrepareLayoutF16)(c, s, pairs, interleaved, layout);
+void prepare_lanes_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  HWY_DYNAMIC_DISPATCH(PrepareLanesF16)(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail
 #endif

@@ -8,8 +8,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 void RotateHeadsF32(const RowArgs& args) { RotateHeads<F32Tag>(args); }
-void PrepareLayoutF32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  PrepareLayoutImpl<F32Tag>(c, s, pairs, interleaved, layout);
+void PrepareLanesF32(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  PrepareLanesImpl<F32Tag>(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -17,10 +17,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace rotary::detail {
 HWY_EXPORT(RotateHeadsF32);
-HWY_EXPORT(PrepareLayoutF32);
+HWY_EXPORT(PrepareLanesF32);
 void rotate_heads_f32(const RowArgs& args) { HWY_DYNAMIC_DISPATCH(RotateHeadsF32)(args); }
-void prepare_layout_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout) {
-  HWY_DYNAMIC_DISPATCH(PrepareLayoutF32)(c, s, pairs, interleaved, layout);
+void prepare_lanes_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes) {
+  HWY_DYNAMIC_DISPATCH(PrepareLanesF32)(c, s, pairs, interleaved, lanes);
 }
 }  // namespace rotary::detail
 #endif

@@ -52,8 +52,8 @@ DoubleRow xpos_double_row(const KernelArgs& args, int64_t token, int64_t s, Doub
 /// One token's heads of one operand, head_dim contiguous (stride 1) in and out.
 /// Angles are float32, sin already negated for the inverse, natural pair order:
 ///   c = [c_0 c_1 .. c_{h-1}],  s = [s_0 s_1 .. s_{h-1}]          (h = rotary_dim / 2)
-/// plus `layout`, the per-target rearrangement PrepareLayout built from them for this token (for
-/// block_half: built per block, block k's at layout + 2 * k * (rotary_dim / blocks)).
+/// plus `lanes`, the per-target rearrangement PrepareLanes built from them for this token (for
+/// block_half: built per block, block k's at lanes + 2 * k * (rotary_dim / blocks)).
 /// Every pair is rotated with detail::rotate_minus (src/rotate.hpp), in vectors or in the scalar
 /// tail, so the result is bit-identical to the reference on every target.
 struct RowArgs {
@@ -74,15 +74,15 @@ struct RowArgs {
   bool stream = false;
   const float* c = nullptr;
   const float* s = nullptr;
-  const float* layout = nullptr;
+  const float* lanes = nullptr;
 };
 
 /// Per dtype, dynamic dispatch to the best Highway target. Single-threaded, no allocation.
-/// prepare_layout_*: builds RowArgs::layout (2 * rotary_dim floats) from the natural rows, once per
+/// prepare_lanes_*: builds RowArgs::lanes (2 * rotary_dim floats) from the natural rows, once per
 /// token; rotate_heads_*: rotates args.heads heads.
-void prepare_layout_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
-void prepare_layout_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
-void prepare_layout_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* layout);
+void prepare_lanes_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
+void prepare_lanes_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
+void prepare_lanes_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
 void rotate_heads_f32(const RowArgs& args);
 void rotate_heads_f16(const RowArgs& args);
 void rotate_heads_bf16(const RowArgs& args);

@@ -52,19 +52,19 @@ std::atomic<int64_t> stream_min_bytes_override{-1};
 std::atomic<int64_t> streamed_calls{0};
 
 // One token's angles. Float rows (f32/f16/bf16) point into the table when they can; double rows
-// serve f64 storage. `layout` is what the vector kernels read (PrepareLayout).
+// serve f64 storage. `lanes` is what the vector kernels read (PrepareLanes).
 struct TokenAngles {
   const float* c = nullptr;
   const float* s = nullptr;
   const double* dc = nullptr;
   const double* ds = nullptr;
-  const float* layout = nullptr;
+  const float* lanes = nullptr;
 };
 
-// Per-thread scratch: the angle rows (pairs = rotary_dim / 2 each) and the layout.
+// Per-thread scratch: the angle rows (pairs = rotary_dim / 2 each) and the lanes.
 struct Scratch {
   AngleScratch angles;
-  float* layout;  // 2 * rotary_dim
+  float* lanes;  // 2 * rotary_dim
 };
 
 bool any_contiguous(const KernelArgs& args) {
@@ -77,7 +77,7 @@ bool any_contiguous(const KernelArgs& args) {
 
 // xpos_operand: the operand whose xPos scale the row takes (null: no xPos).
 TokenAngles prepare_angles(const KernelArgs& args, int64_t token, int64_t t, const Scratch& scratch,
-                           bool build_layout, const KernelOperand* xpos_operand) {
+                           bool build_lanes, const KernelOperand* xpos_operand) {
   TokenAngles angles;
   if (args.dtype == DType::f64) {
     DoubleRow row = double_angle_row(args, token, t, scratch.angles);
@@ -90,23 +90,23 @@ TokenAngles prepare_angles(const KernelArgs& args, int64_t token, int64_t t, con
   if (xpos_operand != nullptr) row = xpos_float_row(args, token, t, row, *xpos_operand, scratch.angles);
   angles.c = row.c;
   angles.s = row.s;
-  if (build_layout) {
-    // Per block (block_half): block k's pairs and layout at k * w/2 and 2 * k * w.
+  if (build_lanes) {
+    // Per block (block_half): block k's pairs and lanes at k * w/2 and 2 * k * w.
     const bool interleaved = args.pair_step == 2;
     const int64_t blocks = slice_blocks(args);
     const int64_t w = args.rotary_dim / blocks;
     for (int64_t k = 0; k < blocks; ++k) {
       const float* c = angles.c + k * (w / 2);
       const float* s = angles.s + k * (w / 2);
-      float* layout = scratch.layout + 2 * k * w;
+      float* lanes = scratch.lanes + 2 * k * w;
       switch (args.dtype) {
-        case DType::f32: prepare_layout_f32(c, s, w / 2, interleaved, layout); break;
-        case DType::f16: prepare_layout_f16(c, s, w / 2, interleaved, layout); break;
-        case DType::bf16: prepare_layout_bf16(c, s, w / 2, interleaved, layout); break;
+        case DType::f32: prepare_lanes_f32(c, s, w / 2, interleaved, lanes); break;
+        case DType::f16: prepare_lanes_f16(c, s, w / 2, interleaved, lanes); break;
+        case DType::bf16: prepare_lanes_bf16(c, s, w / 2, interleaved, lanes); break;
         case DType::f64: break;
       }
     }
-    angles.layout = scratch.layout;
+    angles.lanes = scratch.lanes;
   }
   return angles;
 }
@@ -143,7 +143,7 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     row.stream = stream && !op.in_place;
     row.c = angles.c;
     row.s = angles.s;
-    row.layout = angles.layout;
+    row.lanes = angles.lanes;
     switch (args.dtype) {
       case DType::f32: rotate_heads_f32(row); break;
       case DType::f16: rotate_heads_f16(row); break;
@@ -169,13 +169,13 @@ bool broadcast_caller_row(const KernelArgs& args) {
 
 void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
                 const Scratch& scratch) {
-  const bool build_layout = args.dtype != DType::f64 && any_contiguous(args);
+  const bool build_lanes = args.dtype != DType::f64 && any_contiguous(args);
   // The caller's cos/sin broadcast over every token (rerotate's one row): built once.
   const bool same_row = broadcast_caller_row(args) && first < last;
   TokenAngles one_row;
   if (same_row) {
     const int64_t token = first / split;
-    one_row = prepare_angles(args, token, token % args.seq, scratch, build_layout, nullptr);
+    one_row = prepare_angles(args, token, token % args.seq, scratch, build_lanes, nullptr);
   }
   const bool xpos = args.xpos_scale_base != 0;
   for (int64_t block = first; block < last; ++block) {
@@ -184,14 +184,14 @@ void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t spl
     const int64_t b = token / args.seq;
     const int64_t t = token % args.seq;
     TokenAngles angles = one_row;
-    if (!xpos && !same_row) angles = prepare_angles(args, token, t, scratch, build_layout, nullptr);
+    if (!xpos && !same_row) angles = prepare_angles(args, token, t, scratch, build_lanes, nullptr);
     for (int o = 0; o < args.operand_count; ++o) {
       const KernelOperand& op = args.operands[o];
       const int64_t h0 = part * op.heads / split;
       const int64_t h1 = (part + 1) * op.heads / split;
       if (h1 <= h0) continue;
       // xPos: the row scaled for this operand (a query's or a key's σ), built per operand.
-      if (xpos) angles = prepare_angles(args, token, t, scratch, build_layout, &op);
+      if (xpos) angles = prepare_angles(args, token, t, scratch, build_lanes, &op);
       rotate_block(args, op, b, t, h0, h1 - h0, angles, stream);
     }
   }

@@ -163,6 +163,7 @@ ROTARY_HD inline AngleCell<Value> pair_angle(const KernelArgs& args, const PairA
     s = static_cast<Value>(load_angle(a.dtype, a.sin, si));
   } else if (args.angle_source == KernelAngleSource::table) {
     const int64_t at = table_row(args, token, s_index, stream) * (args.rotary_dim / 2) + j;
+    ROTARY_DASSERT(at >= 0);  // validate found every row (a device skips a token without one before this)
     c = static_cast<Value>(args.table.cos[at]);
     s = static_cast<Value>(args.table.sin[at]);
   } else if (args.angle_source == KernelAngleSource::hf_float32) {

@@ -4,6 +4,7 @@
 
 #include "../memory.hpp"
 #include "rotary/apply.hpp"
+#include "math/hd.hpp"
 #include "rotary/error.hpp"
 
 namespace rotary::detail {
@@ -87,6 +88,7 @@ TableRows table_rows(const Table& table, const Positions& positions, int64_t seq
     const int64_t entry = i % count;
     const auto position = static_cast<int64_t>(positions.value(entry, entry, stream));
     const std::optional<int64_t> row = table.row_of(position);
+    ROTARY_DASSERT(row.has_value());  // validate: every position has its row
     row_index[static_cast<size_t>(i)] = row ? *row : -1;
   }
   return TableRows{.cos = table.cos().data(), .sin = table.sin().data(), .first = 0, .rows = table.rows(),
@@ -106,6 +108,7 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.rotary_offset = schedule.rotary_offset;
   const int64_t pairs = schedule.pairs();
   const int64_t blocks = schedule.blocks > 1 ? schedule.blocks : 1;
+  ROTARY_DASSERT(pairs > 0 && pairs % blocks == 0);  // validate(schedule)
   k.block_pairs = pairs / blocks;
   k.block_width = schedule.rotary_dim / blocks;
   const bool interleaved = blocks == 1 && schedule.pairing == Pairing::interleaved;

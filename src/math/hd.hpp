@@ -27,6 +27,25 @@
 #endif
 #endif
 
+// ROTARY_DASSERT(condition): an invariant that validation guarantees, so a false one is rotary's
+// bug, never the caller's (callers get rotary::Error). Checked on the host where
+// ROTARY_DEBUG_ASSERTS is defined (the sanitizer build: ROTARY_SANITIZE), reporting the condition,
+// file and line and aborting; nothing elsewhere, and nothing in device code.
+#if defined(ROTARY_DEBUG_ASSERTS) && !defined(__CUDA_ARCH__)
+#include <cstdio>
+#include <cstdlib>
+#define ROTARY_DASSERT(condition) \
+  ((condition) ? static_cast<void>(0) : ::rotary::detail::debug_assert_failed(#condition, __FILE__, __LINE__))
+namespace rotary::detail {
+[[noreturn]] inline void debug_assert_failed(const char* condition, const char* file, int line) {
+  std::fprintf(stderr, "rotary: internal invariant broken: %s (%s:%d)\n", condition, file, line);
+  std::abort();
+}
+}  // namespace rotary::detail
+#else
+#define ROTARY_DASSERT(condition) static_cast<void>(0)
+#endif
+
 namespace rotary::detail {
 
 // std::bit_cast is a host function to nvcc (device code may call it only with

@@ -23,7 +23,7 @@ struct Frequencies {
 };
 
 /// A transformers rope dict (rope_scaling, rope_parameters or one layer type's entry) as a
-/// schedule's config reader sees it; src/hf_config.cpp implements it over the JSON. A JSON null
+/// schedule's config reader sees it; src/config/hf_config.cpp implements it over the JSON. A JSON null
 /// counts as absent (Python's None); errors name the key as the config writes it, e.g.
 /// "rope_scaling.factor='x' must be a number".
 class RopeDict {

@@ -643,7 +643,7 @@ def _check_rope_layers(hf: HfRope, rope: Any) -> None:
 # ---- what config classes fill in ----
 
 # The model types whose config class fills in a RoPE fact when config.json leaves it out, each as
-# rotary resolves it (src/hf_config.cpp): partial_rotary_factor defaults (and Bamba's forced 0.5),
+# rotary resolves it (src/config/hf_config.cpp): partial_rotary_factor defaults (and Bamba's forced 0.5),
 # GPT-NeoX(-Japanese)'s rotary_pct, MiniMax-M2's rotary_dim, JetMoE's head (kv_channels, default
 # 128), Zamba2's doubled head, and the layers without attention of Qwen3-Next (full_attention_interval),
 # Bamba (attn_layer_indices) and RecurrentGemma (block_types). Each case's own keys; None drops a

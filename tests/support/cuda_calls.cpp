@@ -55,7 +55,7 @@ const char* columns_name(CallerAngles::Columns columns) {
 }
 
 std::string Call::describe() const {
-  std::string s = std::string(to_string(dtype)) + " " + std::string(to_string(schedule.layout())) +
+  std::string s = std::string(to_string(dtype)) + " " + std::string(to_string(schedule.channel_layout())) +
                   " blocks " + std::to_string(schedule.blocks) + " head_dim " + std::to_string(head_dim) +
                   " rotary_dim " + std::to_string(schedule.rotary_dim) + " offset " +
                   std::to_string(schedule.rotary_offset) + " streams " + std::to_string(schedule.streams) +
@@ -589,7 +589,7 @@ Call model_call(const Spec& spec, DType dtype, int64_t heads_q, int64_t heads_k)
 }
 
 std::vector<std::string> features(const Call& c) {
-  std::vector<std::string> f = {std::string(to_string(c.dtype)), std::string(to_string(c.schedule.layout())),
+  std::vector<std::string> f = {std::string(to_string(c.dtype)), std::string(to_string(c.schedule.channel_layout())),
                                 c.table ? "table" : c.caller ? "caller angles" : "exact",
                                 c.direction == Direction::inverse ? "inverse" : "forward",
                                 "positions kind " + std::to_string(static_cast<int>(c.kind)),

@@ -1,4 +1,4 @@
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 
 #include <cstring>
 

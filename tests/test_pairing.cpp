@@ -2,13 +2,13 @@
 #include <numeric>
 
 #include "rotary/apply.hpp"
-#include "rotary/layout.hpp"
+#include "rotary/pairing.hpp"
 #include "support/oracle.hpp"
 
 namespace rotary {
 namespace {
 
-TEST(Layout, PermutationWrittenOut) {
+TEST(ChannelLayout, PermutationWrittenOut) {
   // head_dim 8, rotary_dim 6: interleaved pairs (0,1)(2,3)(4,5) -> half pairs (0,3)(1,4)(2,5)
   EXPECT_EQ(pairing_permutation(8, 6, Pairing::interleaved, Pairing::half),
             (std::vector<int64_t>{0, 2, 4, 1, 3, 5, 6, 7}));
@@ -23,7 +23,7 @@ TEST(Layout, PermutationWrittenOut) {
   EXPECT_ROTARY_ERROR(pairing_permutation(0, 0, Pairing::half, Pairing::interleaved), "head_dim=0");
 }
 
-TEST(Layout, RopeCommutesWithThePermutation) {
+TEST(ChannelLayout, RopeCommutesWithThePermutation) {
   // interleaved RoPE of x == permute^-1( half RoPE of permute(x) ), partial rotary included.
   const int64_t d = 48, r = 32, seq = 6, heads = 3;
   const Schedule inter = make_schedule(Spec{.head_dim = d, .rotary_dim = r, .pairing = Pairing::interleaved});
@@ -38,7 +38,7 @@ TEST(Layout, RopeCommutesWithThePermutation) {
   for (size_t j = 0; j < x.size(); ++j) EXPECT_EQ(back[j], a[j]) << j;  // same arithmetic, same bits
 }
 
-TEST(Layout, PermuteRowsRoundTripAndBias) {
+TEST(ChannelLayout, PermuteRowsRoundTripAndBias) {
   const int64_t heads = 4, d = 8, cols = 3;
   std::vector<float> w(static_cast<size_t>(heads * d * cols));
   std::iota(w.begin(), w.end(), 0.0f);
@@ -61,7 +61,7 @@ TEST(Layout, PermuteRowsRoundTripAndBias) {
   EXPECT_EQ(bias_half[4], 1);
 }
 
-TEST(Layout, Errors) {
+TEST(ChannelLayout, Errors) {
   std::vector<float> w(64);
   EXPECT_ROTARY_ERROR(permute_rows(w.data(), w.data() + 4, {.num_heads = 1, .head_dim = 8, .row_bytes = 4}),
                       "src and dst overlap");
@@ -80,7 +80,7 @@ TEST(Layout, Errors) {
   EXPECT_EQ(out, std::vector<float>(64, 7.0f));
 }
 
-TEST(Layout, SizesAndViewsAreCheckedWithoutOverflow) {
+TEST(ChannelLayout, SizesAndViewsAreCheckedWithoutOverflow) {
   std::vector<float> w(64), out(64, 7.0f);
   // rows * row_bytes beyond int64: refused before any pointer arithmetic or copy.
   EXPECT_ROTARY_ERROR(permute_rows(w.data(), out.data(), {.num_heads = INT64_MAX / 8 + 1, .head_dim = 8, .row_bytes = 4}),
