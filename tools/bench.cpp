@@ -682,7 +682,9 @@ void fused_rows(const std::string& op, const std::string& shape, const std::stri
     positions[static_cast<size_t>(t)] = decode ? kDecodePosition : t;
   }
   std::vector<float> weight(static_cast<size_t>(kHeadDim));
-  for (auto& w : weight) w = 1.0f + 0.1f * normal(rng);
+  // Weights of 1: repeated in-place norms then keep the values as they are (a weight != 1 applied
+  // call after call would shrink all but the largest channel into subnormals).
+  for (auto& w : weight) w = 1.0f;
   std::vector<unsigned char> weight_storage(static_cast<size_t>(kHeadDim * es));
   for (int64_t d = 0; d < kHeadDim; ++d) store_value(weight_storage.data() + d * es, dtype, weight[static_cast<size_t>(d)]);
   for (int64_t d = 0; d < kHeadDim; ++d) weight[static_cast<size_t>(d)] = load_value(weight_storage.data() + d * es, dtype);
