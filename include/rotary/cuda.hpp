@@ -105,9 +105,10 @@ struct Options {
 void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
 
 // ---- Fused operations (rotary/fused.hpp) on a device ----
-// NOT YET IMPLEMENTED (issue 25): the three entry points below are declared (the API is fixed) but
-// rotary_cuda does not define them yet, so a program calling them fails to link. Their kernels will
-// run src/fused/body.hpp, whose grid the tests already play on the host (test_fused_emulation).
+// The kernels (src/cuda/fused.cu) run src/fused/body.hpp one token per block, the block's threads
+// filling the token's angle row, then one head (item) per thread: the grid tests/test_fused_emulation
+// plays on the host, bit-identical to the CPU there. Not yet run on a device by the tests (no device
+// test of the fused kernels yet).
 
 /// Bit a fused kernel ors into FusedOptions::error for a token whose slot is beyond a cache's
 /// capacity (the token's cache writes are skipped; q and k_out are still written).
@@ -115,7 +116,7 @@ inline constexpr uint32_t slot_out_of_range = 16;
 
 /// What a fused CUDA call takes besides its arguments.
 struct FusedOptions {
-  const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope; raw rerotate_cache)
+  const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope)
   uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range
   /// A host copy of the call's slots (same count and type): checked on the host (range,
   /// duplicates) before anything is queued, as the CPU checks them. Null: the slots live on the
@@ -135,7 +136,9 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stre
 void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream stream,
                   const FusedOptions& options = {});
 
-/// rotary::rerotate_cache on a CUDA device, as rope_store above (deltas in device memory).
+/// rotary::rerotate_cache on a CUDA device, as rope_store above (deltas in device memory; raw mode's
+/// positions too). Exact angles only: FusedOptions::table is refused (not taken yet), as is a host
+/// Table. Without host_slots, a slot beyond the cache's (or out's) capacity is skipped and flagged.
 void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
                     const FusedOptions& options = {});
 

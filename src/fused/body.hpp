@@ -188,8 +188,8 @@ ROTARY_HD inline void store_converted(void* base, int64_t i, DType dtype, Value 
       case DType::f32: static_cast<float*>(base)[i] = v; break;
       case DType::f16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
       case DType::bf16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
-      case DType::fp8_e4m3: static_cast<uint8_t*>(base)[i] = float_to_fp8(scale_for_code(v, scale, op), kE4M3); break;
-      case DType::fp8_e5m2: static_cast<uint8_t*>(base)[i] = float_to_fp8(scale_for_code(v, scale, op), kE5M2); break;
+      case DType::fp8_e4m3: static_cast<uint8_t*>(base)[i] = float_to_fp8(scale_for_code(v, scale, op), e4m3_format()); break;
+      case DType::fp8_e5m2: static_cast<uint8_t*>(base)[i] = float_to_fp8(scale_for_code(v, scale, op), e5m2_format()); break;
       case DType::i8: static_cast<int8_t*>(base)[i] = float_to_i8(scale_for_code(v, scale, op)); break;
       default: break;  // f64 caches take f64 data only
     }
@@ -202,8 +202,8 @@ ROTARY_HD inline float load_dequantised(const void* base, int64_t i, DType dtype
     case DType::f32: return static_cast<const float*>(base)[i];
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
     case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::fp8_e4m3: return scale_from_code(fp8_to_float(static_cast<const uint8_t*>(base)[i], kE4M3), scale, op);
-    case DType::fp8_e5m2: return scale_from_code(fp8_to_float(static_cast<const uint8_t*>(base)[i], kE5M2), scale, op);
+    case DType::fp8_e4m3: return scale_from_code(fp8_to_float(static_cast<const uint8_t*>(base)[i], e4m3_format()), scale, op);
+    case DType::fp8_e5m2: return scale_from_code(fp8_to_float(static_cast<const uint8_t*>(base)[i], e5m2_format()), scale, op);
     case DType::i8: return scale_from_code(static_cast<float>(static_cast<const int8_t*>(base)[i]), scale, op);
     default: return 0.0f;
   }

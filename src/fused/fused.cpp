@@ -595,6 +595,15 @@ void run_rerotate(const RerotateKernelArgs& r, int threads) {
 
 }  // namespace
 
+void check_host_slots(const Slots& host_slots, const Slots& slots, int64_t tokens,
+                      std::initializer_list<std::pair<const CacheView*, const char*>> caches) {
+  if (host_slots.count != slots.count || host_slots.is_i64 != slots.is_i64) {
+    throw Error(fmt::format("host_slots ({} {} entries) must match slots ({} {} entries)", host_slots.count,
+                            host_slots.is_i64 ? "int64" : "int32", slots.count, slots.is_i64 ? "int64" : "int32"));
+  }
+  check_slots(host_slots, tokens, caches);
+}
+
 void cpu_fused(const FusedKernelArgs& f, int threads) {
   if (f.rope.tokens == 0) return;
   with_storage(f.rope.dtype, [&]<class T>() { run_fused<T>(f, threads); });

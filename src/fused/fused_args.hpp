@@ -3,6 +3,9 @@
 // on the host; device: shapes only, as validate_shapes) and the kernel arguments.
 #pragma once
 
+#include <initializer_list>
+#include <utility>
+
 #include "body.hpp"
 #include "rotary/fused.hpp"
 
@@ -16,6 +19,11 @@ FusedKernelArgs make_qk_norm_rope_args(const Schedule& schedule, const QkNormRop
 
 void validate_rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, bool host);
 RerotateKernelArgs make_rerotate_args(const Schedule& schedule, const RerotateCacheArgs& args, const TableRows* table);
+
+/// The CUDA entry points' check of FusedOptions::host_slots: the same count and integer type as
+/// `slots` (the device copy), then range against each set cache and no duplicate, as the CPU checks.
+void check_host_slots(const Slots& host_slots, const Slots& slots, int64_t tokens,
+                      std::initializer_list<std::pair<const CacheView*, const char*>> caches);
 
 /// The CPU loop: tokens over OpenMP threads (threads as ApplyArgs::threads: 0 all), the body per
 /// token. Bit-identical for any thread count.

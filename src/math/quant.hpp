@@ -22,9 +22,13 @@ struct Fp8Format {
   float max_value;
 };
 /// OCP E4M3FN: no infinity, S.1111.111 is NaN, max 448 = 0x7e.
-inline constexpr Fp8Format kE4M3{3, 7, -6, 0x7e, 0x7f, 448.0f};
 /// E5M2: IEEE-like, 0x7c is inf, 0x7d-0x7f NaN, max 57344 = 0x7b.
-inline constexpr Fp8Format kE5M2{2, 15, -14, 0x7b, 0x7e, 57344.0f};
+/// As functions for device code (a namespace-scope constexpr object of class type is host-only
+/// there), and as the constants kE4M3 / kE5M2 for host code.
+ROTARY_HD constexpr Fp8Format e4m3_format() { return Fp8Format{3, 7, -6, 0x7e, 0x7f, 448.0f}; }
+ROTARY_HD constexpr Fp8Format e5m2_format() { return Fp8Format{2, 15, -14, 0x7b, 0x7e, 57344.0f}; }
+inline constexpr Fp8Format kE4M3 = e4m3_format();
+inline constexpr Fp8Format kE5M2 = e5m2_format();
 
 /// 2^e as a float, for e in [-149, 127] (exact).
 ROTARY_HD inline float pow2f(int e) {
