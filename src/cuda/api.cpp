@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "../fused/fused_args.hpp"
 #include "../kernel/args.hpp"
 #include "launch.hpp"
 #include "rotary/cuda.hpp"
@@ -219,6 +220,76 @@ void check_positions(uint32_t* error, Stream stream) {
   if (bits == 0) return;
   check(cudaMemsetAsync(error, 0, sizeof bits, stream), "cudaMemsetAsync");
   throw Error(detail::cuda::positions_message(bits));
+}
+
+// ---- Fused operations: host validation (fused_args.hpp with host = false: nothing in device
+// memory is read), host_slots checked as the CPU checks slots, then the kernels of fused.cu ----
+
+namespace {
+
+// The angle sources of a fused call: no host Table, at most one of caller angles and a
+// DeviceTable, pairs within max_pairs; the DeviceTable's rows as TableRows (null: none).
+const detail::TableRows* fused_table(const Schedule& schedule, const ApplyArgs& rope, const FusedOptions& options,
+                                     detail::TableRows& range) {
+  if (rope.table != nullptr) throw Error("table is a host Table: give its cuda::DeviceTable in FusedOptions::table");
+  if (rope.angles != nullptr && options.table != nullptr) {
+    throw Error("angles and FusedOptions::table are both set (give one source of angles)");
+  }
+  if (schedule.pairs() > max_pairs) {
+    throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim, max_pairs));
+  }
+  if (options.table == nullptr) return nullptr;
+  check_table(schedule, rope, *options.table);
+  range = {.cos = options.table->cos(), .sin = options.table->sin(), .first = options.table->first(),
+           .rows = options.table->rows()};
+  return &range;
+}
+
+void check_write_slots(const CacheWrite& w, int64_t tokens, const FusedOptions& options) {
+  if (options.host_slots == nullptr) return;
+  detail::check_host_slots(*options.host_slots, w.slots, tokens,
+                           {{&w.k_cache, "k_cache"}, {&w.v_cache, "v_cache"}, {&w.k_pass_cache, "k_pass_cache"}});
+}
+
+}  // namespace
+
+void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stream, const FusedOptions& options) {
+  detail::validate_rope_store(schedule, args, false);
+  detail::TableRows range{};
+  const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
+  check_write_slots(args.cache, args.rope.q.batch() * args.rope.q.seq(), options);
+  detail::FusedKernelArgs f = detail::make_rope_store_args(schedule, args, table);
+  f.rope.error = options.error;
+  detail::cuda::launch_fused(f, stream);
+}
+
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream stream, const FusedOptions& options) {
+  detail::validate_qk_norm_rope(schedule, args, false);
+  detail::TableRows range{};
+  const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
+  if (args.store != nullptr) check_write_slots(*args.store, args.rope.q.batch() * args.rope.q.seq(), options);
+  detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(schedule, args, table);
+  f.rope.error = options.error;
+  detail::cuda::launch_fused(f, stream);
+}
+
+void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
+                    const FusedOptions& options) {
+  if (args.table != nullptr) throw Error("table is a host Table: rerotate_cache on CUDA takes exact angles");
+  if (options.table != nullptr) {
+    throw Error("FusedOptions::table: rerotate_cache on CUDA computes exact angles (a DeviceTable is not taken yet)");
+  }
+  if (schedule.pairs() > max_pairs) {
+    throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim, max_pairs));
+  }
+  detail::validate_rerotate_cache(schedule, args, false);
+  if (options.host_slots != nullptr) {
+    detail::check_host_slots(*options.host_slots, args.slots, args.slots.count,
+                             {{&args.cache, "cache"}, {&args.out, "out"}});
+  }
+  detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, args, nullptr);
+  r.rope.error = options.error;
+  detail::cuda::launch_rerotate(r, stream);
 }
 
 }  // namespace rotary::cuda

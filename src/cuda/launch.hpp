@@ -17,7 +17,20 @@ struct Options;
 }  // namespace cuda
 }  // namespace rotary
 
+namespace rotary::detail {
+struct FusedKernelArgs;
+struct RerotateKernelArgs;
+}  // namespace rotary::detail
+
 namespace rotary::detail::cuda {
+
+/// Queues the fused kernel (src/cuda/fused.cu) for a validated call whose pointers are in device
+/// memory: a block per token, its threads filling the angle row, then one item (head) per thread,
+/// as tests/test_fused_emulation.cpp plays it. Throws RuntimeError when the launch fails; nothing
+/// for 0 tokens.
+void launch_fused(const FusedKernelArgs& args, CUstream_st* stream);
+/// The same for rerotate_cache: a block per slot, a thread per head.
+void launch_rerotate(const RerotateKernelArgs& args, CUstream_st* stream);
 
 /// rotary::cuda::apply without its rotary::validate_shapes, for a caller that has just run it on
 /// the same arguments (the Python module, which rewords its errors): the DeviceTable, angles and

@@ -1,0 +1,172 @@
+// The fused operations' CUDA kernels (rotary/fused.hpp, rotary::cuda::rope_store, qk_norm_rope,
+// rerotate_cache): the ROTARY_HD per-token body of src/fused/body.hpp on the device, split as
+// tests/test_fused_emulation.cpp plays it on the host: one block per token (blocks looping over
+// tokens), the block's threads filling the token's angle row in shared memory (fused_angles with
+// thread/threads), thread 0 the all-heads norms, then one item (a head of q, k, v or k_pass) per
+// thread. Every element of an item is written by that thread alone, so the order is free and the
+// bits are the CPU's. Compiled as apply.cu is (-fmad=false, no fast math). The host side
+// (validation, kernel arguments) is src/cuda/api.cpp's.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "../fused/body.hpp"
+#include "launch.hpp"
+#include "rotary/cuda.hpp"
+
+namespace rotary::detail::cuda {
+namespace {
+
+static_assert(kSlotOutOfRange == rotary::cuda::slot_out_of_range);
+
+// As apply.cu's parameter_frequency: hf_float32 reads transformers' float32 frequencies, held here
+// as each float's exact double.
+double fused_frequency(const KernelArgs& args, int64_t j) {
+  if (args.angle_source != KernelAngleSource::hf_float32) return args.inv_freq[j];
+  return static_cast<double>(args.inv_freq_hf32 != nullptr ? args.inv_freq_hf32[j] : static_cast<float>(args.inv_freq[j]));
+}
+
+constexpr int kFusedThreads = 256;
+constexpr int kFusedSmallPairs = 128;
+
+// Everything a launch reads, by value in the kernel parameters (as apply.cu's Params): the args and
+// the per-pair arrays, whose host pointers in args are cleared.
+template <class Args, int kPairs>
+struct FusedParams {
+  Args args;
+  bool has_pair_stream;
+  double inv_freq[kPairs];
+  int pair_stream[kPairs];
+};
+static_assert(sizeof(FusedParams<FusedKernelArgs, static_cast<int>(rotary::cuda::max_pairs)>) <= 32764,
+              "CUDA limits kernel parameters to 32764 bytes");
+static_assert(sizeof(FusedParams<RerotateKernelArgs, static_cast<int>(rotary::cuda::max_pairs)>) <= 32764,
+              "CUDA limits kernel parameters to 32764 bytes");
+
+template <class T, int kPairs>
+__global__ void __launch_bounds__(kFusedThreads)
+    fused_kernel(const __grid_constant__ FusedParams<FusedKernelArgs, kPairs> params) {
+  using Value = typename Storage<T>::Value;
+  extern __shared__ __align__(16) unsigned char shared_memory[];
+  __shared__ float token_r[2];
+  const FusedKernelArgs& f = params.args;
+  const PairArrays pairs{.inv_freq = params.inv_freq, .pair_stream = params.has_pair_stream ? params.pair_stream : nullptr};
+  auto* cells = reinterpret_cast<AngleCell<Value>*>(shared_memory);
+  const int thread = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t items = fused_items(f);
+  for (int64_t token = blockIdx.x; token < f.rope.tokens; token += gridDim.x) {
+    fused_angles<Value>(f, pairs, token, thread, threads, cells);
+    __syncthreads();
+    const bool usable = token_error(f.rope, token) == 0;  // else fused_angles reported it
+    if (usable && thread == 0) fused_token_norms<T>(f, pairs, cells, token, token_r);
+    __syncthreads();
+    if (usable) {
+      for (int64_t item = thread; item < items; item += threads) fused_item<T>(f, pairs, cells, token, item, token_r);
+    }
+    __syncthreads();
+  }
+}
+
+template <int kPairs>
+__global__ void __launch_bounds__(kFusedThreads)
+    rerotate_kernel(const __grid_constant__ FusedParams<RerotateKernelArgs, kPairs> params) {
+  extern __shared__ __align__(16) unsigned char shared_memory[];
+  const RerotateKernelArgs& r = params.args;
+  const PairArrays pairs{.inv_freq = params.inv_freq, .pair_stream = params.has_pair_stream ? params.pair_stream : nullptr};
+  auto* cells = reinterpret_cast<AngleCell<float>*>(shared_memory);
+  const int thread = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  const int64_t pair_count = r.rope.rotary_dim / 2;
+  for (int64_t i = blockIdx.x; i < r.count; i += gridDim.x) {
+    const int64_t slot = r.slots_i64 ? static_cast<const int64_t*>(r.slots)[i] : static_cast<const int32_t*>(r.slots)[i];
+    const bool beyond = slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity);
+    if (beyond) {  // only without host slots (those are checked on the host): skipped and flagged
+      if (thread == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, kSlotOutOfRange);
+      continue;
+    }
+    if (slot >= 0) {  // a whole block agrees: the __syncthreads below are reached by all or none
+      for (int64_t j = thread; j < pair_count; j += threads) cells[j] = rerotate_angle(r, pairs, i, j);
+      __syncthreads();
+      for (int64_t h = thread; h < r.heads; h += threads) rerotate_item(r, pairs, cells, i, h);
+      __syncthreads();
+    }
+  }
+}
+
+template <class Args>
+void fill_params(FusedParams<Args, static_cast<int>(rotary::cuda::max_pairs)>& p, const Args& args, const KernelArgs& rope) {
+  p.args = args;
+  p.has_pair_stream = rope.pair_stream != nullptr;
+  for (int64_t j = 0; j < rope.rotary_dim / 2; ++j) {
+    p.inv_freq[j] = fused_frequency(rope, j);
+    p.pair_stream[j] = rope.pair_stream != nullptr ? rope.pair_stream[j] : 0;
+  }
+}
+
+// The block: items (or heads) and pairs rounded up to a warp, at most kFusedThreads; the grid: a
+// block per token, at most 65535 * 16 blocks (the kernels loop over the rest).
+dim3 block_of(int64_t work) {
+  return dim3(static_cast<unsigned>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, kFusedThreads)));
+}
+dim3 grid_of(int64_t tokens) { return dim3(static_cast<unsigned>(std::min<int64_t>(tokens, int64_t{1} << 20))); }
+
+template <class T, int kPairs, class Full>
+void launch_fused_as(const Full& full, const FusedKernelArgs& f, cudaStream_t stream) {
+  using Value = typename Storage<T>::Value;
+  // The smaller parameter block when the pairs fit (fewer bytes per launch), else the full one.
+  FusedParams<FusedKernelArgs, kPairs> params{};
+  params.args = full.args;
+  params.has_pair_stream = full.has_pair_stream;
+  for (int j = 0; j < kPairs; ++j) {
+    params.inv_freq[j] = full.inv_freq[j];
+    params.pair_stream[j] = full.pair_stream[j];
+  }
+  params.args.rope.inv_freq = nullptr;  // host pointers, never read on the device
+  params.args.rope.pair_stream = nullptr;
+  params.args.rope.inv_freq_hf32 = nullptr;
+  const int64_t pairs = std::max<int64_t>(f.rope.rotary_dim / 2, 1);
+  const size_t shared = static_cast<size_t>(pairs) * sizeof(AngleCell<Value>);
+  fused_kernel<T, kPairs><<<grid_of(f.rope.tokens), block_of(std::max(fused_items(f), pairs)), shared, stream>>>(params);
+  check(static_cast<int>(cudaGetLastError()), "fused kernel launch");
+}
+
+template <class T>
+void launch_fused_typed(const FusedKernelArgs& f, cudaStream_t stream) {
+  auto full = std::make_unique<FusedParams<FusedKernelArgs, static_cast<int>(rotary::cuda::max_pairs)>>();
+  fill_params(*full, f, f.rope);
+  if (f.rope.rotary_dim / 2 <= kFusedSmallPairs) {
+    launch_fused_as<T, kFusedSmallPairs>(*full, f, stream);
+  } else {
+    launch_fused_as<T, static_cast<int>(rotary::cuda::max_pairs)>(*full, f, stream);
+  }
+}
+
+}  // namespace
+
+void launch_fused(const FusedKernelArgs& f, CUstream_st* stream) {
+  if (f.rope.tokens == 0) return;
+  switch (f.rope.dtype) {
+    case DType::f64: launch_fused_typed<double>(f, stream); break;
+    case DType::f16: launch_fused_typed<F16>(f, stream); break;
+    case DType::bf16: launch_fused_typed<BF16>(f, stream); break;
+    default: launch_fused_typed<float>(f, stream); break;
+  }
+}
+
+void launch_rerotate(const RerotateKernelArgs& r, CUstream_st* stream) {
+  if (r.count == 0) return;
+  auto params = std::make_unique<FusedParams<RerotateKernelArgs, static_cast<int>(rotary::cuda::max_pairs)>>();
+  fill_params(*params, r, r.rope);
+  params->args.rope.inv_freq = nullptr;
+  params->args.rope.pair_stream = nullptr;
+  params->args.rope.inv_freq_hf32 = nullptr;
+  const int64_t pairs = std::max<int64_t>(r.rope.rotary_dim / 2, 1);
+  const size_t shared = static_cast<size_t>(pairs) * sizeof(AngleCell<float>);
+  rerotate_kernel<static_cast<int>(rotary::cuda::max_pairs)>
+      <<<grid_of(r.count), block_of(std::max(r.heads, pairs)), shared, stream>>>(*params);
+  check(static_cast<int>(cudaGetLastError()), "rerotate_cache kernel launch");
+}
+
+}  // namespace rotary::detail::cuda
