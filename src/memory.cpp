@@ -104,6 +104,10 @@ std::string shape_text(const TensorView& v) {
 
 void check_view(const TensorView& v, std::string_view name) {
   if (!known(v.dtype)) {
+    if (is_quantised_dtype(v.dtype)) {
+      throw Error(fmt::format("{}.dtype={} is a cache dtype (rope_store, rerotate_cache: rotary/fused.hpp); "
+                              "this takes f32, f64, f16 or bf16", name, to_string(v.dtype)));
+    }
     throw Error(fmt::format("{}.dtype={} is not f32, f64, f16 or bf16", name, static_cast<int>(v.dtype)));
   }
   static constexpr const char* dim_names[4] = {"batch", "seq", "heads", "head_dim"};

@@ -33,6 +33,9 @@ std::string_view to_string(DType dtype) {
     case DType::f64: return "f64";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::fp8_e4m3: return "fp8_e4m3";
+    case DType::fp8_e5m2: return "fp8_e5m2";
+    case DType::i8: return "i8";
   }
   return "?";
 }

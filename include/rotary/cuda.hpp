@@ -9,6 +9,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/fused.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/table.hpp"
 
@@ -102,6 +103,38 @@ struct Options {
 /// DeviceTable, per_position angles), whole numbers whose row exists; with xPos, within its reach.
 /// Throws rotary::Error; RuntimeError when the launch fails.
 void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options = {});
+
+// ---- Fused operations (rotary/fused.hpp) on a device ----
+
+/// Bit a fused kernel ors into FusedOptions::error for a token whose slot is beyond a cache's
+/// capacity (the token's cache writes are skipped; q and k_out are still written).
+inline constexpr uint32_t slot_out_of_range = 16;
+
+/// What a fused CUDA call takes besides its arguments.
+struct FusedOptions {
+  const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope; raw rerotate_cache)
+  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range
+  /// A host copy of the call's slots (same count and type): checked on the host (range,
+  /// duplicates) before anything is queued, as the CPU checks them. Null: the slots live on the
+  /// device only; the kernels skip and flag an out-of-range slot, and duplicates are not detected
+  /// (which of two tokens writes a shared slot is then undefined) — the form a CUDA graph captures.
+  const Slots* host_slots = nullptr;
+};
+
+/// rotary::rope_store on a CUDA device: every pointer of args (views, caches, slots, scales,
+/// positions, the caller's cos/sin) in device memory, queued on `stream`, no allocation, no
+/// synchronisation. Bit-identical to the CPU (the same ROTARY_HD body, src/fused/body.hpp).
+/// Checked on the host: everything validate checks but the per-token entries (positions as
+/// validate_shapes; slots when options.host_slots is given; scales' values are not read).
+void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stream, const FusedOptions& options = {});
+
+/// rotary::qk_norm_rope on a CUDA device, as rope_store above (norm weights in device memory).
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream stream,
+                  const FusedOptions& options = {});
+
+/// rotary::rerotate_cache on a CUDA device, as rope_store above (deltas in device memory).
+void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
+                    const FusedOptions& options = {});
 
 /// What this build of the CUDA backend holds and whether this machine can run it.
 struct BuildInfo {

@@ -10,6 +10,7 @@
 #include "rotary/apply.hpp"
 #include "rotary/doctor.hpp"
 #include "rotary/error.hpp"
+#include "rotary/fused.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/layout.hpp"
 #include "rotary/positions.hpp"

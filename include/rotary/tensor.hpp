@@ -11,7 +11,18 @@
 namespace rotary {
 
 /// Element types. f16 is IEEE binary16, bf16 is bfloat16, both passed as 16-bit storage.
-enum class DType { f32, f64, f16, bf16 };
+/// fp8_e4m3 (OCP E4M3FN), fp8_e5m2 and i8 are cache dtypes only (rotary/fused.hpp: KV caches and
+/// quantised q); apply and the other front ends refuse them.
+enum class DType { f32, f64, f16, bf16, fp8_e4m3, fp8_e5m2, i8 };
+
+/// A model dtype (f32, f64, f16, bf16): what apply rotates.
+constexpr bool is_model_dtype(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
+}
+/// A quantised cache dtype (fp8_e4m3, fp8_e5m2, i8): stored with a scale (rotary/fused.hpp).
+constexpr bool is_quantised_dtype(DType dtype) {
+  return dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2 || dtype == DType::i8;
+}
 
 std::string_view to_string(DType dtype);
 /// Bytes per element (1 for a value that is not a DType).
@@ -21,6 +32,9 @@ constexpr int64_t size_of(DType dtype) {
     case DType::f64: return 8;
     case DType::f16:
     case DType::bf16: return 2;
+    case DType::fp8_e4m3:
+    case DType::fp8_e5m2:
+    case DType::i8: return 1;
   }
   return 1;
 }

@@ -103,7 +103,7 @@ TokenAngles prepare_angles(const KernelArgs& args, int64_t token, int64_t t, con
         case DType::f32: prepare_layout_f32(c, s, w / 2, interleaved, layout); break;
         case DType::f16: prepare_layout_f16(c, s, w / 2, interleaved, layout); break;
         case DType::bf16: prepare_layout_bf16(c, s, w / 2, interleaved, layout); break;
-        case DType::f64: break;
+        default: break;  // f64: no layout; cache dtypes never reach apply (validate refuses them)
       }
     }
     angles.layout = scratch.layout;
@@ -148,7 +148,7 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
       case DType::f32: rotate_heads_f32(row); break;
       case DType::f16: rotate_heads_f16(row); break;
       case DType::bf16: rotate_heads_bf16(row); break;
-      case DType::f64: break;
+      default: break;  // f64 takes the strided path; cache dtypes never reach apply
     }
     return;
   }
@@ -157,6 +157,7 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     case DType::f64: rotate_strided<double>(args, op, at, heads, angles.dc, angles.ds); break;
     case DType::f16: rotate_strided<F16>(args, op, at, heads, angles.c, angles.s); break;
     case DType::bf16: rotate_strided<BF16>(args, op, at, heads, angles.c, angles.s); break;
+    default: break;  // cache dtypes never reach apply (validate refuses them)
   }
 }
 

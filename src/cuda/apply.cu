@@ -198,6 +198,7 @@ void launch(const KernelArgs& args, const LaunchShape& shape, CUstream_st* strea
     case DType::f64: launch_as<double>(args, shape, stream); break;
     case DType::f16: launch_as<F16>(args, shape, stream); break;
     case DType::bf16: launch_as<BF16>(args, shape, stream); break;
+    default: break;  // cache dtypes never reach apply's kernels (validate refuses them)
   }
 }
 
@@ -208,6 +209,7 @@ void launch_fast(const KernelArgs& args, const FastShape& shape, CUstream_st* st
     case DType::f16: launch_fast_as<F16>(args, shape, stream); break;
     case DType::bf16: launch_fast_as<BF16>(args, shape, stream); break;
     case DType::f64: break;  // never fast (choose_kernel)
+    default: break;  // cache dtypes never reach apply's kernels (validate refuses them)
   }
 }
 

@@ -40,6 +40,7 @@ void emulate(const KernelArgs& args, const LaunchShape& shape) {
     case DType::f64: emulate_as<double, Probe>(args, shape); break;
     case DType::f16: emulate_as<F16, Probe>(args, shape); break;
     case DType::bf16: emulate_as<BF16, Probe>(args, shape); break;
+    default: break;  // cache dtypes never reach apply's kernels
   }
 }
 
@@ -89,6 +90,7 @@ void emulate_fast(const KernelArgs& args, const FastShape& shape) {
       half ? emulate_fast_as<BF16, true, Probe>(args, shape) : emulate_fast_as<BF16, false, Probe>(args, shape);
       break;
     case DType::f64: break;  // never fast (choose_kernel)
+    default: break;  // cache dtypes never reach apply's kernels
   }
 }
 
