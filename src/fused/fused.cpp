@@ -207,6 +207,8 @@ void check_disjoint(const std::vector<Region>& regions) {
     for (size_t j = 0; j < regions.size(); ++j) {
       if (i == j || !regions[i].output || (regions[j].output && j < i)) continue;
       if (regions[i].view.is_empty() || regions[j].view.is_empty()) continue;
+      // In place: an output may be its own input exactly; two outputs never coincide.
+      if (!regions[j].output && same_view(regions[i].view, regions[j].view)) continue;
       if (may_overlap(regions[i].view, regions[j].view)) {
         throw Error(fmt::format("{} overlaps {} (caches and outputs must be disjoint from each other and from the "
                                 "inputs)", regions[i].name, regions[j].name));
