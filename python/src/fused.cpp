@@ -1,0 +1,183 @@
+// The fused operations of rotary/fused.hpp (rope_store, qk_norm_rope, rerotate_cache) for
+// rotary.torch (python/rotary/torch/fused.py). That layer hands over torch CPU tensors already in
+// the library's order: activations [batch, seq, heads, dim], caches [num_blocks, block_size, heads,
+// dim] (an HND cache as its permuted view), slots, scales, weights and positions contiguous. Here
+// each tensor becomes the library's view (pointer, dtype, shape, strides, read from the tensor:
+// torch's float8 dtypes have no DLPack code), and every rule is the library's own validate, run by
+// the operation before it writes anything (rotary::Error: ValueError in Python).
+#include "fused.hpp"
+
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "rotary/fused.hpp"
+
+namespace py = pybind11;
+using namespace rotary;
+
+namespace {
+
+struct Borrowed {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::array<int64_t, 4> shape{};
+  std::array<int64_t, 4> strides{};
+  int64_t ndim = 0;
+  int64_t numel = 0;
+};
+
+DType dtype_of(py::handle tensor, const char* name) {
+  const std::string dtype = py::str(tensor.attr("dtype"));
+  if (dtype == "torch.float32") return DType::f32;
+  if (dtype == "torch.float64") return DType::f64;
+  if (dtype == "torch.float16") return DType::f16;
+  if (dtype == "torch.bfloat16") return DType::bf16;
+  if (dtype == "torch.float8_e4m3fn") return DType::fp8_e4m3;
+  if (dtype == "torch.float8_e5m2") return DType::fp8_e5m2;
+  if (dtype == "torch.int8") return DType::i8;
+  throw py::type_error(std::string(name) + " dtype must be float32, float64, float16, bfloat16, float8_e4m3fn, "
+                       "float8_e5m2 or int8, got " + dtype);
+}
+
+// A torch tensor of at most 4 dimensions as pointer, shape and strides (elements); with `typed`, its
+// dtype too (a value dtype: data, caches, weights).
+Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
+  Borrowed b;
+  const py::tuple shape = tensor.attr("shape");
+  const py::tuple strides = tensor.attr("stride")();
+  b.ndim = static_cast<int64_t>(shape.size());
+  if (b.ndim > 4) throw py::value_error(std::string(name) + " has " + std::to_string(b.ndim) + " dimensions");
+  b.numel = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    b.shape[d] = shape[d].cast<int64_t>();
+    b.strides[d] = strides[d].cast<int64_t>();
+    b.numel *= b.shape[d];
+  }
+  b.data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+  if (typed) b.dtype = dtype_of(tensor, name);
+  return b;
+}
+
+TensorView view_of(const py::object& tensor, const char* name) {
+  if (tensor.is_none()) return TensorView{};
+  const Borrowed b = borrow(tensor, name);
+  return TensorView{.data = b.data, .dtype = b.dtype, .shape = b.shape, .strides = b.strides};
+}
+
+// [num_blocks, block_size, heads, dim] (any strides) as a CacheView.
+CacheView cache_of(const py::object& tensor, const char* name) {
+  if (tensor.is_none()) return CacheView{};
+  const Borrowed b = borrow(tensor, name);
+  return CacheView{.data = b.data, .dtype = b.dtype, .block_size = b.shape[1], .num_blocks = b.shape[0],
+                   .heads = b.shape[2], .head_dim = b.shape[3], .strides = b.strides};
+}
+
+Slots slots_of(const py::object& tensor) {
+  const Borrowed b = borrow(tensor, "slots", false);
+  const std::string dtype = py::str(tensor.attr("dtype"));
+  return Slots{.data = b.data, .is_i64 = dtype == "torch.int64", .count = b.numel};
+}
+
+// A contiguous float32 scale of 1 or heads values; None: 1.0.
+CacheQuant quant_of(const py::object& scale, ScaleMode mode) {
+  if (scale.is_none()) return CacheQuant{.mode = mode};
+  const Borrowed b = borrow(scale, "scale");
+  return CacheQuant{.scale = static_cast<const float*>(b.data), .count = b.numel, .mode = mode};
+}
+
+ScaleMode scale_mode_of(const std::string& mode) {
+  if (mode == "divide") return ScaleMode::divide;
+  if (mode == "multiply") return ScaleMode::multiply;
+  throw py::value_error("scale_mode='" + mode + "' must be 'divide' or 'multiply'");
+}
+
+// Contiguous per-token positions ([tokens] or [streams, tokens]), or sequential from offset.
+Positions positions_of(const py::object& positions, int streams, int64_t offset) {
+  if (positions.is_none()) return Positions::sequential(offset);
+  const std::string dtype = py::str(positions.attr("dtype"));
+  const Borrowed b = borrow(positions, "positions", false);
+  const auto n = static_cast<size_t>(b.numel);
+  if (dtype == "torch.int64") return Positions::per_token(std::span(static_cast<const int64_t*>(b.data), n), streams);
+  if (dtype == "torch.int32") return Positions::per_token(std::span(static_cast<const int32_t*>(b.data), n), streams);
+  if (dtype == "torch.float64") return Positions::per_token(std::span(static_cast<const double*>(b.data), n), streams);
+  if (dtype == "torch.float32") return Positions::per_token(std::span(static_cast<const float*>(b.data), n), streams);
+  throw py::type_error("positions must be int64, int32, float64 or float32, got " + dtype);
+}
+
+NormWeight weight_of(const py::object& weight, const char* name) {
+  if (weight.is_none()) return NormWeight{};
+  const Borrowed b = borrow(weight, name);
+  return NormWeight{.data = b.data, .dtype = b.dtype, .count = b.numel};
+}
+
+}  // namespace
+
+void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope)) {
+  m.def("rope_store", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
+                                    const py::object& v, const py::object& k_cache, const py::object& v_cache,
+                                    const py::object& slots, const py::object& positions, int streams,
+                                    int64_t offset, bool inverse, const py::object& k_scale, const py::object& v_scale,
+                                    const std::string& scale_mode) {
+    const Schedule& schedule = schedule_of(rope);
+    const ScaleMode mode = scale_mode_of(scale_mode);
+    RopeStoreArgs args;
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"), .positions = positions_of(positions, streams, offset),
+                          .direction = inverse ? Direction::inverse : Direction::forward};
+    args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
+                            .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
+                            .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
+    py::gil_scoped_release release;
+    rope_store(schedule, args);
+  });
+
+  m.def("qk_norm_rope", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
+                                      const py::object& q_weight, const py::object& k_weight, float eps,
+                                      const py::object& positions, int streams, int64_t offset, bool inverse,
+                                      float weight_offset, const std::string& order, const std::string& scope,
+                                      const std::string& rounding) {
+    const Schedule& schedule = schedule_of(rope);
+    QkNormRopeArgs args;
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"), .positions = positions_of(positions, streams, offset),
+                          .direction = inverse ? Direction::inverse : Direction::forward};
+    args.q_weight = weight_of(q_weight, "q_weight");
+    args.k_weight = weight_of(k_weight, "k_weight");
+    args.eps = eps;
+    args.weight_offset = weight_offset;
+    if (order == "norm_rope") args.order = NormOrder::norm_then_rope;
+    else if (order == "rope_norm") args.order = NormOrder::rope_then_norm;
+    else throw py::value_error("order='" + order + "' must be 'norm_rope' or 'rope_norm'");
+    if (scope == "head") args.scope = NormScope::head;
+    else if (scope == "all_heads") args.scope = NormScope::all_heads;
+    else throw py::value_error("scope='" + scope + "' must be 'head' or 'all_heads'");
+    if (rounding == "llama") args.rounding = NormRounding::llama;
+    else if (rounding == "gemma") args.rounding = NormRounding::gemma;
+    else throw py::value_error("rounding='" + rounding + "' must be 'llama' or 'gemma'");
+    py::gil_scoped_release release;
+    qk_norm_rope(schedule, args);
+  });
+
+  m.def("rerotate_cache", [schedule_of](const py::object& rope, const py::object& k_cache, const py::object& slots,
+                                        const py::object& delta, int delta_streams, const py::object& positions,
+                                        int streams, bool inverse, const py::object& k_scale,
+                                        const std::string& scale_mode) {
+    const Schedule& schedule = schedule_of(rope);
+    RerotateCacheArgs args{.cache = cache_of(k_cache, "k_cache"), .slots = slots_of(slots)};
+    args.rotated = inverse ? Direction::inverse : Direction::forward;
+    if (!delta.is_none()) {
+      args.mode = RerotateMode::delta;
+      args.delta = static_cast<const int64_t*>(borrow(delta, "delta", false).data);
+      args.delta_streams = delta_streams;
+    } else {
+      args.mode = RerotateMode::raw;
+      args.positions = positions_of(positions, streams, 0);
+    }
+    args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
+    py::gil_scoped_release release;
+    rerotate_cache(schedule, args);
+  });
+}
