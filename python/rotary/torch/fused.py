@@ -165,9 +165,10 @@ def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
 
 
 def _direct(*tensors: Optional[Tensor]) -> bool:
-    """Call the kernel directly: eager mode, plain tensors, nothing tracing (as rotary.torch's)."""
+    """Call the kernel directly: eager mode, plain CPU tensors, nothing tracing (as rotary.torch's).
+    Any other device goes through the operator, which names it (a meta tensor among real ones too)."""
     for t in tensors:
-        if t is not None and type(t) is not Tensor:
+        if t is not None and (type(t) is not Tensor or not t.is_cpu):
             return False
     return not _is_compiling() and _dispatch_modes() == 0
 
@@ -403,6 +404,9 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
         if delta.ndim > 2:
             raise ValueError(f"delta must have 1 dimension ([slots]) or 2 ([streams, slots]), got {delta.ndim}")
         delta_streams = delta.shape[0] if delta.ndim == 2 else 1
+        if delta.shape[-1] != slots.shape[0]:
+            raise ValueError(f"delta shape {tuple(delta.shape)} must be [slots={slots.shape[0]}] or [streams, "
+                             f"slots={slots.shape[0]}] (one delta per slot)")
         delta = delta.to(torch.int64).contiguous()
     pos, streams = (None, 1) if positions is None else (positions.detach().contiguous(),
                                                         positions.shape[0] if positions.ndim == 2 else 1)
