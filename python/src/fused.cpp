@@ -135,11 +135,16 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
     rope_store(schedule, args);
   });
 
+  // With k_cache: k (and v) also written to the caches at the slots, as rope_store writes them; k is
+  // still normed and rotated in place (k_out = k), v's normed values go to v_cache only.
   m.def("qk_norm_rope", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
                                       const py::object& q_weight, const py::object& k_weight, float eps,
                                       const py::object& positions, int streams, int64_t offset, bool inverse,
                                       float weight_offset, const std::string& order, const std::string& scope,
-                                      const std::string& rounding) {
+                                      const std::string& rounding, const py::object& v, bool v_norm,
+                                      const py::object& k_cache, const py::object& v_cache, const py::object& slots,
+                                      const py::object& k_scale, const py::object& v_scale,
+                                      const std::string& scale_mode) {
     const Schedule& schedule = schedule_of(rope);
     QkNormRopeArgs args;
     args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"), .positions = positions_of(positions, streams, offset),
@@ -157,6 +162,17 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
     if (rounding == "llama") args.rounding = NormRounding::llama;
     else if (rounding == "gemma") args.rounding = NormRounding::gemma;
     else throw py::value_error("rounding='" + rounding + "' must be 'llama' or 'gemma'");
+    args.v = view_of(v, "v");
+    args.v_norm = v_norm;
+    CacheWrite store;
+    if (!k_cache.is_none()) {
+      const ScaleMode mode = scale_mode_of(scale_mode);
+      store = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
+                         .v_cache = cache_of(v_cache, "v_cache"), .v = args.v, .k_quant = quant_of(k_scale, mode),
+                         .v_quant = quant_of(v_scale, mode)};
+      args.store = &store;
+      args.rope.k_out = args.rope.k;
+    }
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);
   });

@@ -445,6 +445,35 @@ def test_qk_norm_rope_equals_the_norm_then_apply_rope_bit_for_bit(case, dtype, w
     assert_same_bits(k2, want[1], "k")
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_qk_norm_rope_with_v_norm_and_cache_write_equals_norm_rope_then_store(cache_dtype):
+    # Gemma 4's global layers: 1 + w norms of q and k, a weightless norm of v, head_dim 512.
+    rope = Rope(512, base=1e6)
+    q, k, qw, kw, positions = make_norm_case(rope, 2, 1, torch.bfloat16, "head", 10, torch.float32)
+    v = (3 * torch.randn(9, 1, 512, generator=torch.Generator().manual_seed(2))).bfloat16()
+    eps, kw_args = 1e-6, dict(weight_offset=1.0, rounding="gemma")
+    q_want, k_want = apply_rope(rope, rms_norm(q, qw, eps, 1.0, "gemma"), rms_norm(k, kw, eps, 1.0, "gemma"),
+                                positions=positions)
+    v_want = rms_norm(v, None, eps, rounding="gemma")
+    # Without a cache: q, k and v normed in place.
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    qk_norm_rope(rope, q2, k2, qw, kw, eps=eps, positions=positions, v=v2, v_norm=True, **kw_args)
+    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+    assert_same_bits(v2, v_want, "v")
+    # With caches (HND, shuffled slots, one skipped): k also written, v's norm to v_cache only.
+    k_cache, v_cache = poisoned((3, 1, 8, 512), cache_dtype, 5), poisoned((3, 1, 8, 512), cache_dtype, 6)
+    slots = torch.tensor([17, 3, -1, 0, 22, 9, 8, 1, 16])
+    scale = torch.tensor([0.25]) if cache_dtype == torch.float8_e4m3fn else None
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    kc, vc = k_cache.clone(), v_cache.clone()
+    qk_norm_rope(rope, q2, k2, qw, kw, eps=eps, positions=positions, v=v2, v_norm=True, k_cache=kc, v_cache=vc,
+                 slots=slots, kv_layout="HND", k_scale=scale, v_scale=scale, **kw_args)
+    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+    assert_same_bits(v2, v, "v (not written with a cache)")
+    assert_same_bits(kc, scatter(k_cache, store(k_want, cache_dtype, scale), slots, "HND"), "k_cache")
+    assert_same_bits(vc, scatter(v_cache, store(v_want, cache_dtype, scale), slots, "HND"), "v_cache")
+
+
 # ---- qk_norm_rope against transformers' modules ----------------------------------------------------
 
 def hf_cos_sin(rope, positions, dtype):
@@ -575,6 +604,14 @@ NORM_BAD = {
                  "qk_norm_rope takes f32, f16 or bf16 data"),
     "positions count": (ValueError, dict(positions=torch.arange(4)), "positions"),
     "q_weight kind": (TypeError, dict(q_weight=[1.0]), "^q_weight must be a torch.Tensor or None, got list"),
+    "v_norm kind": (TypeError, dict(v_norm=1), "^v_norm must be a bool, got int"),
+    "cache without slots": (ValueError, dict(k_cache=torch.zeros(4, 8, 2, 64, dtype=torch.bfloat16)),
+                            "^k_cache is given without slots"),
+    "slots without cache": (ValueError, dict(slots=torch.arange(9)), "^slots is given without k_cache"),
+    "duplicate slot": (ValueError, dict(k_cache=torch.zeros(4, 8, 2, 64, dtype=torch.bfloat16),
+                                        slots=torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 0])), r"slots\[8\]=0 repeats"),
+    "v without norm or cache": (ValueError, dict(v=torch.zeros(9, 2, 64, dtype=torch.bfloat16)),
+                                "^v is given but neither v_norm=True nor k_cache"),
 }
 
 
@@ -694,7 +731,13 @@ def test_opcheck_of_the_three_operators():
                            "divide"))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
-                          (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama"))
+                          (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,
+                           False, None, None, None, "NHD", None, None, "divide"))
+    vn = torch.randn(9, 2, 64).bfloat16()
+    torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
+                          (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 1.0, "norm_rope", "head", "gemma", vn,
+                           True, k_cache.bfloat16()[:, :, :, :], v_cache.bfloat16(), torch.randperm(20)[:9], "NHD",
+                           None, None, "divide"))
     k_cache = torch.randn(k_cache.shape).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.rotary.rerotate_cache.default,
                           (k_cache, slots, rope._handle, torch.arange(6) - 3, None, "NHD", None, "divide"))

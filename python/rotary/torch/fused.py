@@ -4,7 +4,8 @@ cache re-rotation, as torch operators.
 - ``rope_store(rope, q, k, v, k_cache, v_cache, slots, ...)``: q rotated in place; k rotated and, with
   v, written to the caches at the slots (fp8/int8 caches quantised with a scale).
 - ``qk_norm_rope(rope, q, k, q_weight, k_weight, *, eps, ...)``: RMSNorm of q and k (per head or over
-  all heads), then RoPE, in place; or RoPE then the norm (Llama 4).
+  all heads), then RoPE, in place; or RoPE then the norm (Llama 4); optionally v's weightless norm
+  and rope_store's cache write in the same pass.
 - ``rerotate_cache(rope, k_cache, slots, delta, ...)``: cached keys moved in place by a per-slot
   position delta (or raw keys rotated once to their positions).
 
@@ -301,39 +302,61 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 # ---- qk_norm_rope ----------------------------------------------------------------------------------
 
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
-                         rounding):
-    _cpu_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions)
+                         rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode):
+    _cpu_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
+              k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale)
     r = _rope_of_handle(rope)
     pos, streams = _positions(positions, q)
     weights = [None if w is None else w.detach().contiguous() for w in (q_weight, k_weight)]
-    _rotary.qk_norm_rope(r._impl, _activation(q, "q"), None if k is None else _activation(k, "k"), weights[0],
-                         weights[1], eps, pos, streams, offset, r.rotates_backward, weight_offset, order, scope,
-                         rounding)
+    if k_cache is not None and slots is None:
+        raise ValueError("k_cache is given without slots (the cache write needs each token's slot)")
+    if k_cache is None and (v_cache is not None or slots is not None):
+        raise ValueError(f"{'v_cache' if v_cache is not None else 'slots'} is given without k_cache")
+    if v is not None and not v_norm and k_cache is None:
+        raise ValueError("v is given but neither v_norm=True nor k_cache (v is read only to be normed or stored)")
+    try:
+        _rotary.qk_norm_rope(r._impl, _activation(q, "q"), None if k is None else _activation(k, "k"), weights[0],
+                             weights[1], eps, pos, streams, offset, r.rotates_backward, weight_offset, order, scope,
+                             rounding, None if v is None else _activation(v, "v"), v_norm,
+                             None if k_cache is None else _cache(k_cache, "k_cache", kv_layout),
+                             None if v_cache is None else _cache(v_cache, "v_cache", kv_layout),
+                             None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode)
+    except ValueError as e:
+        raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k"))
+@torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k", "v", "k_cache", "v_cache"))
 def _qk_norm_rope_op(q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor], k_weight: Optional[Tensor], rope: int,
                      eps: float, positions: Optional[Tensor], offset: int, weight_offset: float, order: str,
-                     scope: str, rounding: str) -> None:
-    _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding)
+                     scope: str, rounding: str, v: Optional[Tensor], v_norm: bool, k_cache: Optional[Tensor],
+                     v_cache: Optional[Tensor], slots: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor],
+                     v_scale: Optional[Tensor], scale_mode: str) -> None:
+    _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
+                         v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode)
 
 
 @_qk_norm_rope_op.register_fake
-def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding):
-    _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions)
+def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
+                       v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode):
+    _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
+                 k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale)
 
 
 def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor], k_weight: Optional[Tensor],
                  *, eps: float, positions: Optional[Tensor] = None, offset: int = 0, weight_offset: float = 0.0,
-                 order: str = "norm_rope", scope: str = "head", rounding: str = "llama") -> tuple[Tensor, Tensor]:
+                 order: str = "norm_rope", scope: str = "head", rounding: str = "llama", v: Optional[Tensor] = None,
+                 v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
+                 slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
+                 scale_mode: str = "divide") -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
-    OLMo 2), or the rotation then the norm (Llama 4).
+    OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
+    the cache write of ``rope_store`` in the same pass.
 
     The norm of n values x (one head, or a token's heads together): ``x * r`` with ``r =
     1/sqrt(mean(x^2) + eps)`` (the sum of squares in double, r rounded once to float32), times
     ``weight_offset + w`` when a weight is given; rounded to the data's dtype as ``rounding`` says.
     Bit-identical to that norm (rounded to the data's dtype) followed by ``rotary.torch.apply_rope``,
-    or ``apply_rope`` followed by the norm.
+    or ``apply_rope`` followed by the norm; then ``rope_store``'s quantiser and scatter.
 
     Parameters
     ----------
@@ -341,7 +364,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
         The model's RoPE.
     q, k : torch.Tensor
         ``[tokens, heads, head_dim]`` (or ``[batch, seq, heads, head_dim]``), float32/float16/bfloat16,
-        any strides; normed and rotated in place. k may be None.
+        any strides; normed and rotated in place. k may be None (without a cache).
     q_weight, k_weight : torch.Tensor or None
         The norms' weights: ``[head_dim]`` (``scope="head"``) or ``[heads * head_dim]`` (``"all_heads"``),
         float32 or the data's dtype; None: no weight (Llama 4's L2 norm).
@@ -359,6 +382,14 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
         Where the norm rounds to the data's dtype, as transformers does: ``"llama"`` normalises in
         float32, rounds, then multiplies by the weight (``Qwen3RMSNorm``: ``weight *
         x.to(input_dtype)``); ``"gemma"`` multiplies in float32 and rounds once (Gemma, OLMo 2, Llama 4).
+    v : torch.Tensor, optional
+        ``[tokens, kv_heads, head_dim_v]``, q's dtype: normed (``v_norm``) and/or stored (``v_cache``).
+    v_norm : bool
+        A weightless RMSNorm of v per head (Gemma 4), same rounding: in place on v, or, with a cache,
+        into v_cache only (v is then not written).
+    k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode
+        The cache write, as ``rope_store`` takes them: k (normed and rotated, also left in k) and v go
+        to the caches at the slots. All None (default): no write.
 
     Returns
     -------
@@ -368,23 +399,30 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     Raises
     ------
     TypeError, ValueError
-        As ``rope_store``, naming the argument; then q and k are untouched.
+        As ``rope_store``, naming the argument; then nothing is written.
     """
     _check_rope(rope)
     _tensor(q, "q")
-    _tensor(k, "k", optional=True)
-    _tensor(q_weight, "q_weight", optional=True)
-    _tensor(k_weight, "k_weight", optional=True)
+    for name, t in (("k", k), ("q_weight", q_weight), ("k_weight", k_weight), ("v", v), ("k_cache", k_cache),
+                    ("v_cache", v_cache), ("slots", slots)):
+        _tensor(t, name, optional=True)
     eps, weight_offset = _number(eps, "eps"), _number(weight_offset, "weight_offset")
     order = _choice(order, "order", ("norm_rope", "rope_norm"))
     scope = _choice(scope, "scope", ("head", "all_heads"))
     rounding = _choice(rounding, "rounding", ("llama", "gemma"))
+    kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
+    scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
+    if not isinstance(v_norm, bool):
+        raise TypeError(f"v_norm must be a bool, got {type(v_norm).__name__}")
     offset = _offset(offset, positions)
     if positions is not None:
         _tensor(positions, "positions")
-    _refuse_grad(q=q, k=k)
-    args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding)
-    if _direct(q, k, q_weight, k_weight, positions):
+    _refuse_grad(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    like = q if k_cache is None else k_cache
+    args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
+            v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
+            _scale(v_scale, "v_scale", like), scale_mode)
+    if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots):
         _qk_norm_rope_kernel(*args)
     else:
         torch.ops.rotary.qk_norm_rope(*args)
