@@ -7,6 +7,7 @@
 // the operation before it writes anything (rotary::Error: ValueError in Python).
 #include "fused.hpp"
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <array>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "rotary/fused.hpp"
 
@@ -115,14 +117,32 @@ NormWeight weight_of(const py::object& weight, const char* name) {
   return NormWeight{.data = b.data, .dtype = b.dtype, .count = b.numel};
 }
 
+// A contiguous int32 CPU tensor (rotary.torch.slots_from_page_table made it so) as a span.
+std::span<const int32_t> int32s(const py::object& tensor, const char* name) {
+  const Borrowed b = borrow(tensor, name, false);
+  return {static_cast<const int32_t*>(b.data), static_cast<size_t>(b.numel)};
+}
+
 }  // namespace
 
 void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope)) {
+  m.def("slots_from_page_table", [](const py::object& kv_indices, const py::object& kv_indptr,
+                                    const py::object& batch_indices, const py::object& positions, int64_t block_size) {
+    std::vector<int64_t> slots = slots_from_page_table(int32s(kv_indices, "kv_indices"), int32s(kv_indptr, "kv_indptr"),
+                                                       int32s(batch_indices, "batch_indices"),
+                                                       int32s(positions, "positions"), block_size);
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(slots.size()));
+    std::copy(slots.begin(), slots.end(), out.mutable_data());
+    return out;
+  });
+
+
   m.def("rope_store", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
                                     const py::object& v, const py::object& k_cache, const py::object& v_cache,
                                     const py::object& slots, const py::object& positions, int streams,
                                     int64_t offset, bool inverse, const py::object& k_scale, const py::object& v_scale,
-                                    const std::string& scale_mode) {
+                                    const std::string& scale_mode, const py::object& q_quantized,
+                                    const py::object& q_scale) {
     const Schedule& schedule = schedule_of(rope);
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
@@ -131,6 +151,8 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
     args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
                             .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
                             .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
+    args.q_quantized = view_of(q_quantized, "q_out");
+    args.q_quant = quant_of(q_scale, mode);
     py::gil_scoped_release release;
     rope_store(schedule, args);
   });

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from rotary import Rope
-from rotary.torch import apply_rope, qk_norm_rope, rerotate_cache, rope_store
+from rotary.torch import apply_rope, qk_norm_rope, rerotate_cache, rope_store, slots_from_page_table
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 QUANTISED = FP8 + (torch.int8,)
@@ -314,6 +314,43 @@ def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     assert torch.equal(qkv[:, 8 * 128:], original[:, 8 * 128:])  # k and v only read
 
 
+@pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.int8], ids=["e4m3", "i8"])
+def test_rope_store_quantised_q_out_leaves_q_alone(q_dtype):
+    rope = Rope(128, base=1e6)
+    q, k, v, k_cache, v_cache, slots, positions = make_store_case(rope, 7, 4, 2, torch.bfloat16, torch.float8_e4m3fn,
+                                                                  16, "NHD", 15)
+    q_scale = torch.tensor([0.5, 0.02, 1.0, 3.0])  # per head
+    q2 = q.clone()
+    q_out = torch.zeros(q.shape, dtype=q_dtype)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    got = rope_store(rope, q2, k, v, kc, vc, slots, positions=positions, k_scale=0.5, v_scale=0.5, q_out=q_out,
+                     q_scale=q_scale, scale_mode="multiply")
+    assert got is q_out and torch.equal(q2, q)
+    want = expected_store(rope, q, k, v, k_cache, v_cache, slots, positions, "NHD", torch.tensor([0.5]),
+                          torch.tensor([0.5]), "multiply")
+    assert_same_bits(q_out, quantise(want[0].float(), q_dtype, q_scale, "multiply"), "q_out")
+    assert_same_bits(kc, want[1], "k_cache") and assert_same_bits(vc, want[2], "v_cache")
+
+
+def test_slots_from_flashinfer_page_table_address_the_pages():
+    # Two requests on shuffled pages of 4 slots: request 0 holds pages [5, 2], request 1 pages [7, 0, 3].
+    kv_indices = torch.tensor([5, 2, 7, 0, 3], dtype=torch.int32)
+    kv_indptr = torch.tensor([0, 2, 5], dtype=torch.int32)
+    batch_indices = torch.tensor([0, 0, 1, 1, 1, -1], dtype=torch.int32)
+    positions = torch.tensor([6, 7, 3, 4, 9, 0], dtype=torch.int32)
+    slots = slots_from_page_table(kv_indices, kv_indptr, batch_indices, positions, 4)
+    want = []
+    for r, p in zip(batch_indices.tolist(), positions.tolist()):  # FlashInfer's pos_enc.cuh addressing
+        want.append(-1 if r < 0 else int(kv_indices[kv_indptr[r] + p // 4]) * 4 + p % 4)
+    assert slots.dtype == torch.int64 and slots.tolist() == want == [10, 11, 31, 0, 13, -1]
+    with pytest.raises(ValueError, match=r"position_in_request\[4\]=12 needs page 3 of request 1, which has 3 pages"):
+        slots_from_page_table(kv_indices, kv_indptr, batch_indices, torch.tensor([6, 7, 3, 4, 12, 0]), 4)
+    with pytest.raises(ValueError, match="block_size=0 must be >= 1"):
+        slots_from_page_table(kv_indices, kv_indptr, batch_indices, positions, 0)
+    with pytest.raises(TypeError, match="^kv_indptr must be an integer tensor"):
+        slots_from_page_table(kv_indices, kv_indptr.float(), batch_indices, positions, 4)
+
+
 # ---- rope_store: bad input, nothing written --------------------------------------------------------
 
 def _store_args(**change):
@@ -335,6 +372,7 @@ STORE_BAD_TYPES = {
     "k_scale": (dict(k_scale="0.5"), "^k_scale must be a number, got str"),
     "offset": (dict(offset=1.5, positions=None), "^offset must be an int, got float"),
     "q int": (dict(q=torch.zeros(6, 4, 64, dtype=torch.int32)), "^q dtype must be float32"),
+    "q_out bf16": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16)), "^q_out dtype must be float8_e4m3fn"),
 }
 
 STORE_BAD_VALUES = {
@@ -357,6 +395,8 @@ STORE_BAD_VALUES = {
     "q head_dim": (dict(q=torch.zeros(6, 4, 32, dtype=torch.bfloat16)), "head_dim=32"),
     "meta": (dict(v=torch.zeros(6, 2, 64, dtype=torch.bfloat16, device="meta")), "^v is on meta but"),
     "requires grad": (dict(q=torch.zeros(6, 4, 64, requires_grad=True)), "^q requires grad"),
+    "q_scale without q_out": (dict(q_scale=0.5), "^q_scale is given without q_out"),
+    "q_out shape": (dict(q_out=torch.zeros(6, 4, 32, dtype=torch.float8_e4m3fn)), "q_out shape"),
 }
 
 
@@ -728,7 +768,7 @@ def test_opcheck_of_the_three_operators():
                                                                   4, "NHD", 13)
     torch.library.opcheck(torch.ops.rotary.rope_store.default,
                           (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
-                           "divide"))
+                           "divide", None, None))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,

@@ -44,7 +44,8 @@ if not hasattr(torch.library, "custom_op"):
 from .. import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
 
 __all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions",
-           "rotary_embedding", "apply_rope_with_cos_sin_cache_inplace", "rope_store", "qk_norm_rope", "rerotate_cache"]
+           "rotary_embedding", "apply_rope_with_cos_sin_cache_inplace", "rope_store", "qk_norm_rope", "rerotate_cache",
+           "slots_from_page_table"]
 
 Tensor = torch.Tensor
 Rotated = Union[Tensor, tuple[Tensor, Tensor]]
@@ -458,7 +459,7 @@ class RotaryEmbedding(torch.nn.Module):
 # Engine-shaped entry points (vLLM, SGLang, FlashInfer): rotary/torch/engines.py, on the helpers above.
 from .engines import apply_rope_with_cos_sin_cache_inplace, rotary_embedding  # noqa: E402
 # Fused operations (rope_store, qk_norm_rope, rerotate_cache): rotary/torch/fused.py.
-from .fused import qk_norm_rope, rerotate_cache, rope_store  # noqa: E402
+from .fused import qk_norm_rope, rerotate_cache, rope_store, slots_from_page_table  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

@@ -6,6 +6,8 @@ cache re-rotation, as torch operators.
 - ``qk_norm_rope(rope, q, k, q_weight, k_weight, *, eps, ...)``: RMSNorm of q and k (per head or over
   all heads), then RoPE, in place; or RoPE then the norm (Llama 4); optionally v's weightless norm
   and rope_store's cache write in the same pass.
+- ``slots_from_page_table(kv_indices, kv_indptr, batch_indices, positions, block_size)``: FlashInfer's
+  page table as the slots these take.
 - ``rerotate_cache(rope, k_cache, slots, delta, ...)``: cached keys moved in place by a per-slot
   position delta (or raw keys rotated once to their positions).
 
@@ -33,7 +35,7 @@ import torch
 from .. import Rope, _rope_of_handle, _rotary, _show
 from . import _dispatch_modes, _is_compiling, _shapes_only
 
-__all__ = ["rope_store", "qk_norm_rope", "rerotate_cache"]
+__all__ = ["rope_store", "qk_norm_rope", "rerotate_cache", "slots_from_page_table"]
 
 Tensor = torch.Tensor
 Scale = Union[None, float, Tensor]
@@ -41,6 +43,7 @@ Scale = Union[None, float, Tensor]
 _MODEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CACHE_DTYPES = _MODEL_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 _INDEX_DTYPES = (torch.int64, torch.int32)
+QUANTISED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 
 
 # ---- Arguments -------------------------------------------------------------------------------------
@@ -154,12 +157,14 @@ def _cpu_only(op: str, **tensors: Optional[Tensor]) -> None:
 
 
 def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
-    """The library's message in this call's words: its CacheQuant fields (k_quant, v_quant; quant, the
-    rerotated cache's) are the k_scale and v_scale arguments; rerotate_cache's `cache` is k_cache."""
+    """The library's message in this call's words: its CacheQuant fields (k_quant, v_quant, q_quant;
+    quant, the rerotated cache's) are the k_scale, v_scale and q_scale arguments, q_quantized is q_out,
+    rerotate_cache's `cache` is k_cache."""
     text = str(e)
-    for field, arg in (("k_quant", "k_scale"), ("v_quant", "v_scale"), ("quant", "k_scale")):
+    for field, arg in (("k_quant", "k_scale"), ("v_quant", "v_scale"), ("q_quant", "q_scale"), ("quant", "k_scale")):
         text = re.sub(rf"\b{field}\.scale\b", arg, text)
         text = re.sub(rf"\b{field}\.count\b", f"{arg} count", text)
+    text = re.sub(r"\bq_quantized\b", "q_out", text)
     if cache:
         text = re.sub(r"\bcache\b", cache, text)
     return ValueError(text)
@@ -191,38 +196,46 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode):
+                       scale_mode, q_out, q_scale):
     _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
-              k_scale=k_scale, v_scale=v_scale)
+              k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale)
+    if q_out is not None and q_out.dtype not in QUANTISED_DTYPES:
+        raise TypeError(f"q_out dtype must be float8_e4m3fn, float8_e5m2 or int8 (a quantised copy of q), got "
+                        f"{q_out.dtype}")
+    if q_out is None and q_scale is not None:
+        raise ValueError("q_scale is given without q_out (it scales the quantised copy of q)")
     r = _rope_of_handle(rope)
     pos, streams = _positions(positions, q)
     try:
         _rotary.rope_store(r._impl, _activation(q, "q"), _activation(k, "k"), None if v is None else _activation(v, "v"),
                            _cache(k_cache, "k_cache", kv_layout),
                            None if v_cache is None else _cache(v_cache, "v_cache", kv_layout), _indices(slots, "slots"),
-                           pos, streams, offset, r.rotates_backward, k_scale, v_scale, scale_mode)
+                           pos, streams, offset, r.rotates_backward, k_scale, v_scale, scale_mode,
+                           None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale)
     except ValueError as e:
         raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::rope_store", mutates_args=("q", "k_cache", "v_cache"))
+@torch.library.custom_op("rotary::rope_store", mutates_args=("q", "k_cache", "v_cache", "q_out"))
 def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
-                   k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str) -> None:
+                   k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
+                   q_scale: Optional[Tensor]) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode)
+                       scale_mode, q_out, q_scale)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                     scale_mode):
+                     scale_mode, q_out, q_scale):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
-                 k_scale=k_scale, v_scale=v_scale)
+                 k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale)
 
 
 def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
-               k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide") -> Tensor:
+               k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
+               q_scale: Scale = None) -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -265,11 +278,17 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         ``"divide"``: code = quantise(x / scale) (vLLM, SGLang); ``"multiply"``: quantise(x * scale)
         (FlashInfer, TensorRT-LLM). In float32, then one rounding: nearest-even, saturating (fp8 e4m3
         to ±448, e5m2 to ±57344, int8 to ±127), NaN kept (int8: 0).
+    q_out : torch.Tensor, optional
+        A quantised copy of the rotated q (FlashInfer's fp8 q): q's shape, float8_e4m3fn, float8_e5m2
+        or int8; ``quantise(q')`` with ``q_scale`` (q' rotated and rounded to q's dtype, every channel).
+        q itself is then not written.
+    q_scale : float or torch.Tensor, optional
+        q_out's scale (1 value or one per head; default 1), applied as ``scale_mode`` says.
 
     Returns
     -------
     torch.Tensor
-        q, rotated in place.
+        q, rotated in place; or q_out when given.
 
     Raises
     ------
@@ -283,20 +302,21 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     for name, t, optional in (("q", q, False), ("k", k, False), ("v", v, True), ("k_cache", k_cache, False),
                               ("v_cache", v_cache, True), ("slots", slots, False)):
         _tensor(t, name, optional)
+    _tensor(q_out, "q_out", optional=True)
     kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
     scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
     offset = _offset(offset, positions)
     if positions is not None:
         _tensor(positions, "positions")
-    _refuse_grad(q=q, k_cache=k_cache, v_cache=v_cache)
+    _refuse_grad(q=q if q_out is None else None, k_cache=k_cache, v_cache=v_cache, q_out=q_out)
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
-            scale_mode)
-    if _direct(q, k, v, k_cache, v_cache, slots, positions):
+            scale_mode, q_out, _scale(q_scale, "q_scale", q))
+    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out):
         _rope_store_kernel(*args)
     else:
         torch.ops.rotary.rope_store(*args)
-    return q
+    return q if q_out is None else q_out
 
 
 # ---- qk_norm_rope ----------------------------------------------------------------------------------
@@ -530,3 +550,55 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
     else:
         torch.ops.rotary.rerotate_cache(*args)
     return k_cache
+
+
+# ---- FlashInfer's page table -----------------------------------------------------------------------
+
+def slots_from_page_table(kv_indices: Tensor, kv_indptr: Tensor, batch_indices: Tensor, positions: Tensor,
+                          block_size: int) -> Tensor:
+    """FlashInfer's page table as the slots ``rope_store`` takes: token i of request r =
+    ``batch_indices[i]`` (negative: padding, slot -1) at ``positions[i]`` within its request lies on page
+    ``kv_indices[kv_indptr[r] + positions[i] // block_size]``, row ``positions[i] % block_size``:
+    ``slot = page * block_size + positions[i] % block_size``.
+
+    Parameters
+    ----------
+    kv_indices, kv_indptr, batch_indices, positions : torch.Tensor
+        FlashInfer's ``kv_indices`` (physical page of each request's pages), ``kv_indptr`` ([requests +
+        1]), and per token ``batch_indices`` and ``positions`` (``get_batch_indices_positions``): 1-D
+        integer tensors with values within int32. Read on the host (a CUDA tensor is copied, which
+        waits for its stream: compute slots outside a CUDA graph).
+    block_size : int
+        The page size.
+
+    Returns
+    -------
+    torch.Tensor
+        int64 ``[tokens]`` on the device of batch_indices.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind.
+    ValueError
+        An entry that breaks the table (naming it: a request beyond kv_indptr, a page beyond the
+        request's pages, a negative page or position), block_size < 1.
+    """
+    tables = {"kv_indices": kv_indices, "kv_indptr": kv_indptr, "batch_indices": batch_indices,
+              "positions": positions}
+    host = {}
+    for name, t in tables.items():
+        _tensor(t, name)
+        if t.dtype not in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
+            raise TypeError(f"{name} must be an integer tensor, got dtype {t.dtype}")
+        if t.ndim != 1:
+            raise ValueError(f"{name} must have 1 dimension, got {t.ndim}")
+        values = t.detach().to("cpu", torch.int64)
+        if values.numel() and (int(values.min()) < -(1 << 31) or int(values.max()) >= 1 << 31):
+            raise ValueError(f"{name} holds values beyond int32")
+        host[name] = values.to(torch.int32).contiguous()
+    block_size = _int(block_size, "block_size")
+    slots = _rotary.slots_from_page_table(host["kv_indices"], host["kv_indptr"], host["batch_indices"],
+                                          host["positions"], block_size)
+    return torch.from_numpy(slots).to(batch_indices.device)
+
