@@ -142,7 +142,8 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
                                     const py::object& slots, const py::object& positions, int streams,
                                     int64_t offset, bool inverse, const py::object& k_scale, const py::object& v_scale,
                                     const std::string& scale_mode, const py::object& q_quantized,
-                                    const py::object& q_scale) {
+                                    const py::object& q_scale, const py::object& k_pass,
+                                    const py::object& k_pass_cache, const py::object& k_pass_scale) {
     const Schedule& schedule = schedule_of(rope);
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
@@ -153,6 +154,9 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
                             .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
     args.q_quantized = view_of(q_quantized, "q_out");
     args.q_quant = quant_of(q_scale, mode);
+    args.cache.k_pass = view_of(k_pass, "k_pass");
+    args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
+    args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
     py::gil_scoped_release release;
     rope_store(schedule, args);
   });

@@ -332,6 +332,33 @@ def test_rope_store_quantised_q_out_leaves_q_alone(q_dtype):
     assert_same_bits(kc, want[1], "k_cache") and assert_same_bits(vc, want[2], "v_cache")
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_mla_row_kv_c_beside_the_rotated_k_pe(cache_dtype):
+    # DeepSeek-V3: one shared latent head, kv_c (512, not rotated) and k_pe (64, interleaved, YaRN) in
+    # one cache row [num_blocks, block_size, 576]; 16 query heads of q_pe here.
+    rope = Rope(64, pairing="interleaved", schedule="yarn", factor=40.0, original_max_position=4096, mscale=1.0,
+                mscale_all_dim=1.0)
+    g = torch.Generator().manual_seed(16)
+    tokens = 7
+    q_pe = torch.randn(tokens, 16, 64, generator=g).bfloat16()
+    k_pe = torch.randn(tokens, 1, 64, generator=g).bfloat16()
+    kv_c = torch.randn(tokens, 1, 512, generator=g).bfloat16()
+    rows = poisoned((4, 64, 576), cache_dtype, 9)
+    slots = torch.tensor([200, 3, 64, -1, 255, 0, 130])
+    positions = torch.tensor([0, 1, 163839, 70000, 5, 2, 4096])
+    scale = torch.tensor([0.5]) if cache_dtype == torch.float8_e4m3fn else None
+    got = rows.clone()
+    view = got.unsqueeze(2)  # [num_blocks, block_size, 1, 576]
+    q2 = q_pe.clone()
+    rope_store(rope, q2, k_pe, None, view[..., 512:], None, slots, positions=positions, k_scale=scale,
+               k_pass=kv_c, k_pass_cache=view[..., :512], k_pass_scale=scale)
+    q_want, k_want = apply_rope(rope, q_pe, k_pe, positions=positions)
+    row_values = torch.cat((store(kv_c, cache_dtype, scale), store(k_want, cache_dtype, scale)), -1)
+    want = scatter(rows.unsqueeze(2), row_values, slots, "NHD").squeeze(2)
+    assert_same_bits(q2, q_want, "q_pe")
+    assert_same_bits(got, want, "MLA rows")
+
+
 def test_slots_from_flashinfer_page_table_address_the_pages():
     # Two requests on shuffled pages of 4 slots: request 0 holds pages [5, 2], request 1 pages [7, 0, 3].
     kv_indices = torch.tensor([5, 2, 7, 0, 3], dtype=torch.int32)
@@ -768,7 +795,7 @@ def test_opcheck_of_the_three_operators():
                                                                   4, "NHD", 13)
     torch.library.opcheck(torch.ops.rotary.rope_store.default,
                           (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
-                           "divide", None, None))
+                           "divide", None, None, None, None, None))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,

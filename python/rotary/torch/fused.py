@@ -161,7 +161,8 @@ def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
     quant, the rerotated cache's) are the k_scale, v_scale and q_scale arguments, q_quantized is q_out,
     rerotate_cache's `cache` is k_cache."""
     text = str(e)
-    for field, arg in (("k_quant", "k_scale"), ("v_quant", "v_scale"), ("q_quant", "q_scale"), ("quant", "k_scale")):
+    for field, arg in (("k_quant", "k_scale"), ("v_quant", "v_scale"), ("q_quant", "q_scale"),
+                       ("k_pass_quant", "k_pass_scale"), ("quant", "k_scale")):
         text = re.sub(rf"\b{field}\.scale\b", arg, text)
         text = re.sub(rf"\b{field}\.count\b", f"{arg} count", text)
     text = re.sub(r"\bq_quantized\b", "q_out", text)
@@ -196,9 +197,10 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale):
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale):
     _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
-              k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale)
+              k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
+              k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale)
     if q_out is not None and q_out.dtype not in QUANTISED_DTYPES:
         raise TypeError(f"q_out dtype must be float8_e4m3fn, float8_e5m2 or int8 (a quantised copy of q), got "
                         f"{q_out.dtype}")
@@ -211,31 +213,37 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            _cache(k_cache, "k_cache", kv_layout),
                            None if v_cache is None else _cache(v_cache, "v_cache", kv_layout), _indices(slots, "slots"),
                            pos, streams, offset, r.rotates_backward, k_scale, v_scale, scale_mode,
-                           None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale)
+                           None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale,
+                           None if k_pass is None else _activation(k_pass, "k_pass"),
+                           None if k_pass_cache is None else _cache(k_pass_cache, "k_pass_cache", kv_layout),
+                           k_pass_scale)
     except ValueError as e:
         raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::rope_store", mutates_args=("q", "k_cache", "v_cache", "q_out"))
+@torch.library.custom_op("rotary::rope_store", mutates_args=("q", "k_cache", "v_cache", "q_out", "k_pass_cache"))
 def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
-                   q_scale: Optional[Tensor]) -> None:
+                   q_scale: Optional[Tensor], k_pass: Optional[Tensor], k_pass_cache: Optional[Tensor],
+                   k_pass_scale: Optional[Tensor]) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale)
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                     scale_mode, q_out, q_scale):
+                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
-                 k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale)
+                 k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
+                 k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale)
 
 
 def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
-               q_scale: Scale = None) -> Tensor:
+               q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
+               k_pass_scale: Scale = None) -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -284,6 +292,12 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         q itself is then not written.
     q_scale : float or torch.Tensor, optional
         q_out's scale (1 value or one per head; default 1), applied as ``scale_mode`` says.
+    k_pass, k_pass_cache, k_pass_scale : optional
+        A part of the key stored beside the rotated one without rotation (MLA's ``kv_c``, a nope
+        part): ``[tokens, heads, pass_dim]`` in q's dtype, written to ``k_pass_cache`` at the slots as
+        v is to v_cache. MLA rows ``[num_blocks, block_size, kv_lora_rank + rope_dim]`` take two
+        views of one row: ``row.unsqueeze(2)[..., :kv_lora_rank]`` for k_pass_cache and
+        ``row.unsqueeze(2)[..., kv_lora_rank:]`` for k_cache (k = ``k_pe`` ``[tokens, 1, rope_dim]``).
 
     Returns
     -------
@@ -302,17 +316,20 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     for name, t, optional in (("q", q, False), ("k", k, False), ("v", v, True), ("k_cache", k_cache, False),
                               ("v_cache", v_cache, True), ("slots", slots, False)):
         _tensor(t, name, optional)
-    _tensor(q_out, "q_out", optional=True)
+    for name, t in (("q_out", q_out), ("k_pass", k_pass), ("k_pass_cache", k_pass_cache)):
+        _tensor(t, name, optional=True)
     kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
     scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
     offset = _offset(offset, positions)
     if positions is not None:
         _tensor(positions, "positions")
-    _refuse_grad(q=q if q_out is None else None, k_cache=k_cache, v_cache=v_cache, q_out=q_out)
+    _refuse_grad(q=q if q_out is None else None, k_cache=k_cache, v_cache=v_cache, q_out=q_out,
+                 k_pass_cache=k_pass_cache)
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
-            scale_mode, q_out, _scale(q_scale, "q_scale", q))
-    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out):
+            scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
+            _scale(k_pass_scale, "k_pass_scale", k_cache))
+    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache):
         _rope_store_kernel(*args)
     else:
         torch.ops.rotary.rope_store(*args)
