@@ -10,8 +10,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -123,9 +125,33 @@ std::span<const int32_t> int32s(const py::object& tensor, const char* name) {
   return {static_cast<const int32_t*>(b.data), static_cast<size_t>(b.numel)};
 }
 
+// The rows of the Rope's table a call reads: positions 0 .. the largest whole position (every stream),
+// or 0 (no table: fractional positions, or a position apply's validate will refuse).
+int64_t table_rows(const Positions& p, int64_t seq) {
+  if (p.kind == Positions::Kind::sequential) return p.offset >= 0 ? p.offset + seq : 0;
+  if (p.is_fractional()) return 0;
+  int64_t largest = -1;
+  for (int64_t i = 0; i < p.count * p.streams; ++i) {
+    const int64_t v = p.kind == Positions::Kind::per_token_i64 ? static_cast<const int64_t*>(p.data)[i]
+                                                               : static_cast<const int32_t*>(p.data)[i];
+    if (v < 0 || v >= max_position_limit) return 0;
+    largest = std::max(largest, v);
+  }
+  return largest + 1;
+}
+
+// The Rope's exact table for this call's positions (apply's angles, read instead of computing each
+// token's), or null: none needed, or beyond the Rope's cache (then computed on the fly: the same bits).
+std::shared_ptr<const Table> table_for(const FusedHooks& hooks, const py::object& rope, const Positions& p,
+                                       int64_t seq) {
+  const int64_t rows = table_rows(p, seq);
+  return rows > 0 ? hooks.table_of(rope, rows) : nullptr;
+}
+
 }  // namespace
 
-void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope)) {
+void bind_fused(py::module_& m, FusedHooks hooks) {
+  const auto schedule_of = hooks.schedule_of;
   m.def("slots_from_page_table", [](const py::object& kv_indices, const py::object& kv_indptr,
                                     const py::object& batch_indices, const py::object& positions, int64_t block_size) {
     std::vector<int64_t> slots = slots_from_page_table(int32s(kv_indices, "kv_indices"), int32s(kv_indptr, "kv_indptr"),
@@ -137,7 +163,7 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
   });
 
 
-  m.def("rope_store", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
+  m.def("rope_store", [schedule_of, hooks](const py::object& rope, const py::object& q, const py::object& k,
                                     const py::object& v, const py::object& k_cache, const py::object& v_cache,
                                     const py::object& slots, const py::object& positions, int streams,
                                     int64_t offset, bool inverse, const py::object& k_scale, const py::object& v_scale,
@@ -157,13 +183,15 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
     args.cache.k_pass = view_of(k_pass, "k_pass");
     args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
     args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
+    const std::shared_ptr<const Table> table = table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
   });
 
   // With k_cache: k (and v) also written to the caches at the slots, as rope_store writes them; k is
   // still normed and rotated in place (k_out = k), v's normed values go to v_cache only.
-  m.def("qk_norm_rope", [schedule_of](const py::object& rope, const py::object& q, const py::object& k,
+  m.def("qk_norm_rope", [schedule_of, hooks](const py::object& rope, const py::object& q, const py::object& k,
                                       const py::object& q_weight, const py::object& k_weight, float eps,
                                       const py::object& positions, int streams, int64_t offset, bool inverse,
                                       float weight_offset, const std::string& order, const std::string& scope,
@@ -199,11 +227,13 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
       args.store = &store;
       args.rope.k_out = args.rope.k;
     }
+    const std::shared_ptr<const Table> table = table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);
   });
 
-  m.def("rerotate_cache", [schedule_of](const py::object& rope, const py::object& k_cache, const py::object& slots,
+  m.def("rerotate_cache", [schedule_of, hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
                                         const py::object& delta, int delta_streams, const py::object& positions,
                                         int streams, bool inverse, const py::object& k_scale,
                                         const std::string& scale_mode) {
@@ -218,6 +248,9 @@ void bind_fused(py::module_& m, const Schedule& (*schedule_of)(py::handle rope))
       args.mode = RerotateMode::raw;
       args.positions = positions_of(positions, streams, 0);
     }
+    const std::shared_ptr<const Table> table =
+        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count) : nullptr;
+    args.table = table.get();
     args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
     py::gil_scoped_release release;
     rerotate_cache(schedule, args);

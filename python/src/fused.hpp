@@ -3,8 +3,20 @@
 
 #include <pybind11/pybind11.h>
 
-#include "rotary/schedule.hpp"
+#include <cstdint>
+#include <memory>
 
-/// Adds rope_store, qk_norm_rope and rerotate_cache to `m`. `schedule_of` gives the schedule of a
-/// `rotary._rotary.Rope` (the class module.cpp defines), alive as long as that object.
-void bind_fused(pybind11::module_& m, const rotary::Schedule& (*schedule_of)(pybind11::handle rope));
+#include "rotary/schedule.hpp"
+#include "rotary/table.hpp"
+
+/// What the bindings need of a `rotary._rotary.Rope` (the class module.cpp defines).
+struct FusedHooks {
+  /// Its schedule, alive as long as the object.
+  const rotary::Schedule& (*schedule_of)(pybind11::handle rope);
+  /// Its cached exact table covering positions [0, rows) (the one apply reads), or null beyond its
+  /// cache. Called with the GIL held.
+  std::shared_ptr<const rotary::Table> (*table_of)(pybind11::handle rope, int64_t rows);
+};
+
+/// Adds rope_store, qk_norm_rope, rerotate_cache and slots_from_page_table to `m`.
+void bind_fused(pybind11::module_& m, FusedHooks hooks);

@@ -1393,7 +1393,8 @@ PYBIND11_MODULE(_rotary, m) {
       .def("switch", &switch_py, py::arg("k"), py::arg("k_out"), py::arg("to"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"));
 
-  bind_fused(m, [](py::handle rope) -> const Schedule& { return rope.cast<const PyRope&>().schedule(); });
+  bind_fused(m, {[](py::handle r) -> const Schedule& { return r.cast<const PyRope&>().schedule(); },
+                 [](py::handle r, int64_t rows) { return r.cast<const PyRope&>().cache(rows, AngleMode::exact); }});
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
     return pairing_permutation(int_arg(head_dim, "head_dim"), int_arg(rotary_dim, "rotary_dim"),
