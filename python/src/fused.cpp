@@ -151,7 +151,6 @@ std::shared_ptr<const Table> table_for(const FusedHooks& hooks, const py::object
 }  // namespace
 
 void bind_fused(py::module_& m, FusedHooks hooks) {
-  const auto schedule_of = hooks.schedule_of;
   m.def("slots_from_page_table", [](const py::object& kv_indices, const py::object& kv_indptr,
                                     const py::object& batch_indices, const py::object& positions, int64_t block_size) {
     std::vector<int64_t> slots = slots_from_page_table(int32s(kv_indices, "kv_indices"), int32s(kv_indptr, "kv_indptr"),
@@ -163,17 +162,17 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
   });
 
 
-  m.def("rope_store", [schedule_of, hooks](const py::object& rope, const py::object& q, const py::object& k,
-                                    const py::object& v, const py::object& k_cache, const py::object& v_cache,
-                                    const py::object& slots, const py::object& positions, int streams,
-                                    int64_t offset, bool inverse, const py::object& k_scale, const py::object& v_scale,
-                                    const std::string& scale_mode, const py::object& q_quantized,
-                                    const py::object& q_scale, const py::object& k_pass,
-                                    const py::object& k_pass_cache, const py::object& k_pass_scale) {
-    const Schedule& schedule = schedule_of(rope);
+  m.def("rope_store", [hooks](const py::object& rope, const py::object& q, const py::object& k, const py::object& v,
+                              const py::object& k_cache, const py::object& v_cache, const py::object& slots,
+                              const py::object& positions, int streams, int64_t offset, bool inverse,
+                              const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
+                              const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
+                              const py::object& k_pass_cache, const py::object& k_pass_scale) {
+    const Schedule& schedule = hooks.schedule_of(rope);
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
-    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"), .positions = positions_of(positions, streams, offset),
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
+                          .positions = positions_of(positions, streams, offset),
                           .direction = inverse ? Direction::inverse : Direction::forward};
     args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
                             .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
@@ -191,17 +190,17 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 
   // With k_cache: k (and v) also written to the caches at the slots, as rope_store writes them; k is
   // still normed and rotated in place (k_out = k), v's normed values go to v_cache only.
-  m.def("qk_norm_rope", [schedule_of, hooks](const py::object& rope, const py::object& q, const py::object& k,
-                                      const py::object& q_weight, const py::object& k_weight, float eps,
-                                      const py::object& positions, int streams, int64_t offset, bool inverse,
-                                      float weight_offset, const std::string& order, const std::string& scope,
-                                      const std::string& rounding, const py::object& v, bool v_norm,
-                                      const py::object& k_cache, const py::object& v_cache, const py::object& slots,
-                                      const py::object& k_scale, const py::object& v_scale,
-                                      const std::string& scale_mode) {
-    const Schedule& schedule = schedule_of(rope);
+  m.def("qk_norm_rope", [hooks](const py::object& rope, const py::object& q, const py::object& k,
+                                const py::object& q_weight, const py::object& k_weight, float eps,
+                                const py::object& positions, int streams, int64_t offset, bool inverse,
+                                float weight_offset, const std::string& order, const std::string& scope,
+                                const std::string& rounding, const py::object& v, bool v_norm,
+                                const py::object& k_cache, const py::object& v_cache, const py::object& slots,
+                                const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode) {
+    const Schedule& schedule = hooks.schedule_of(rope);
     QkNormRopeArgs args;
-    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"), .positions = positions_of(positions, streams, offset),
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
+                          .positions = positions_of(positions, streams, offset),
                           .direction = inverse ? Direction::inverse : Direction::forward};
     args.q_weight = weight_of(q_weight, "q_weight");
     args.k_weight = weight_of(k_weight, "k_weight");
@@ -233,11 +232,10 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     qk_norm_rope(schedule, args);
   });
 
-  m.def("rerotate_cache", [schedule_of, hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
-                                        const py::object& delta, int delta_streams, const py::object& positions,
-                                        int streams, bool inverse, const py::object& k_scale,
-                                        const std::string& scale_mode) {
-    const Schedule& schedule = schedule_of(rope);
+  m.def("rerotate_cache", [hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
+                                  const py::object& delta, int delta_streams, const py::object& positions, int streams,
+                                  bool inverse, const py::object& k_scale, const std::string& scale_mode) {
+    const Schedule& schedule = hooks.schedule_of(rope);
     RerotateCacheArgs args{.cache = cache_of(k_cache, "k_cache"), .slots = slots_of(slots)};
     args.rotated = inverse ? Direction::inverse : Direction::forward;
     if (!delta.is_none()) {

@@ -209,7 +209,8 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
     r = _rope_of_handle(rope)
     pos, streams = _positions(positions, q)
     try:
-        _rotary.rope_store(r._impl, _activation(q, "q"), _activation(k, "k"), None if v is None else _activation(v, "v"),
+        _rotary.rope_store(r._impl, _activation(q, "q"), _activation(k, "k"),
+                           None if v is None else _activation(v, "v"),
                            _cache(k_cache, "k_cache", kv_layout),
                            None if v_cache is None else _cache(v_cache, "v_cache", kv_layout), _indices(slots, "slots"),
                            pos, streams, offset, r.rotates_backward, k_scale, v_scale, scale_mode,
