@@ -603,6 +603,7 @@ rotary_tensor c_tensor(const TensorView& v) {
     case DType::f64: t.dtype = ROTARY_F64; break;
     case DType::f16: t.dtype = ROTARY_F16; break;
     case DType::bf16: t.dtype = ROTARY_BF16; break;
+    default: break;  // cache dtypes (rotary/fused.hpp) are not apply's
   }
   for (size_t i = 0; i < 4; ++i) {
     t.shape[i] = v.shape[i];

@@ -89,6 +89,7 @@ struct Store {
       case DType::f64: std::memcpy(p, &v, 8); break;
       case DType::f16: { const uint16_t h = detail::f32_to_f16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
       case DType::bf16: { const uint16_t h = detail::f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
+      default: break;  // cache dtypes (rotary/fused.hpp) are not apply's
     }
   }
   double get(int64_t i) const {
