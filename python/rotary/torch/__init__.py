@@ -23,7 +23,11 @@ stream without waiting (CUDA-graph safe; see ``Rope.apply`` for what runs on the
 Engines' own signatures (``rotary/torch/engines.py``): ``rotary_embedding(positions, query, key,
 head_size, cos_sin_cache, is_neox)`` (vLLM, SGLang) and ``apply_rope_with_cos_sin_cache_inplace``
 (FlashInfer), through the in-place operator ``torch.ops.rotary.rotary_embedding``, from the caller's
-``cos_sin_cache``.
+``cos_sin_cache``. Fused operations for serving engines (``rotary/torch/fused.py``): ``rope_store``
+(RoPE + KV-cache write, fp8/int8 caches), ``qk_norm_rope`` (QK-norm + RoPE, optionally + the cache
+write) and ``rerotate_cache`` (cached keys moved in place), each bit-identical to its composition of
+rotary's primitives, through the operators ``torch.ops.rotary.rope_store``, ``qk_norm_rope`` and
+``rerotate_cache`` (CPU kernels).
 
 ``apply_rope``, ``apply_rope_`` and ``RotaryEmbedding`` are what to call. In eager mode, when no
 gradient is recorded, they call the kernel directly (the dispatcher's Python overhead is several
