@@ -299,6 +299,31 @@ def test_mrope_streams_v_width_and_no_v():
     assert_same_bits(got[1], want[1], "k_cache without v")
 
 
+XPOS_OFFSET_BACKWARD = {
+    "xpos": lambda: Rope(64, xpos_scale_base=512),  # queries and keys scaled oppositely
+    "rotated slice at an offset": lambda: Rope(128, rotary_dim=64, rotary_offset=64),  # nope-first heads
+    "nanochat turns backward": lambda: Rope.from_hf_config(  # rotates_backward: pairs by -angle
+        {"model_type": "nanochat", "hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 2,
+         "max_position_embeddings": 2048, "rope_theta": 10000.0}),
+}
+
+
+@pytest.mark.parametrize("make_rope", XPOS_OFFSET_BACKWARD.values(), ids=XPOS_OFFSET_BACKWARD.keys())
+def test_rope_store_and_qk_norm_rope_take_every_descriptor(make_rope):
+    rope = make_rope()
+    q, k, v, k_cache, v_cache, slots, _ = make_store_case(rope, 6, 2, 2, torch.bfloat16, torch.bfloat16, 16, "NHD",
+                                                          17)
+    positions = torch.tensor([0, 9, 100, 511, 1500, 3])
+    got = run_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions)
+    want = expected_store(rope, q, k, v, k_cache, v_cache, slots, positions, "NHD")
+    for name, g, w in zip(("q", "k_cache", "v_cache"), got, want):
+        assert_same_bits(g, w, name)
+    qw = torch.ones(rope.head_dim).bfloat16() * 1.5
+    q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, None, eps=1e-6, positions=positions)
+    q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, None, 1e-6), positions=positions)
+    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+
+
 def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     rope = Rope.from_preset("llama-3.1-8b")
     g = torch.Generator().manual_seed(3)
