@@ -244,6 +244,18 @@ def test_key_none_rotates_query_alone(is_neox):
     assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("shape4", [False, True], ids=["3d", "4d"])
+def test_batch_and_seq_positions_as_vllm_kernel_takes_them(shape4):
+    positions, query, key, head_size, cache = make_case(SHAPES["gptj d256 r64"], torch.bfloat16, tokens=8)
+    want = run(rotary_embedding, positions, query, key, head_size, cache, False)
+    q, k = query.view(2, 4, -1), key.view(2, 4, -1)  # [batch, seq, heads * head_size]
+    if shape4:
+        q, k = q.unflatten(-1, (-1, head_size)), k.unflatten(-1, (-1, head_size))
+    q, k = q.clone(), k.clone()
+    rotary_embedding(positions.view(2, 4), q, k, head_size, cache, False)
+    assert torch.equal(q.reshape(8, -1), want[0]) and torch.equal(k.reshape(8, -1), want[1])
+
+
 def test_slices_of_a_fused_qkv_tensor_are_rotated_in_place_and_v_untouched():
     heads, kv_heads, head_size, rotary_dim = 4, 2, 64, 64
     positions, _, _, _, cache = make_case((heads, kv_heads, head_size, rotary_dim), torch.float32, tokens=6)
@@ -307,14 +319,17 @@ BAD_TYPES = {
 BAD_VALUES = {
     "position beyond the cache": (dict(positions=torch.tensor([0, 1, 4096, 2])), "positions"),
     "negative position": (dict(positions=torch.tensor([0, -1, 2, 3], dtype=torch.int32)), "positions"),
-    "positions count": (dict(positions=torch.tensor([0, 1, 2])), r"^positions shape \(3,\) must be \[tokens=4\]"),
-    "positions 2-D": (dict(positions=torch.zeros(1, 4, dtype=torch.int64)), r"^positions shape \(1, 4\)"),
+    "positions count": (dict(positions=torch.tensor([0, 1, 2])),
+                        r"^positions shape \(3,\) must be query's leading \[tokens=4\]"),
+    "positions 2-D": (dict(positions=torch.zeros(1, 4, dtype=torch.int64)),
+                      r"^query must have 3 dimensions \(\[batch, seq, heads \* head_size\]\) or 4"),
+    "positions 3-D": (dict(positions=torch.zeros(1, 1, 4, dtype=torch.int64)), "^positions must have 1 dimension"),
     "head_size zero": (dict(head_size=0), "^head_size=0 must be positive"),
     "width not a multiple": (dict(head_size=80), "^query width=192 must be a multiple of head_size=80"),
     "3-D head_size": (dict(query=torch.zeros(4, 3, 32)), (r"^query shape \(4, 3, 32\) must be \[tokens, heads, "
                                                           r"head_size=64\]")),
     "query 1-D": (dict(query=torch.zeros(4)), "^query must have 2 dimensions"),
-    "key tokens": (dict(key=torch.zeros(5, 64)), "^key has 5 tokens but query has 4"),
+    "key tokens": (dict(key=torch.zeros(5, 64)), r"^key's tokens \(5,\) differ from query's \(4,\)"),
     "cache odd width": (dict(cos_sin_cache=torch.zeros(16, 31)), "^cos_sin_cache width=31 is the rotary_dim, which "
                                                                  "must be even, positive and <= head_size=64"),
     "cache too wide": (dict(cos_sin_cache=torch.zeros(16, 66)), "^cos_sin_cache width=66"),
@@ -369,7 +384,7 @@ def test_bad_values_raise_value_error_naming_the_argument(case, call):
 
 def test_the_operator_called_directly_checks_its_arguments_too():
     args = _args(positions=torch.tensor([0, 1, 2]))
-    with pytest.raises(ValueError, match=r"^positions shape \(3,\) must be \[tokens=4\]"):
+    with pytest.raises(ValueError, match=r"^positions shape \(3,\) must be query's leading \[tokens=4\]"):
         _call_and_check_untouched(OP, args)
 
 

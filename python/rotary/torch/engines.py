@@ -49,24 +49,28 @@ def _engine_rope(head_size: int, rotary_dim: int, is_neox: bool) -> Rope:
     return rope
 
 
-def _heads_view(t: Tensor, name: str, tokens: int, head_size: int) -> Tensor:
-    """``t`` as ``[tokens, heads, head_size]``, a view of the caller's memory (written in place)."""
-    if t.ndim == 3:
-        if t.shape[2] != head_size:
-            raise ValueError(f"{name} shape {tuple(t.shape)} must be [tokens, heads, head_size={head_size}] "
-                             f"(or [tokens, heads * head_size])")
+def _heads_view(t: Tensor, name: str, lead: tuple, head_size: int) -> Tensor:
+    """``t`` as ``[*lead, heads, head_size]`` (lead: ``(tokens,)`` or ``(batch, seq)``), a view of the
+    caller's memory (written in place)."""
+    if t.ndim == len(lead) + 2:
+        if t.shape[-1] != head_size:
+            raise ValueError(f"{name} shape {tuple(t.shape)} must be [{', '.join(_LEAD[len(lead)])}, heads, "
+                             f"head_size={head_size}] (or [{', '.join(_LEAD[len(lead)])}, heads * head_size])")
         return t
-    if t.shape[1] % head_size != 0:
-        raise ValueError(f"{name} width={t.shape[1]} must be a multiple of head_size={head_size} "
-                         f"([tokens, heads * head_size])")
-    return t.view(tokens, t.shape[1] // head_size, head_size)  # splitting a dimension: always a view
+    if t.shape[-1] % head_size != 0:
+        raise ValueError(f"{name} width={t.shape[-1]} must be a multiple of head_size={head_size} "
+                         f"([{', '.join(_LEAD[len(lead)])}, heads * head_size])")
+    return t.view(*lead, t.shape[-1] // head_size, head_size)  # splitting a dimension: always a view
+
+
+_LEAD = {1: ("tokens",), 2: ("batch", "seq")}
 
 
 def _engine_call(positions: Any, query: Any, key: Any, head_size: Any, cos_sin_cache: Any,
                  is_neox: Any) -> tuple[Tensor, Optional[Tensor]]:
     """Checks an engine call (kinds, shapes, dtypes, devices: everything but the positions' values,
     which the kernel checks against the cache's rows) and returns the ``[tokens, heads, head_size]``
-    views of query and key. Raises before anything is written. Traceable (no lock, no Rope): the
+    (or ``[batch, seq, heads, head_size]``) views of query and key. Raises before anything is written. Traceable (no lock, no Rope): the
     wrappers run it while torch.compile traces, so that a wrong kind is named then."""
     for name, t in (("positions", positions), ("query", query), ("cos_sin_cache", cos_sin_cache)):
         if not isinstance(t, torch.Tensor):
@@ -90,31 +94,36 @@ def _engine_call(positions: Any, query: Any, key: Any, head_size: Any, cos_sin_c
     if rotary_dim <= 0 or rotary_dim % 2 != 0 or rotary_dim > head_size:
         raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even, positive and <= "
                          f"head_size={head_size}")
+    if positions.ndim not in (1, 2):
+        raise ValueError(f"positions must have 1 dimension ([tokens]) or 2 ([batch, seq]), got {positions.ndim}")
+    lead_dims = positions.ndim  # [tokens] or [batch, seq], which query's leading dimensions follow
     for name, t in (("query", query), ("key", key)):
         if t is None:
             continue
         if t.dtype not in _FLOAT_DTYPES:
             raise TypeError(f"{name} dtype must be float32, float64, float16 or bfloat16, got {t.dtype}")
-        if t.ndim not in (2, 3):
-            raise ValueError(f"{name} must have 2 dimensions ([tokens, heads * head_size]) or 3 ([tokens, heads, "
-                             f"head_size]), got {t.ndim}")
+        if t.ndim not in (lead_dims + 1, lead_dims + 2):
+            lead = ", ".join(_LEAD[lead_dims])
+            raise ValueError(f"{name} must have {lead_dims + 1} dimensions ([{lead}, heads * head_size]) or "
+                             f"{lead_dims + 2} ([{lead}, heads, head_size]) with positions [{lead}], got {t.ndim}")
         if t.requires_grad and torch.is_grad_enabled():
             raise ValueError(f"{name} requires grad, and an in-place rotation cannot be differentiated: use "
                              "rotary.torch.apply_rope (out of place, differentiable)")
-    tokens = query.shape[0]
-    if positions.ndim != 1 or positions.shape[0] != tokens:
-        raise ValueError(f"positions shape {tuple(positions.shape)} must be [tokens={tokens}] (one position per "
+    lead = tuple(query.shape[:lead_dims])
+    if tuple(positions.shape) != lead:
+        raise ValueError(f"positions shape {tuple(positions.shape)} must be query's leading "
+                         f"[{', '.join(f'{n}={e}' for n, e in zip(_LEAD[lead_dims], lead))}] (one position per "
                          f"token of query)")
-    if key is not None and key.shape[0] != tokens:
-        raise ValueError(f"key has {key.shape[0]} tokens but query has {tokens}")
+    if key is not None and tuple(key.shape[:lead_dims]) != lead:
+        raise ValueError(f"key's tokens {tuple(key.shape[:lead_dims])} differ from query's {lead}")
     if key is not None and key.dtype != query.dtype:
         raise TypeError(f"key dtype {key.dtype} differs from query dtype {query.dtype}")
     for name, t in (("positions", positions), ("key", key), ("cos_sin_cache", cos_sin_cache)):
         if t is not None and t.device != query.device:
             raise ValueError(f"{name} is on {t.device} but query is on {query.device} (every tensor of a call must "
                              f"be on one device)")
-    q3 = _heads_view(query, "query", tokens, head_size)
-    k3 = None if key is None else _heads_view(key, "key", tokens, head_size)
+    q3 = _heads_view(query, "query", lead, head_size)
+    k3 = None if key is None else _heads_view(key, "key", lead, head_size)
     return q3, k3
 
 
@@ -124,7 +133,8 @@ def _rotate_engine(positions: Tensor, query: Tensor, key: Optional[Tensor], head
     caller's cos_sin_cache indexed by positions."""
     q3, k3 = _engine_call(positions, query, key, head_size, cos_sin_cache, is_neox)
     rope = _engine_rope(head_size, cos_sin_cache.shape[1], is_neox)
-    rope._apply(q3, k3, positions, 0, "thd", True, False, "exact", 0, None, None, cos_sin_cache, None)
+    layout = "thd" if q3.ndim == 3 else "bshd"
+    rope._apply(q3, k3, positions, 0, layout, True, False, "exact", 0, None, None, cos_sin_cache, None)
 
 
 @torch.library.custom_op("rotary::rotary_embedding", mutates_args=("query", "key"))
@@ -175,10 +185,12 @@ def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], he
     Parameters
     ----------
     positions : torch.Tensor
-        ``[tokens]``, int64 or int32: each token's row of ``cos_sin_cache``.
+        ``[tokens]`` (or ``[batch, seq]``), int64 or int32: each token's row of ``cos_sin_cache``.
     query : torch.Tensor
         ``[tokens, heads * head_size]`` (e.g. a slice of a fused QKV tensor) or ``[tokens, heads,
-        head_size]``, any strides; float32, float64, float16 or bfloat16. Written in place.
+        head_size]``; with positions ``[batch, seq]``, ``[batch, seq, heads * head_size]`` or ``[batch,
+        seq, heads, head_size]`` (vLLM's kernel takes both); any strides; float32, float64, float16 or
+        bfloat16. Written in place.
     key : torch.Tensor or None
         As query (its own head count, query's dtype and tokens); None rotates query alone.
     head_size : int
