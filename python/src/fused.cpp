@@ -119,6 +119,20 @@ NormWeight weight_of(const py::object& weight, const char* name) {
   return NormWeight{.data = b.data, .dtype = b.dtype, .count = b.numel};
 }
 
+// vLLM's cos_sin_cache [rows, rotary_dim] (rotary.torch checked its width) as the caller's angles per
+// position: row p holds pair j's cos in column j and its sin in column rotary_dim/2 + j.
+std::optional<CallerAngles> caller_angles_of(const py::object& cache, const Schedule& schedule) {
+  if (cache.is_none()) return std::nullopt;
+  const Borrowed b = borrow(cache, "cos_sin_cache");
+  const int64_t pairs = schedule.pairs();
+  const auto* sin = b.data == nullptr ? nullptr
+                                      : static_cast<const char*>(b.data) + pairs * b.strides[1] * size_of(b.dtype);
+  const std::array<int64_t, 3> strides{0, b.strides[0], b.strides[1]};
+  return CallerAngles{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::pairs,
+                      .cos = b.data, .sin = sin, .dtype = b.dtype, .shape = {1, b.shape[0], pairs},
+                      .cos_strides = strides, .sin_strides = strides};
+}
+
 // A contiguous int32 CPU tensor (rotary.torch.slots_from_page_table made it so) as a span.
 std::span<const int32_t> int32s(const py::object& tensor, const char* name) {
   const Borrowed b = borrow(tensor, name, false);
@@ -161,13 +175,13 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     return out;
   });
 
-
   m.def("rope_store", [hooks](const py::object& rope, const py::object& q, const py::object& k, const py::object& v,
                               const py::object& k_cache, const py::object& v_cache, const py::object& slots,
                               const py::object& positions, int streams, int64_t offset, bool inverse,
                               const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
                               const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
-                              const py::object& k_pass_cache, const py::object& k_pass_scale) {
+                              const py::object& k_pass_cache, const py::object& k_pass_scale,
+                              const py::object& cos_sin_cache) {
     const Schedule& schedule = hooks.schedule_of(rope);
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
@@ -182,7 +196,10 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     args.cache.k_pass = view_of(k_pass, "k_pass");
     args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
     args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
-    const std::shared_ptr<const Table> table = table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    const std::optional<CallerAngles> angles = caller_angles_of(cos_sin_cache, schedule);
+    const std::shared_ptr<const Table> table =
+        angles ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    args.rope.angles = angles ? &*angles : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
@@ -196,7 +213,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                                 float weight_offset, const std::string& order, const std::string& scope,
                                 const std::string& rounding, const py::object& v, bool v_norm,
                                 const py::object& k_cache, const py::object& v_cache, const py::object& slots,
-                                const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode) {
+                                const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
+                                const py::object& cos_sin_cache) {
     const Schedule& schedule = hooks.schedule_of(rope);
     QkNormRopeArgs args;
     args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
@@ -226,7 +244,10 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.store = &store;
       args.rope.k_out = args.rope.k;
     }
-    const std::shared_ptr<const Table> table = table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    const std::optional<CallerAngles> angles = caller_angles_of(cos_sin_cache, schedule);
+    const std::shared_ptr<const Table> table =
+        angles ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
+    args.rope.angles = angles ? &*angles : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);

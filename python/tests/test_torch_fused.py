@@ -324,6 +324,34 @@ def test_rope_store_and_qk_norm_rope_take_every_descriptor(make_rope):
     assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=["f32 table", "bf16 table"])
+def test_the_engines_cos_sin_cache_instead_of_rotarys_angles(cache_dtype):
+    # vLLM's fusion pass hands the layer's cos_sin_cache [max_pos, rotary_dim] (cos half, sin half).
+    rope = Rope(128, rotary_dim=64)  # partial: the table covers the rotated 64 channels
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float) / 64))
+    freqs = torch.outer(torch.arange(8192, dtype=torch.float), inv_freq)
+    table = torch.cat((freqs.cos(), freqs.sin()), -1).to(cache_dtype)
+    q, k, v, k_cache, v_cache, slots, _ = make_store_case(rope, 9, 4, 2, torch.bfloat16, torch.float8_e5m2, 16, "NHD",
+                                                          18)
+    positions = torch.tensor([0, 1, 8191, 4096, 17, 3, 2, 1000, 5], dtype=torch.int32)
+    got = run_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, cos_sin_cache=table)
+    q_rot, k_rot = apply_rope(rope, q, k, positions=positions, cos_sin_cache=table)
+    assert_same_bits(got[0], q_rot, "q")
+    assert_same_bits(got[1], scatter(k_cache, store(k_rot, k_cache.dtype), slots, "NHD"), "k_cache")
+    assert_same_bits(got[2], scatter(v_cache, store(v, v_cache.dtype), slots, "NHD"), "v_cache")
+    qw = torch.rand(128).bfloat16() + 0.5
+    q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, qw, eps=1e-6, positions=positions, cos_sin_cache=table)
+    q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, qw, 1e-6), positions=positions,
+                                cos_sin_cache=table)
+    assert_same_bits(q2, q_want, "q normed") and assert_same_bits(k2, k_want, "k normed")
+    with pytest.raises(ValueError, match=r"^cos_sin_cache shape \(8192, 128\) must be \[rows, rotary_dim=64\]"):
+        _untouched(rope_store, dict(rope=rope, q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots,
+                                    positions=positions, cos_sin_cache=torch.zeros(8192, 128)))
+    with pytest.raises(ValueError, match=r"positions\[2\]=8192 is beyond the 8192 rows of cos_sin_cache"):
+        _untouched(rope_store, dict(rope=rope, q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots,
+                                    positions=positions + 1, cos_sin_cache=table))
+
+
 def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     rope = Rope.from_preset("llama-3.1-8b")
     g = torch.Generator().manual_seed(3)
@@ -820,16 +848,17 @@ def test_opcheck_of_the_three_operators():
                                                                   4, "NHD", 13)
     torch.library.opcheck(torch.ops.rotary.rope_store.default,
                           (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
-                           "divide", None, None, None, None, None))
+                           "divide", None, None, None, None, None, None))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,
-                           False, None, None, None, "NHD", None, None, "divide"))
+                           False, None, None, None, "NHD", None, None, "divide", None))
     vn = torch.randn(9, 2, 64).bfloat16()
+    pn = pn % 4096  # rows of the cos_sin_cache below
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 1.0, "norm_rope", "head", "gemma", vn,
-                           True, k_cache.bfloat16()[:, :, :, :], v_cache.bfloat16(), torch.randperm(20)[:9], "NHD",
-                           None, None, "divide"))
+                           True, k_cache.bfloat16(), v_cache.bfloat16(), torch.randperm(20)[:9], "NHD", None, None,
+                           "divide", torch.randn(4096, 64)))
     k_cache = torch.randn(k_cache.shape).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.rotary.rerotate_cache.default,
                           (k_cache, slots, rope._handle, torch.arange(6) - 3, None, "NHD", None, "divide"))

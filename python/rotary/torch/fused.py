@@ -140,6 +140,19 @@ def _positions(positions: Any, q: Tensor) -> tuple[Optional[Tensor], int]:
     return positions.detach().contiguous(), streams
 
 
+def _cos_sin_cache(cache: Optional[Tensor], rope: Rope) -> Optional[Tensor]:
+    """The caller's ``cos_sin_cache`` ``[rows, rotary_dim]`` (cos half, then sin half), checked: the
+    library reads its two halves by the Rope's rotary_dim."""
+    if cache is None:
+        return None
+    if cache.dtype not in _MODEL_DTYPES:
+        raise TypeError(f"cos_sin_cache dtype must be float32, float64, float16 or bfloat16, got {cache.dtype}")
+    if cache.ndim != 2 or cache.shape[1] != rope.rotary_dim:
+        raise ValueError(f"cos_sin_cache shape {tuple(cache.shape)} must be [rows, rotary_dim={rope.rotary_dim}] (cos "
+                         "then sin, rotary_dim/2 columns each)")
+    return cache.detach()
+
+
 def _offset(offset: Any, positions: Any) -> int:
     offset = _int(offset, "offset")
     if offset != 0 and positions is not None:
@@ -159,13 +172,15 @@ def _cpu_only(op: str, **tensors: Optional[Tensor]) -> None:
 def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
     """The library's message in this call's words: its CacheQuant fields (k_quant, v_quant, q_quant;
     quant, the rerotated cache's) are the k_scale, v_scale and q_scale arguments, q_quantized is q_out,
-    rerotate_cache's `cache` is k_cache."""
+    rerotate_cache's `cache` is k_cache, the caller's angles (angles.cos, per_position cos/sin) are
+    cos_sin_cache."""
     text = str(e)
     for field, arg in (("k_quant", "k_scale"), ("v_quant", "v_scale"), ("q_quant", "q_scale"),
                        ("k_pass_quant", "k_pass_scale"), ("quant", "k_scale")):
         text = re.sub(rf"\b{field}\.scale\b", arg, text)
         text = re.sub(rf"\b{field}\.count\b", f"{arg} count", text)
     text = re.sub(r"\bq_quantized\b", "q_out", text)
+    text = re.sub(r"\b(the )?per_position cos/sin\b|\bangles\.(cos|sin)\b", "cos_sin_cache", text)
     if cache:
         text = re.sub(r"\bcache\b", cache, text)
     return ValueError(text)
@@ -197,10 +212,10 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale):
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache):
     _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
-              k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale)
+              k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
     if q_out is not None and q_out.dtype not in QUANTISED_DTYPES:
         raise TypeError(f"q_out dtype must be float8_e4m3fn, float8_e5m2 or int8 (a quantised copy of q), got "
                         f"{q_out.dtype}")
@@ -217,7 +232,7 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale,
                            None if k_pass is None else _activation(k_pass, "k_pass"),
                            None if k_pass_cache is None else _cache(k_pass_cache, "k_pass_cache", kv_layout),
-                           k_pass_scale)
+                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r))
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -227,24 +242,24 @@ def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
                    q_scale: Optional[Tensor], k_pass: Optional[Tensor], k_pass_cache: Optional[Tensor],
-                   k_pass_scale: Optional[Tensor]) -> None:
+                   k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor]) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale)
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale):
+                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
                  k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
-                 k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale)
+                 k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
 
 
 def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
                q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
-               k_pass_scale: Scale = None) -> Tensor:
+               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None) -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -299,6 +314,10 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         v is to v_cache. MLA rows ``[num_blocks, block_size, kv_lora_rank + rope_dim]`` take two
         views of one row: ``row.unsqueeze(2)[..., :kv_lora_rank]`` for k_pass_cache and
         ``row.unsqueeze(2)[..., kv_lora_rank:]`` for k_cache (k = ``k_pe`` ``[tokens, 1, rope_dim]``).
+    cos_sin_cache : torch.Tensor, optional
+        The engine's own table instead of rotary's angles: vLLM's ``[rows, rotary_dim]``, row p the
+        rotary_dim/2 cos values of position p then the sin values (already times any attention
+        factor); ``positions`` index it. Not with xPos.
 
     Returns
     -------
@@ -317,7 +336,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     for name, t, optional in (("q", q, False), ("k", k, False), ("v", v, True), ("k_cache", k_cache, False),
                               ("v_cache", v_cache, True), ("slots", slots, False)):
         _tensor(t, name, optional)
-    for name, t in (("q_out", q_out), ("k_pass", k_pass), ("k_pass_cache", k_pass_cache)):
+    for name, t in (("q_out", q_out), ("k_pass", k_pass), ("k_pass_cache", k_pass_cache),
+                    ("cos_sin_cache", cos_sin_cache)):
         _tensor(t, name, optional=True)
     kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
     scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
@@ -329,8 +349,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
             scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
-            _scale(k_pass_scale, "k_pass_scale", k_cache))
-    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache):
+            _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache)
+    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache):
         _rope_store_kernel(*args)
     else:
         torch.ops.rotary.rope_store(*args)
@@ -340,9 +360,11 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 # ---- qk_norm_rope ----------------------------------------------------------------------------------
 
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
-                         rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode):
+                         rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode,
+                         cos_sin_cache):
     _cpu_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
-              k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale)
+              k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
+              cos_sin_cache=cos_sin_cache)
     r = _rope_of_handle(rope)
     pos, streams = _positions(positions, q)
     weights = [None if w is None else w.detach().contiguous() for w in (q_weight, k_weight)]
@@ -358,7 +380,8 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              rounding, None if v is None else _activation(v, "v"), v_norm,
                              None if k_cache is None else _cache(k_cache, "k_cache", kv_layout),
                              None if v_cache is None else _cache(v_cache, "v_cache", kv_layout),
-                             None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode)
+                             None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode,
+                             _cos_sin_cache(cos_sin_cache, r))
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -368,16 +391,17 @@ def _qk_norm_rope_op(q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor],
                      eps: float, positions: Optional[Tensor], offset: int, weight_offset: float, order: str,
                      scope: str, rounding: str, v: Optional[Tensor], v_norm: bool, k_cache: Optional[Tensor],
                      v_cache: Optional[Tensor], slots: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor],
-                     v_scale: Optional[Tensor], scale_mode: str) -> None:
+                     v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor]) -> None:
     _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
-                         v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode)
+                         v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache)
 
 
 @_qk_norm_rope_op.register_fake
 def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
-                       v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode):
+                       v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache):
     _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
-                 k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale)
+                 k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
+                 cos_sin_cache=cos_sin_cache)
 
 
 def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor], k_weight: Optional[Tensor],
@@ -385,7 +409,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
                  order: str = "norm_rope", scope: str = "head", rounding: str = "llama", v: Optional[Tensor] = None,
                  v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
                  slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
-                 scale_mode: str = "divide") -> tuple[Tensor, Tensor]:
+                 scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
     OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
     the cache write of ``rope_store`` in the same pass.
@@ -428,6 +452,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode
         The cache write, as ``rope_store`` takes them: k (normed and rotated, also left in k) and v go
         to the caches at the slots. All None (default): no write.
+    cos_sin_cache : torch.Tensor, optional
+        The engine's own table instead of rotary's angles, as ``rope_store`` takes it.
 
     Returns
     -------
@@ -442,7 +468,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     _check_rope(rope)
     _tensor(q, "q")
     for name, t in (("k", k), ("q_weight", q_weight), ("k_weight", k_weight), ("v", v), ("k_cache", k_cache),
-                    ("v_cache", v_cache), ("slots", slots)):
+                    ("v_cache", v_cache), ("slots", slots), ("cos_sin_cache", cos_sin_cache)):
         _tensor(t, name, optional=True)
     eps, weight_offset = _number(eps, "eps"), _number(weight_offset, "weight_offset")
     order = _choice(order, "order", ("norm_rope", "rope_norm"))
@@ -459,8 +485,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     like = q if k_cache is None else k_cache
     args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
             v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
-            _scale(v_scale, "v_scale", like), scale_mode)
-    if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots):
+            _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache)
+    if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache):
         _qk_norm_rope_kernel(*args)
     else:
         torch.ops.rotary.qk_norm_rope(*args)
