@@ -3,7 +3,9 @@
 // (NULL pointers, enum values that C can hold but C++ must not see, 0 meaning unset).
 #include "rotary/rotary.h"
 
+#include <algorithm>
 #include <cctype>
+#include <initializer_list>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -20,6 +22,7 @@
 #include "c_api_internal.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/fused.hpp"
 #include "rotary/hf_config.hpp"
 #include "rotary/schedule.hpp"
 #include "rotary/spec.hpp"
@@ -89,9 +92,11 @@ rotary::DType to_dtype(const rotary_dtype& dtype, const char* name) {
     case ROTARY_F64: return rotary::DType::f64;
     case ROTARY_F16: return rotary::DType::f16;
     case ROTARY_BF16: return rotary::DType::bf16;
+    case ROTARY_FP8_E4M3: return rotary::DType::fp8_e4m3;
+    case ROTARY_FP8_E5M2: return rotary::DType::fp8_e5m2;
+    case ROTARY_I8: return rotary::DType::i8;
   }
-  throw Error(fmt::format("{}.dtype={} is not ROTARY_F32, ROTARY_F64, ROTARY_F16 or ROTARY_BF16",
-                          name, raw(dtype)));
+  throw Error(fmt::format("{}.dtype={} is not a rotary_dtype (ROTARY_F32=0 .. ROTARY_I8=6)", name, raw(dtype)));
 }
 
 rotary::Pairing to_pairing(const rotary_pairing& pairing) {
@@ -350,6 +355,86 @@ int make_tensor(rotary_tensor* out, const rotary_dtype& dtype, const auto& build
   });
 }
 
+
+// ---- fused operations: the C images of fused.hpp's structs; 0 means the C++ default ----
+
+rotary::CacheView to_cache(const rotary_cache_view& c, const char* name) {
+  rotary::CacheView view;
+  view.data = c.data;
+  view.dtype = to_dtype(c.dtype, name);
+  view.block_size = c.block_size == 0 ? 1 : c.block_size;
+  view.num_blocks = c.num_blocks;
+  view.heads = c.heads;
+  view.head_dim = c.head_dim;
+  for (size_t d = 0; d < 4; ++d) view.strides[d] = c.strides[d];
+  view.offset = c.offset;
+  return view;
+}
+
+rotary::Slots to_slots(const rotary_slots& c) {
+  if (c.count < 0) throw Error(fmt::format("slots.count={} must be >= 0", c.count));
+  if (c.data == nullptr && c.count != 0) throw Error(fmt::format("slots.data is NULL but slots.count={}", c.count));
+  switch (raw(c.kind)) {
+    case ROTARY_SLOTS_I64: return rotary::Slots{c.data, true, c.count};
+    case ROTARY_SLOTS_I32: return rotary::Slots{c.data, false, c.count};
+  }
+  throw Error(fmt::format("slots.kind={} is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32", raw(c.kind)));
+}
+
+rotary::CacheQuant to_quant(const rotary_cache_quant& c, const char* name) {
+  rotary::CacheQuant quant;
+  quant.scale = c.scale;
+  quant.count = c.count == 0 ? 1 : c.count;
+  switch (raw(c.mode)) {
+    case ROTARY_SCALE_DIVIDE: quant.mode = rotary::ScaleMode::divide; break;
+    case ROTARY_SCALE_MULTIPLY: quant.mode = rotary::ScaleMode::multiply; break;
+    default:
+      throw Error(fmt::format("{}.mode={} is not ROTARY_SCALE_DIVIDE or ROTARY_SCALE_MULTIPLY", name, raw(c.mode)));
+  }
+  return quant;
+}
+
+rotary::CacheWrite to_cache_write(const rotary_cache_write& c) {
+  rotary::CacheWrite w;
+  w.slots = to_slots(c.slots);
+  w.k_cache = to_cache(c.k_cache, "k_cache");
+  w.v_cache = to_cache(c.v_cache, "v_cache");
+  w.v = to_view(c.v, "v");
+  w.k_quant = to_quant(c.k_quant, "k_quant");
+  w.v_quant = to_quant(c.v_quant, "v_quant");
+  w.k_pass = to_view(c.k_pass, "k_pass");
+  w.k_pass_cache = to_cache(c.k_pass_cache, "k_pass_cache");
+  w.k_pass_quant = to_quant(c.k_pass_quant, "k_pass_quant");
+  return w;
+}
+
+rotary::NormWeight to_weight(const rotary_norm_weight& c, const char* name) {
+  return rotary::NormWeight{c.data, to_dtype(c.dtype, name), c.count};
+}
+
+template <class E>
+E to_choice(const auto& value, std::initializer_list<E> choices, const char* name, const char* names) {
+  const int64_t v = raw(value);
+  if (v < 0 || v >= static_cast<int64_t>(choices.size())) throw Error(fmt::format("{}={} is not {}", name, v, names));
+  return choices.begin()[v];
+}
+
+int make_cache_view(rotary_cache_view* out, const rotary_dtype& dtype, const auto& build) {
+  return guarded([&] {
+    if (out == nullptr) throw Error("out is NULL");
+    *out = rotary_cache_view{};
+    const rotary::CacheView view = build();
+    out->data = view.data;
+    std::memcpy(&out->dtype, &dtype, sizeof dtype);
+    out->block_size = view.block_size;
+    out->num_blocks = view.num_blocks;
+    out->heads = view.heads;
+    out->head_dim = view.head_dim;
+    for (size_t d = 0; d < 4; ++d) out->strides[d] = view.strides[d];
+    out->offset = view.offset;
+  });
+}
+
 const std::vector<std::string>& preset_names() {
   static const std::vector<std::string> names = rotary::preset_names();
   return names;
@@ -571,6 +656,109 @@ int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_a
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
     rotary::apply(s.schedule, rotary::detail::c_abi::apply_args(s, require(args, "args"), positions));
+  });
+}
+
+int rotary_cache_view_nhd(void* data, rotary_dtype dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
+                          int64_t head_dim, int64_t offset, int64_t row_width, rotary_cache_view* out) {
+  return make_cache_view(out, dtype, [&] {
+    return rotary::CacheView::nhd(data, rotary::DType::f32, num_blocks, block_size, heads, head_dim, offset, row_width);
+  });
+}
+
+int rotary_cache_view_hnd(void* data, rotary_dtype dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
+                          int64_t head_dim, int64_t offset, int64_t row_width, rotary_cache_view* out) {
+  return make_cache_view(out, dtype, [&] {
+    return rotary::CacheView::hnd(data, rotary::DType::f32, num_blocks, block_size, heads, head_dim, offset, row_width);
+  });
+}
+
+int rotary_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_rope_store_args& a = require(args, "args");
+    rotary::RopeStoreArgs store;
+    store.rope = rotary::detail::c_abi::apply_args(s, a.rope, a.positions);
+    store.cache = to_cache_write(a.cache);
+    store.q_quantized = to_view(a.q_quantized, "q_quantized");
+    store.q_quant = to_quant(a.q_quant, "q_quant");
+    rotary::rope_store(s.schedule, store);
+  });
+}
+
+int rotary_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_qk_norm_rope_args& a = require(args, "args");
+    rotary::QkNormRopeArgs norm;
+    norm.rope = rotary::detail::c_abi::apply_args(s, a.rope, a.positions);
+    norm.q_weight = to_weight(a.q_weight, "q_weight");
+    norm.k_weight = to_weight(a.k_weight, "k_weight");
+    norm.eps = a.eps == 0.0f ? rotary::QkNormRopeArgs{}.eps : a.eps;
+    norm.weight_offset = a.weight_offset;
+    norm.order = to_choice(a.order, {rotary::NormOrder::norm_then_rope, rotary::NormOrder::rope_then_norm}, "order",
+                           "ROTARY_NORM_THEN_ROPE or ROTARY_ROPE_THEN_NORM");
+    norm.rounding = to_choice(a.rounding, {rotary::NormRounding::llama, rotary::NormRounding::gemma}, "rounding",
+                              "ROTARY_NORM_ROUNDING_LLAMA or ROTARY_NORM_ROUNDING_GEMMA");
+    norm.scope = to_choice(a.scope, {rotary::NormScope::head, rotary::NormScope::all_heads}, "scope",
+                           "ROTARY_NORM_SCOPE_HEAD or ROTARY_NORM_SCOPE_ALL_HEADS");
+    norm.v_norm = to_flag(a.v_norm, "v_norm", "1 norms v");
+    norm.v = to_view(a.v, "v");
+    norm.v_out = to_view(a.v_out, "v_out");
+    rotary::CacheWrite write;
+    if (a.store != nullptr) {
+      write = to_cache_write(*a.store);
+      norm.store = &write;
+    }
+    rotary::qk_norm_rope(s.schedule, norm);
+  });
+}
+
+int rotary_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_rerotate_cache_args& a = require(args, "args");
+    rotary::RerotateCacheArgs re;
+    re.cache = to_cache(a.cache, "cache");
+    re.out = to_cache(a.out, "out");
+    re.slots = to_slots(a.slots);
+    re.mode = to_choice(a.mode, {rotary::RerotateMode::delta, rotary::RerotateMode::raw}, "mode",
+                        "ROTARY_REROTATE_DELTA or ROTARY_REROTATE_RAW");
+    re.delta = a.delta;
+    re.delta_streams = a.delta_streams == 0 ? 1 : a.delta_streams;
+    if (a.positions != nullptr) re.positions = to_positions(*a.positions);
+    re.table = a.table == nullptr ? nullptr : &a.table->table;
+    // A model whose code turns pairs by -angle has rotary's inverse as its forward (as rotary_apply).
+    const bool inverse = to_flag(a.inverse, "inverse", "1: keys rotated inverse") != s.rotates_backward;
+    re.rotated = inverse ? rotary::Direction::inverse : rotary::Direction::forward;
+    re.quant = to_quant(a.quant, "quant");
+    re.threads = a.threads;
+    re.backend = to_backend(a.backend);
+    rotary::rerotate_cache(s.schedule, re);
+  });
+}
+
+int rotary_slots_from_page_table(const int32_t* kv_indices, int64_t kv_indices_count, const int32_t* kv_indptr,
+                                 int64_t kv_indptr_count, const int32_t* batch_indices,
+                                 const int32_t* position_in_request, int64_t tokens, int64_t block_size,
+                                 int64_t* slots_out) {
+  return guarded([&] {
+    const auto array = [](const int32_t* data, int64_t count, const char* name) {
+      if (count < 0) throw Error(fmt::format("{}_count={} must be >= 0", name, count));
+      if (data == nullptr && count != 0) throw Error(fmt::format("{} is NULL but {}_count={}", name, name, count));
+      return std::span<const int32_t>(data, static_cast<size_t>(count));
+    };
+    if (tokens < 0) throw Error(fmt::format("tokens={} must be >= 0", tokens));
+    if (tokens != 0 && slots_out == nullptr) throw Error(fmt::format("slots_out is NULL but tokens={}", tokens));
+    if (tokens != 0 && batch_indices == nullptr) throw Error(fmt::format("batch_indices is NULL but tokens={}", tokens));
+    if (tokens != 0 && position_in_request == nullptr) {
+      throw Error(fmt::format("position_in_request is NULL but tokens={}", tokens));
+    }
+    const std::vector<int64_t> slots = rotary::slots_from_page_table(
+        array(kv_indices, kv_indices_count, "kv_indices"), array(kv_indptr, kv_indptr_count, "kv_indptr"),
+        std::span<const int32_t>(batch_indices, static_cast<size_t>(tokens)),
+        std::span<const int32_t>(position_in_request, static_cast<size_t>(tokens)), block_size);
+    std::copy(slots.begin(), slots.end(), slots_out);
   });
 }
 

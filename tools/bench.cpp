@@ -14,6 +14,7 @@
 #include <span>
 #include <tuple>
 
+#include "../src/math/half.hpp"
 #include "../src/text.hpp"
 #include "commands.hpp"
 #include "parse.hpp"
@@ -581,6 +582,215 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostre
                      passed, rows.size());
 }
 
+// ---- fused operations (rotary/fused.hpp): rope_store and qk_norm_rope ----
+//
+// Llama-3.1-8B (32 q heads, 8 kv heads, head_dim 128), a paged NHD cache of blocks of 16 slots with
+// a shuffled block table (twice the blocks the tokens need), prefill (4096 tokens, one buffer set:
+// q, k, v and the caches, 80 MiB at bf16, stream from DRAM) and decode (1 token at
+// kDecodePosition, cache-resident). Each fused call is timed, interleaved, against
+//   unfused: what an engine runs without the fusion, from the same primitives:
+//            rope_store:   apply(q, k in place), then a scatter loop copying each token's k and v
+//                          rows (8 x 128) to its slot (vLLM's reshape_and_cache)
+//            qk_norm_rope: a plain RMSNorm loop (float32, rounded to the dtype, times the weight)
+//                          over q's and k's heads in place, then apply(q, k in place)
+//   copy:    memcpy of the bytes the fused op must move: rope_store q, k and v (read q, k, v; write
+//            q, k rows, v rows), qk_norm_rope q and k (read and write both)
+//   apply:   decode only, the plain rotary call on the same q and k (the 1.5x target)
+constexpr const char* kFusedCases[] = {"rope_store", "qk_norm_rope"};
+constexpr int64_t kFusedBlock = 16;
+
+struct FusedRow {
+  std::string op, shape, dtype, angles;
+  int threads;
+  int64_t tokens, bytes;
+  double fused_ns, unfused_ns, copy_ns, apply_ns;  // apply_ns: decode only, else 0
+};
+
+float load_value(const unsigned char* p, DType dtype) {
+  if (dtype == DType::f32) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return dtype == DType::bf16 ? detail::bf16_to_f32(h) : detail::f16_to_f32(h);
+}
+
+void store_value(unsigned char* p, DType dtype, float v) {
+  if (dtype == DType::f32) {
+    std::memcpy(p, &v, 4);
+    return;
+  }
+  const uint16_t h = dtype == DType::bf16 ? detail::f32_to_bf16(v) : detail::f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Plain per-head RMSNorm in place over `heads` heads of every token: float32 sum of squares,
+// 1/sqrt(mean + eps), the product rounded to the dtype, times the weight, rounded again.
+void rmsnorm_loop(unsigned char* x, DType dtype, int64_t tokens, int64_t heads, const std::vector<float>& weight,
+                  int threads) {
+  const int64_t es = size_of(dtype);
+  const int64_t rows = tokens * heads;
+#pragma omp parallel for num_threads(threads) if (rows >= 64)
+  for (int64_t r = 0; r < rows; ++r) {
+    unsigned char* row = x + r * kHeadDim * es;
+    float sum = 0.0f;
+    for (int64_t d = 0; d < kHeadDim; ++d) {
+      const float v = load_value(row + d * es, dtype);
+      sum += v * v;
+    }
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(kHeadDim) + 1e-6f);
+    for (int64_t d = 0; d < kHeadDim; ++d) {
+      unsigned char* p = row + d * es;
+      store_value(p, dtype, load_value(p, dtype) * inv);
+      store_value(p, dtype, load_value(p, dtype) * weight[static_cast<size_t>(d)]);
+    }
+  }
+}
+
+void fused_rows(const std::string& op, const std::string& shape, const std::string& dtype_name,
+                const std::string& angles, const BenchOptions& o,
+                const std::vector<int>& thread_counts, std::mt19937_64& rng, std::vector<FusedRow>& rows) {
+  const DType dtype = dtype_name == "f32" ? DType::f32 : dtype_name == "bf16" ? DType::bf16 : DType::f16;
+  const int64_t es = size_of(dtype);
+  const bool decode = shape == "decode";
+  const int64_t tokens = decode ? 1 : 4096, hq = 32, hk = 8;
+  const int64_t q_bytes = tokens * hq * kHeadDim * es, kv_bytes = tokens * hk * kHeadDim * es;
+  const int64_t blocks = 2 * ((tokens + kFusedBlock - 1) / kFusedBlock);
+  const int64_t cache_bytes = blocks * kFusedBlock * hk * kHeadDim * es;
+  const bool store = op == "rope_store";
+  const int64_t moved = store ? q_bytes + 2 * kv_bytes : q_bytes + kv_bytes;  // bytes read (= bytes written)
+  std::vector<unsigned char> in_storage(static_cast<size_t>(q_bytes + 2 * kv_bytes) + kBufferAlignment);
+  std::vector<unsigned char> out_storage(static_cast<size_t>(q_bytes + 2 * kv_bytes + kOutputSkew) + kBufferAlignment);
+  std::vector<unsigned char> k_cache_storage(static_cast<size_t>(cache_bytes) + kBufferAlignment);
+  std::vector<unsigned char> v_cache_storage(static_cast<size_t>(cache_bytes) + kBufferAlignment);
+  unsigned char* q = Buffers::aligned(in_storage);
+  unsigned char* k = q + q_bytes;
+  unsigned char* v = k + kv_bytes;
+  unsigned char* copy_dst = Buffers::aligned(out_storage) + kOutputSkew;
+  unsigned char* k_cache = Buffers::aligned(k_cache_storage);
+  unsigned char* v_cache = Buffers::aligned(v_cache_storage);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < (q_bytes + 2 * kv_bytes) / es; ++i) store_value(q + i * es, dtype, normal(rng));
+  std::vector<int64_t> block_table(static_cast<size_t>(blocks));
+  std::iota(block_table.begin(), block_table.end(), 0);
+  std::shuffle(block_table.begin(), block_table.end(), rng);
+  std::vector<int64_t> slots(static_cast<size_t>(tokens)), positions(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<size_t>(t)] = block_table[static_cast<size_t>(t / kFusedBlock)] * kFusedBlock + t % kFusedBlock;
+    positions[static_cast<size_t>(t)] = decode ? kDecodePosition : t;
+  }
+  std::vector<float> weight(static_cast<size_t>(kHeadDim));
+  for (auto& w : weight) w = 1.0f + 0.1f * normal(rng);
+  std::vector<unsigned char> weight_storage(static_cast<size_t>(kHeadDim * es));
+  for (int64_t d = 0; d < kHeadDim; ++d) store_value(weight_storage.data() + d * es, dtype, weight[static_cast<size_t>(d)]);
+  for (int64_t d = 0; d < kHeadDim; ++d) weight[static_cast<size_t>(d)] = load_value(weight_storage.data() + d * es, dtype);
+
+  const Schedule schedule = llama31_schedule(Pairing::half);
+  const Table table = Table::at(schedule, positions);
+  const Table* angle_table = angles == "table" ? &table : nullptr;
+  auto view = [&](unsigned char* data, int64_t heads) { return TensorView::bshd(data, dtype, 1, tokens, heads, kHeadDim); };
+  auto rope_args = [&](int threads) {
+    return ApplyArgs{.q = view(q, hq), .k = view(k, hk), .positions = Positions::per_token(positions),
+                     .table = angle_table, .threads = threads};
+  };
+  const CacheView k_view = CacheView::nhd(k_cache, dtype, blocks, kFusedBlock, hk, kHeadDim);
+  const CacheView v_view = CacheView::nhd(v_cache, dtype, blocks, kFusedBlock, hk, kHeadDim);
+  const int64_t row_bytes = hk * kHeadDim * es;
+  auto fused = [&](int threads) {
+    if (store) {
+      RopeStoreArgs a{.rope = rope_args(threads)};
+      a.cache.slots = Slots::of(std::span<const int64_t>(slots));
+      a.cache.k_cache = k_view;
+      a.cache.v_cache = v_view;
+      a.cache.v = view(v, hk);
+      rope_store(schedule, a);
+    } else {
+      QkNormRopeArgs a{.rope = rope_args(threads)};
+      a.q_weight = NormWeight{weight_storage.data(), dtype, kHeadDim};
+      a.k_weight = a.q_weight;
+      qk_norm_rope(schedule, a);
+    }
+  };
+  auto unfused = [&](int threads) {
+    if (store) {
+      apply(schedule, rope_args(threads));
+#pragma omp parallel for num_threads(threads) if (tokens >= 64)
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t at = slots[static_cast<size_t>(t)] * row_bytes;
+        std::memcpy(k_cache + at, k + t * row_bytes, static_cast<size_t>(row_bytes));
+        std::memcpy(v_cache + at, v + t * row_bytes, static_cast<size_t>(row_bytes));
+      }
+    } else {
+      rmsnorm_loop(q, dtype, tokens, hq, weight, threads);
+      rmsnorm_loop(k, dtype, tokens, hk, weight, threads);
+      apply(schedule, rope_args(threads));
+    }
+  };
+  auto plain_apply = [&](int threads) { apply(schedule, rope_args(threads)); };
+  auto copy = [&](int threads) { parallel_copy(copy_dst, q, moved, threads); };
+  const int64_t calls = decode ? 256 : 1;
+  auto time = [&](const auto& fn, int threads) {
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) fn(threads);
+    return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / static_cast<double>(calls);
+  };
+  for (int threads : thread_counts) {
+    const int effective = threads == 0 ? omp_get_max_threads() : threads;
+    std::vector<double> fused_ns, unfused_ns, copy_ns, apply_ns;
+    for (int w = 0; w < 2; ++w) {
+      time(fused, effective);
+      time(unfused, effective);
+      time(copy, effective);
+    }
+    for (int r = 0; r < o.reps; ++r) {
+      fused_ns.push_back(time(fused, effective));
+      unfused_ns.push_back(time(unfused, effective));
+      copy_ns.push_back(time(copy, effective));
+      if (decode) apply_ns.push_back(time(plain_apply, effective));
+    }
+    rows.push_back(FusedRow{op, shape, dtype_name, angles, effective, tokens, 2 * moved, median(fused_ns), median(unfused_ns),
+                            median(copy_ns), decode ? median(apply_ns) : 0.0});
+  }
+}
+
+std::string json_fused_row(const FusedRow& r) {
+  for (const auto& [value, name] : {std::pair{r.fused_ns, "median_ns"}, std::pair{r.unfused_ns, "unfused_median_ns"},
+                                    std::pair{r.copy_ns, "memcpy_median_ns"}}) {
+    require_finite_for_json(value, fmt::format("{} of {}", name, r.op));
+  }
+  std::string decode;
+  if (r.apply_ns > 0) {
+    decode = fmt::format(",\"apply_median_ns\":{:.1f},\"ratio_to_apply\":{:.4f}", r.apply_ns, r.fused_ns / r.apply_ns);
+  }
+  return fmt::format(
+      "{{\"case\":\"{}\",\"shape\":\"{}\",\"dtype\":\"{}\",\"angles\":\"{}\",\"threads\":{},\"tokens\":{},\"bytes\":{},"
+      "\"median_ns\":{:.1f},\"gbps\":{:.3f},\"unfused_median_ns\":{:.1f},\"ratio_to_unfused\":{:.4f},"
+      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{}}}",
+      r.op, r.shape, r.dtype, r.angles, r.threads, r.tokens, r.bytes, r.fused_ns, static_cast<double>(r.bytes) / r.fused_ns,
+      r.unfused_ns, r.fused_ns / r.unfused_ns, r.copy_ns, r.fused_ns / r.copy_ns, decode);
+}
+
+void print_fused_table(const std::vector<FusedRow>& rows, const BenchOptions& o, std::ostream& out) {
+  out << fmt::format("rotary bench — fused operations, Llama-3.1-8B (32 q / 8 kv heads, head_dim 128), paged NHD "
+                     "cache of 16-slot blocks, shuffled block table; medians of {} interleaved repetitions; unfused: "
+                     "apply + a scatter loop (rope_store), an RMSNorm loop + apply (qk_norm_rope); memcpy: the bytes "
+                     "the fused op must move; apply: decode's plain rotary call on the same q and k\n",
+                     o.reps);
+  out << fmt::format("{:<13} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10} {:>8} {:>11} {:>9} {:>10} {:>8} {:>9} {:>7}\n", "case",
+                     "shape", "dtype", "angles", "thr", "tokens", "median_us", "GB/s", "unfused_us", "/unfused", "memcpy_us",
+                     "/memcpy", "apply_us", "/apply");
+  for (const FusedRow& r : rows) {
+    out << fmt::format("{:<13} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10.3f} {:>8.2f} {:>11.3f} {:>9.3f} {:>10.3f} {:>8.3f} {:>9} {:>7}\n",
+                       r.op, r.shape, r.dtype, r.angles, r.threads, r.tokens, r.fused_ns / 1e3,
+                       static_cast<double>(r.bytes) / r.fused_ns, r.unfused_ns / 1e3, r.fused_ns / r.unfused_ns,
+                       r.copy_ns / 1e3, r.fused_ns / r.copy_ns,
+                       r.apply_ns > 0 ? fmt::format("{:.3f}", r.apply_ns / 1e3) : "-",
+                       r.apply_ns > 0 ? fmt::format("{:.3f}", r.fused_ns / r.apply_ns) : "-");
+  }
+}
+
 // The options --device cuda takes: kCudaBenchCases, the caller's angles too, and no --threads.
 void check_cuda_options(const BenchOptions& o) {
   std::vector<std::string> case_names;
@@ -599,6 +809,7 @@ void check_options(const BenchOptions& o) {
   } else {
     std::vector<std::string> case_names;
     for (const Case& c : kCases) case_names.emplace_back(c.name);
+    for (const char* name : kFusedCases) case_names.emplace_back(name);
     check_list(o.cases, case_names, "--cases");
     check_list(o.angles, {"table", "on_the_fly"}, "--angles");
   }
@@ -657,13 +868,26 @@ int run_bench(const BenchOptions& options, std::ostream& out) {
     if (c.op == Op::mrope && !contains(o.pairings, std::string("half"))) continue;
     bench_case(c, o, thread_counts, rng, floors, rows);
   }
+  std::vector<FusedRow> fused;
+  for (const char* op : kFusedCases) {
+    if (!contains(o.cases, std::string(op))) continue;
+    for (const char* shape : {"prefill", "decode"}) {
+      for (const std::string& dtype_name : o.dtypes) {
+        for (const std::string& angles : o.angles) fused_rows(op, shape, dtype_name, angles, o, thread_counts, rng, fused);
+      }
+    }
+  }
   if (o.json) {
+    std::vector<std::string> lines;
+    for (const Row& r : rows) lines.push_back(json_row(r));
+    for (const FusedRow& r : fused) lines.push_back(json_fused_row(r));
     std::string text = "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) text += json_row(rows[i]) + (i + 1 < rows.size() ? ",\n" : "\n");
+    for (size_t i = 0; i < lines.size(); ++i) text += lines[i] + (i + 1 < lines.size() ? ",\n" : "\n");
     out << text << "]\n";
     return 0;
   }
-  print_table(rows, o, out);
+  if (!rows.empty()) print_table(rows, o, out);
+  if (!fused.empty()) print_fused_table(fused, o, out);
   return 0;
 }
 

@@ -244,7 +244,11 @@ typedef enum rotary_dtype {
   ROTARY_F32 = 0,
   ROTARY_F64 = 1,
   ROTARY_F16 = 2,
-  ROTARY_BF16 = 3
+  ROTARY_BF16 = 3,
+  /* Cache dtypes (rotary_cache_view, rotary_rope_store's q_quantized): rotary_apply refuses them. */
+  ROTARY_FP8_E4M3 = 4, /**< OCP E4M3FN, 8-bit storage, saturating to +-448 */
+  ROTARY_FP8_E5M2 = 5, /**< 8-bit storage, saturating to +-57344 */
+  ROTARY_I8 = 6        /**< int8, saturating to +-127 */
 } rotary_dtype;
 
 /** A strided view of activations, logical shape [batch, seq, heads, head_dim], strides in elements
@@ -349,6 +353,169 @@ int rotary_apply(const rotary_schedule* schedule, const rotary_apply_args* args)
  *  positions_count and offset must then be 0. */
 int rotary_apply_positions(const rotary_schedule* schedule, const rotary_apply_args* args,
                            const rotary_positions* positions);
+
+/* ---- Fused operations for serving engines (rotary/fused.hpp) --------------------------------- */
+
+/** One K or V cache (or a column range of an MLA row) addressed by slot, the C image of
+ *  rotary::CacheView: element (slot, h, d) lies at
+ *    data + (slot / block_size) * strides[0] + (slot % block_size) * strides[1]
+ *         + h * strides[2] + (offset + d) * strides[3]          (strides in elements)
+ *  A zeroed struct is an absent cache. block_size 0 means 1 (a token pool). Non-owning. */
+typedef struct rotary_cache_view {
+  void* data;
+  rotary_dtype dtype;  /**< a model dtype, or ROTARY_FP8_E4M3 / ROTARY_FP8_E5M2 / ROTARY_I8 with a scale */
+  int64_t block_size;  /**< 0: 1 */
+  int64_t num_blocks;
+  int64_t heads;
+  int64_t head_dim;    /**< columns written per head */
+  int64_t strides[4];  /**< {block, token in block, head, channel}, in elements */
+  int64_t offset;      /**< first column: channel d is column offset + d */
+} rotary_cache_view;
+
+/** *out = a [num_blocks, block_size, heads, row_width] contiguous cache (vLLM, FlashInfer NHD,
+ *  SGLang with block_size 1), covering columns [offset, offset + head_dim) (row_width 0: head_dim).
+ *  On failure *out is zeroed. */
+int rotary_cache_view_nhd(void* data, rotary_dtype dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
+                          int64_t head_dim, int64_t offset, int64_t row_width, rotary_cache_view* out);
+/** *out = a [num_blocks, heads, block_size, row_width] contiguous cache (FlashInfer HND). */
+int rotary_cache_view_hnd(void* data, rotary_dtype dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
+                          int64_t head_dim, int64_t offset, int64_t row_width, rotary_cache_view* out);
+
+/** Element type of rotary_slots. */
+typedef enum rotary_slot_kind {
+  ROTARY_SLOTS_I64 = 0,
+  ROTARY_SLOTS_I32 = 1
+} rotary_slot_kind;
+
+/** One cache slot per token (vLLM's slot_mapping), separate from the positions: a negative slot
+ *  skips the token's cache writes; the others must be below each cache's capacity and distinct
+ *  (checked before anything is written). count: batch * seq. */
+typedef struct rotary_slots {
+  rotary_slot_kind kind;
+  const void* data;
+  int64_t count;
+} rotary_slots;
+
+/** How a scale s maps x to the code stored (rotary::ScaleMode): divide q = x / s (vLLM, SGLang;
+ *  zero, the default), multiply q = x * s (FlashInfer, TensorRT-LLM). They give different bits. */
+typedef enum rotary_scale_mode {
+  ROTARY_SCALE_DIVIDE = 0,
+  ROTARY_SCALE_MULTIPLY = 1
+} rotary_scale_mode;
+
+/** The scale of a quantised cache (rotary::CacheQuant): scale NULL for 1.0, else `count` floats,
+ *  1 (per tensor) or the cache's heads (per head), each finite and > 0. count 0 means 1. */
+typedef struct rotary_cache_quant {
+  const float* scale;
+  int64_t count;
+  rotary_scale_mode mode;
+} rotary_cache_quant;
+
+/** Where k and v go (rotary::CacheWrite): k_cache[slot(t), h, d] = quantise(k rotated, in k's dtype),
+ *  v_cache[slot(t), h, d] = quantise(v), k_pass_cache likewise from k_pass. v_cache, v, k_pass and
+ *  k_pass_cache are optional (zeroed: absent). */
+typedef struct rotary_cache_write {
+  rotary_slots slots;
+  rotary_cache_view k_cache;
+  rotary_cache_view v_cache;
+  rotary_tensor v;             /**< [batch, seq, heads_v, head_dim_v], k's dtype */
+  rotary_cache_quant k_quant;
+  rotary_cache_quant v_quant;
+  rotary_tensor k_pass;        /**< [batch, seq, heads, pass_dim], k's dtype (MLA kv_c) */
+  rotary_cache_view k_pass_cache;
+  rotary_cache_quant k_pass_quant;
+} rotary_cache_write;
+
+/** rotary_rope_store's arguments (rotary::RopeStoreArgs). rope: as rotary_apply takes them, except
+ *  that k is read only unless rope.k_out is set (the rotated k goes to the cache), and q is not
+ *  written when q_quantized is set and rope.q_out is absent. positions: NULL uses rope's own. */
+typedef struct rotary_rope_store_args {
+  rotary_apply_args rope;
+  const rotary_positions* positions;
+  rotary_cache_write cache;
+  rotary_tensor q_quantized;   /**< optional fp8/i8 copy of the rotated q */
+  rotary_cache_quant q_quant;
+} rotary_rope_store_args;
+
+/** rotary_apply(q, k) then the cache write above, in one pass, bit-identical to that composition.
+ *  Checks everything first (slots' range and duplicates included); on failure nothing was written. */
+int rotary_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args);
+
+/** rotary::NormOrder, NormRounding, NormScope (fused.hpp explains each). */
+typedef enum rotary_norm_order {
+  ROTARY_NORM_THEN_ROPE = 0, /**< Qwen3, Gemma 3, OLMo 2 */
+  ROTARY_ROPE_THEN_NORM = 1  /**< Llama 4's L2 norm (no weights) */
+} rotary_norm_order;
+typedef enum rotary_norm_rounding {
+  ROTARY_NORM_ROUNDING_LLAMA = 0, /**< round to the data dtype, then times the weight */
+  ROTARY_NORM_ROUNDING_GEMMA = 1  /**< all in float32, rounded once */
+} rotary_norm_rounding;
+typedef enum rotary_norm_scope {
+  ROTARY_NORM_SCOPE_HEAD = 0,
+  ROTARY_NORM_SCOPE_ALL_HEADS = 1 /**< OLMo 2 */
+} rotary_norm_scope;
+
+/** A norm weight: `count` values of dtype (f32 or the data's); data NULL: no weight. */
+typedef struct rotary_norm_weight {
+  const void* data;
+  rotary_dtype dtype;
+  int64_t count;
+} rotary_norm_weight;
+
+/** rotary_qk_norm_rope's arguments (rotary::QkNormRopeArgs). eps 0 means 1e-6 (no model uses an
+ *  eps of 0; the C++ API takes it). store: NULL, or the cache write of rotary_rope_store (its v is
+ *  ignored: v below is the one stored). */
+typedef struct rotary_qk_norm_rope_args {
+  rotary_apply_args rope;
+  const rotary_positions* positions; /**< NULL: rope's own */
+  rotary_norm_weight q_weight;
+  rotary_norm_weight k_weight;
+  float eps;                         /**< 0: 1e-6 */
+  float weight_offset;               /**< 0: w; 1: 1 + w (Gemma) */
+  rotary_norm_order order;
+  rotary_norm_rounding rounding;
+  rotary_norm_scope scope;
+  int v_norm;                        /**< 1: weightless RMSNorm of v per head (Gemma 4) */
+  rotary_tensor v;
+  rotary_tensor v_out;
+  const rotary_cache_write* store;
+} rotary_qk_norm_rope_args;
+
+/** Per-head RMSNorm of q and k then RoPE (or RoPE then the norm), optionally with the cache write;
+ *  bit-identical to the composition (rotary::qk_norm_rope). On failure nothing was written. */
+int rotary_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args);
+
+/** How rotary_rerotate_cache turns the keys (rotary::RerotateMode). */
+typedef enum rotary_rerotate_mode {
+  ROTARY_REROTATE_DELTA = 0, /**< keys rotated at p move to p + delta */
+  ROTARY_REROTATE_RAW = 1    /**< un-rotated keys rotated once to `positions` */
+} rotary_rerotate_mode;
+
+/** rotary_rerotate_cache's arguments (rotary::RerotateCacheArgs). */
+typedef struct rotary_rerotate_cache_args {
+  rotary_cache_view cache;
+  rotary_cache_view out;             /**< optional (zeroed: in place) */
+  rotary_slots slots;
+  rotary_rerotate_mode mode;
+  const int64_t* delta;              /**< delta mode: delta_streams * slots.count values */
+  int delta_streams;                 /**< 0: 1 */
+  const rotary_positions* positions; /**< raw mode: NULL means 0, 1, ... */
+  const rotary_table* table;         /**< raw mode: angles from this table, else exact */
+  int inverse;                       /**< 0: keys are (to be) rotated forward, 1: inverse */
+  rotary_cache_quant quant;
+  int threads;
+  rotary_backend backend;
+} rotary_rerotate_cache_args;
+
+/** Moves cached keys by per-slot deltas, or rotates raw keys once. On failure nothing was written. */
+int rotary_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args);
+
+/** FlashInfer's page table as slots (rotary::slots_from_page_table): writes `tokens` slots to
+ *  slots_out (int64), -1 for a token with batch_indices < 0. On failure slots_out is untouched. */
+int rotary_slots_from_page_table(const int32_t* kv_indices, int64_t kv_indices_count, const int32_t* kv_indptr,
+                                 int64_t kv_indptr_count, const int32_t* batch_indices,
+                                 const int32_t* position_in_request, int64_t tokens, int64_t block_size,
+                                 int64_t* slots_out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -964,6 +964,300 @@ static void test_undo(void) {
   free(k_in);
 }
 
+/* ---- fused operations: rope_store and qk_norm_rope against rotary_apply plus a scatter and a
+ * quantiser written out here ---- */
+
+/* OCP E4M3FN: code -> value (0x7f / 0xff NaN). */
+static double e4m3_value(unsigned code) {
+  const unsigned exponent = (code >> 3) & 15u, mantissa = code & 7u;
+  const double magnitude = exponent == 0 ? (double)mantissa * ldexp(1.0, -9)
+                                         : (1.0 + (double)mantissa / 8.0) * ldexp(1.0, (int)exponent - 7);
+  return (code & 0x80u) ? -magnitude : magnitude;
+}
+
+/* Nearest code, ties to the even code (mantissa bit 0 clear), saturating to +-448, NaN kept. */
+static uint8_t e4m3_encode(float x) {
+  const unsigned sign = signbit(x) ? 0x80u : 0u;
+  const double a = fabs((double)x);
+  unsigned code, best = 0;
+  double best_distance = INFINITY;
+  if (isnan(x)) return (uint8_t)(sign | 0x7fu);
+  if (a >= 448.0) return (uint8_t)(sign | 0x7eu);
+  for (code = 0; code <= 0x7eu; ++code) {
+    const double distance = fabs(e4m3_value(code) - a);
+    if (distance < best_distance || (distance == best_distance && (code & 1u) == 0)) {
+      best = code;
+      best_distance = distance;
+    }
+  }
+  return (uint8_t)(sign | best);
+}
+
+/* The element offset of (slot, h, d) in a cache view, as rotary.h writes it out. */
+static int64_t cache_at(const rotary_cache_view* c, int64_t slot, int64_t h, int64_t d) {
+  const int64_t block_size = c->block_size == 0 ? 1 : c->block_size;
+  return (slot / block_size) * c->strides[0] + (slot % block_size) * c->strides[1] + h * c->strides[2] +
+         (c->offset + d) * c->strides[3];
+}
+
+/* Reference scatter of src [tokens, heads, head_dim] (contiguous, element_size bytes each) into the
+ * cache at the slots: the bytes as they are (same dtype), or, for an e4m3 cache (src f32), the code
+ * of x / scale (divide) or x * scale (multiply) computed in float. */
+static void scatter(const rotary_cache_view* c, void* cache, const void* src, size_t element_size,
+                    const int64_t* slots, int64_t tokens, float scale, int multiply) {
+  int64_t t, h, d;
+  for (t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (h = 0; h < c->heads; ++h) {
+      for (d = 0; d < c->head_dim; ++d) {
+        const int64_t from = (t * c->heads + h) * c->head_dim + d, to = cache_at(c, slots[t], h, d);
+        if (c->dtype == ROTARY_FP8_E4M3) {
+          const float x = ((const float*)src)[from];
+          const float y = multiply ? x * scale : x / scale;
+          ((uint8_t*)cache)[to] = e4m3_encode(y);
+        } else {
+          memcpy((char*)cache + (size_t)to * element_size, (const char*)src + (size_t)from * element_size,
+                 element_size);
+        }
+      }
+    }
+  }
+}
+
+/* Random finite halves with exponents 2^-2 .. 2^1 (bits: f16 data need no conversion here). */
+static uint16_t* random_halves(int64_t count) {
+  uint16_t* values = malloc((size_t)count * sizeof *values);
+  int64_t i;
+  if (values == NULL) abort();
+  for (i = 0; i < count; ++i) {
+    lcg_state = lcg_state * 1664525u + 1013904223u;
+    values[i] = (uint16_t)(((lcg_state >> 31) << 15) | ((13u + ((lcg_state >> 20) & 3u)) << 10) |
+                           ((lcg_state >> 8) & 0x3ffu));
+  }
+  return values;
+}
+
+static void* copy_bytes(const void* from, size_t bytes) {
+  void* to = malloc(bytes);
+  if (to == NULL) abort();
+  memcpy(to, from, bytes);
+  return to;
+}
+
+/* One rope_store case: q [1, 6, 4, 16], k and v [1, 6, 2, 16] of `dtype`, k into an NHD cache and
+ * v into an HND cache (3 blocks of 4 slots), token 1 skipped (-1), against rotary_apply and the
+ * scatter above on caches poisoned with 0x5a bytes. */
+static void rope_store_case(rotary_dtype dtype, rotary_dtype cache_dtype, int i32_slots) {
+  const rope r = {16, 16, 10000.0, 0};
+  const int64_t seq = 6, q_heads = 4, kv_heads = 2, d = 16, blocks = 3, block_size = 4;
+  const int64_t q_count = seq * q_heads * d, kv_count = seq * kv_heads * d, cache_count = blocks * block_size * kv_heads * d;
+  const int64_t slots[6] = {9, -1, 0, 4, 11, 5};
+  const int32_t slots32[6] = {9, -1, 0, 4, 11, 5};
+  const size_t element = dtype == ROTARY_F32 ? 4 : 2, cache_element = cache_dtype == ROTARY_FP8_E4M3 ? 1 : element;
+  const float k_scale = 0.005f, v_scale = 4.0f;
+  rotary_schedule* schedule = schedule_of(&r);
+  void *q, *k, *v, *q_orig, *q_ref, *k_ref, *k_orig, *k_cache, *v_cache, *k_expect, *v_expect;
+  rotary_apply_args ref;
+  rotary_rope_store_args args;
+  if (dtype == ROTARY_F32) {
+    q = random_floats(q_count);
+    k = random_floats(kv_count);
+    v = random_floats(kv_count);
+    ((float*)k)[3] = 60.0f; /* / 0.005 saturates e4m3 */
+  } else {
+    q = random_halves(q_count);
+    k = random_halves(kv_count);
+    v = random_halves(kv_count);
+  }
+  q_ref = copy_bytes(q, (size_t)q_count * element);
+  q_orig = copy_bytes(q, (size_t)q_count * element);
+  k_ref = copy_bytes(k, (size_t)kv_count * element);
+  k_orig = copy_bytes(k, (size_t)kv_count * element);
+  k_cache = malloc((size_t)cache_count * cache_element);
+  v_cache = malloc((size_t)cache_count * cache_element);
+  k_expect = malloc((size_t)cache_count * cache_element);
+  v_expect = malloc((size_t)cache_count * cache_element);
+  if (!k_cache || !v_cache || !k_expect || !v_expect) abort();
+  memset(k_cache, 0x5a, (size_t)cache_count * cache_element);
+  memset(v_cache, 0x5a, (size_t)cache_count * cache_element);
+  memset(k_expect, 0x5a, (size_t)cache_count * cache_element);
+  memset(v_expect, 0x5a, (size_t)cache_count * cache_element);
+
+  /* The composition: rotary_apply in place on copies, then the scatter. */
+  memset(&ref, 0, sizeof ref);
+  CHECK(rotary_tensor_bshd(q_ref, dtype, 1, seq, q_heads, d, &ref.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k_ref, dtype, 1, seq, kv_heads, d, &ref.k) == ROTARY_OK);
+  ref.offset = 100;
+  CHECK(rotary_apply(schedule, &ref) == ROTARY_OK);
+
+  /* Zeroed args: the defaults (scale count 0 = 1, divide, block_size as the constructors set it). */
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_tensor_bshd(q, dtype, 1, seq, q_heads, d, &args.rope.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k, dtype, 1, seq, kv_heads, d, &args.rope.k) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(v, dtype, 1, seq, kv_heads, d, &args.cache.v) == ROTARY_OK);
+  args.rope.offset = 100;
+  args.cache.slots.kind = i32_slots ? ROTARY_SLOTS_I32 : ROTARY_SLOTS_I64;
+  args.cache.slots.data = i32_slots ? (const void*)slots32 : (const void*)slots;
+  args.cache.slots.count = seq;
+  CHECK(rotary_cache_view_nhd(k_cache, cache_dtype, blocks, block_size, kv_heads, d, 0, 0, &args.cache.k_cache) ==
+        ROTARY_OK);
+  CHECK(rotary_cache_view_hnd(v_cache, cache_dtype, blocks, block_size, kv_heads, d, 0, 0, &args.cache.v_cache) ==
+        ROTARY_OK);
+  if (cache_dtype == ROTARY_FP8_E4M3) {
+    args.cache.k_quant.scale = &k_scale;
+    args.cache.v_quant.scale = &v_scale;
+    args.cache.v_quant.mode = ROTARY_SCALE_MULTIPLY;
+  }
+  scatter(&args.cache.k_cache, k_expect, k_ref, element, slots, seq, k_scale, 0);
+  scatter(&args.cache.v_cache, v_expect, v, element, slots, seq, v_scale, 1);
+
+  /* Bad calls first: each fails naming its argument and leaves q, k and the caches as they were. */
+  {
+    const int64_t duplicate[6] = {9, -1, 0, 4, 0, 5};
+    const int64_t beyond[6] = {9, -1, 12, 4, 11, 5};
+    rotary_rope_store_args bad = args;
+    EXPECT_ERROR(rotary_rope_store(schedule, NULL), "args is NULL");
+    EXPECT_ERROR(rotary_rope_store(NULL, &args), "schedule is NULL");
+    bad.cache.slots.kind = ROTARY_SLOTS_I64;
+    bad.cache.slots.data = duplicate;
+    EXPECT_ERROR(rotary_rope_store(schedule, &bad), "slots[4]=0 repeats slots[2]");
+    bad.cache.slots.data = beyond;
+    EXPECT_ERROR(rotary_rope_store(schedule, &bad), "slots[2]=12 is beyond k_cache's capacity 12");
+    bad.cache.slots.data = NULL;
+    EXPECT_ERROR(rotary_rope_store(schedule, &bad), "slots.data is NULL");
+    bad = args;
+    memset(&bad.cache.slots.kind, 0x7, 1);
+    EXPECT_ERROR(rotary_rope_store(schedule, &bad), "slots.kind=7");
+    bad = args;
+    bad.cache.k_cache.data = NULL;
+    EXPECT_ERROR(rotary_rope_store(schedule, &bad), "k_cache.data is null");
+    CHECK(memcmp(q, q_orig, (size_t)q_count * element) == 0);
+    CHECK(memcmp(k, k_orig, (size_t)kv_count * element) == 0);
+    {
+      unsigned char poison[1];
+      int64_t i, untouched = 1;
+      memset(poison, 0x5a, 1);
+      for (i = 0; i < cache_count * (int64_t)cache_element; ++i) {
+        untouched &= ((unsigned char*)k_cache)[i] == poison[0] && ((unsigned char*)v_cache)[i] == poison[0];
+      }
+      CHECK(untouched);
+    }
+  }
+
+  CHECK(rotary_rope_store(schedule, &args) == ROTARY_OK);
+  CHECK(memcmp(q, q_ref, (size_t)q_count * element) == 0);       /* q rotated in place, apply's bits */
+  CHECK(memcmp(k, k_orig, (size_t)kv_count * element) == 0);     /* k read only */
+  CHECK(memcmp(k_cache, k_expect, (size_t)cache_count * cache_element) == 0); /* skipped and free slots poisoned */
+  CHECK(memcmp(v_cache, v_expect, (size_t)cache_count * cache_element) == 0);
+  if (cache_dtype == ROTARY_FP8_E4M3) {
+    /* k's 60 (token 0, channel 3) rotated and divided by 0.005 is beyond 448: some code saturates */
+    int64_t i, saturated = 0;
+    for (i = 0; i < cache_count; ++i) saturated += (((uint8_t*)k_cache)[i] & 0x7fu) == 0x7eu;
+    CHECK(saturated > 0);
+  }
+
+  rotary_schedule_free(schedule);
+  free(q); free(k); free(v); free(q_orig); free(q_ref); free(k_ref); free(k_orig);
+  free(k_cache); free(v_cache); free(k_expect); free(v_expect);
+}
+
+/* qk_norm_rope (f32, llama rounding, weight per head) against the RMSNorm written out as fused.hpp
+ * defines it, then rotary_apply. */
+static void qk_norm_rope_case(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  const int64_t seq = 3, q_heads = 2, kv_heads = 1, d = 16;
+  const int64_t q_count = seq * q_heads * d, k_count = seq * kv_heads * d;
+  const float eps = 1e-6f;
+  rotary_schedule* schedule = schedule_of(&r);
+  float* q = random_floats(q_count);
+  float* k = random_floats(k_count);
+  float* q_weight = random_floats(d);
+  float* q_ref = copy_floats(q, q_count);
+  float* k_ref = copy_floats(k, k_count);
+  rotary_apply_args ref;
+  rotary_qk_norm_rope_args args;
+  int64_t head, i;
+  /* q times its weight, k without one */
+  for (head = 0; head < seq * (q_heads + kv_heads); ++head) {
+    float* x = head < seq * q_heads ? q_ref + head * d : k_ref + (head - seq * q_heads) * d;
+    double sum = 0.0;
+    float mean, rr;
+    for (i = 0; i < d; ++i) sum += (double)x[i] * (double)x[i];
+    mean = (float)(sum / (double)d);
+    rr = (float)(1.0 / sqrt((double)(float)(mean + eps)));
+    for (i = 0; i < d; ++i) {
+      const float y = x[i] * rr;
+      x[i] = head < seq * q_heads ? y * q_weight[i] : y;
+    }
+  }
+  memset(&ref, 0, sizeof ref);
+  CHECK(rotary_tensor_bshd(q_ref, ROTARY_F32, 1, seq, q_heads, d, &ref.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k_ref, ROTARY_F32, 1, seq, kv_heads, d, &ref.k) == ROTARY_OK);
+  ref.offset = 7;
+  CHECK(rotary_apply(schedule, &ref) == ROTARY_OK);
+
+  memset(&args, 0, sizeof args); /* eps 0: 1e-6; norm then rope, llama rounding, per head */
+  CHECK(rotary_tensor_bshd(q, ROTARY_F32, 1, seq, q_heads, d, &args.rope.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(k, ROTARY_F32, 1, seq, kv_heads, d, &args.rope.k) == ROTARY_OK);
+  args.rope.offset = 7;
+  args.q_weight.data = q_weight;
+  args.q_weight.dtype = ROTARY_F32;
+  args.q_weight.count = d;
+  EXPECT_ERROR(rotary_qk_norm_rope(schedule, NULL), "args is NULL");
+  {
+    rotary_qk_norm_rope_args bad = args;
+    memset(&bad.order, 9, 1);
+    EXPECT_ERROR(rotary_qk_norm_rope(schedule, &bad), "order=9");
+  }
+  CHECK(rotary_qk_norm_rope(schedule, &args) == ROTARY_OK);
+  CHECK(memcmp(q, q_ref, (size_t)q_count * sizeof *q) == 0);
+  CHECK(memcmp(k, k_ref, (size_t)k_count * sizeof *k) == 0);
+  rotary_schedule_free(schedule);
+  free(q); free(k); free(q_weight); free(q_ref); free(k_ref);
+}
+
+/* rerotate_cache by +delta then -delta (f32, exact angles) returns each key within a few ulps; the
+ * skipped slot and an untouched one keep their bits. Page table -> slots. */
+static void rerotate_and_page_table_case(void) {
+  const rope r = {16, 16, 10000.0, 0};
+  const int64_t slots[3] = {2, -1, 5}, delta[3] = {40, 7, 40}, back[3] = {-40, -7, -40};
+  float* cache = random_floats(8 * 16);
+  float* before = copy_floats(cache, 8 * 16);
+  rotary_schedule* schedule = schedule_of(&r);
+  rotary_rerotate_cache_args args;
+  int64_t i, close = 1, out[3] = {0, 0, 0};
+  const int32_t kv_indices[3] = {4, 1, 7}, kv_indptr[3] = {0, 2, 3}, batch[3] = {0, -1, 1}, pos[3] = {5, 0, 2};
+  memset(&args, 0, sizeof args);
+  CHECK(rotary_cache_view_nhd(cache, ROTARY_F32, 2, 4, 1, 16, 0, 0, &args.cache) == ROTARY_OK);
+  args.slots.data = slots;
+  args.slots.count = 3;
+  args.delta = delta;
+  CHECK(rotary_rerotate_cache(schedule, &args) == ROTARY_OK);
+  CHECK(memcmp(cache + 2 * 16, before + 2 * 16, 16 * sizeof *cache) != 0);
+  args.delta = back;
+  CHECK(rotary_rerotate_cache(schedule, &args) == ROTARY_OK);
+  for (i = 0; i < 8 * 16; ++i) close &= fabs((double)cache[i] - (double)before[i]) <= 1e-5;
+  CHECK(close);
+  for (i = 0; i < 8; ++i) {
+    if (i != 2 && i != 5) CHECK(memcmp(cache + i * 16, before + i * 16, 16 * sizeof *cache) == 0);
+  }
+  EXPECT_ERROR(rotary_rerotate_cache(schedule, NULL), "args is NULL");
+  /* request 0 pages {4, 1}, request 1 page {7}; block 4 */
+  CHECK(rotary_slots_from_page_table(kv_indices, 3, kv_indptr, 3, batch, pos, 3, 4, out) == ROTARY_OK);
+  CHECK(out[0] == 1 * 4 + 1 && out[1] == -1 && out[2] == 7 * 4 + 2);
+  EXPECT_ERROR(rotary_slots_from_page_table(kv_indices, 3, kv_indptr, 3, batch, pos, 3, 4, NULL), "slots_out is NULL");
+  rotary_schedule_free(schedule);
+  free(cache); free(before);
+}
+
+static void test_fused_operations(void) {
+  rope_store_case(ROTARY_F32, ROTARY_F32, 0);
+  rope_store_case(ROTARY_F16, ROTARY_F16, 1);
+  rope_store_case(ROTARY_F32, ROTARY_FP8_E4M3, 0);
+  qk_norm_rope_case();
+  rerotate_and_page_table_case();
+}
+
 int main(void) {
   test_half_in_place_then_inverse();
   test_interleaved_out_of_place_int32_positions();
@@ -985,6 +1279,7 @@ int main(void) {
   test_layer_type_and_vision();
   test_xpos();
   test_undo();
+  test_fused_operations();
   if (failures != 0) {
     fprintf(stderr, "test_c_api: %d check(s) failed\n", failures);
     return 1;
