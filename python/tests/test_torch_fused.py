@@ -431,6 +431,45 @@ def test_slots_from_flashinfer_page_table_address_the_pages():
         slots_from_page_table(kv_indices, kv_indptr.float(), batch_indices, positions, 4)
 
 
+def test_rope_store_takes_batch_seq_tensors_and_threads_share_a_rope():
+    import threading
+    rope = Rope.from_preset("llama-3.1-8b")
+    # [batch, seq, heads, head_dim] (a prefill of 2 sequences), slots b * seq + s order, offset positions.
+    g = torch.Generator().manual_seed(19)
+    q, k, v = (torch.randn(2, 5, h, 128, generator=g).bfloat16() for h in (8, 2, 2))
+    slots = torch.randperm(64, generator=g)[:10]
+    k_cache, v_cache = poisoned((4, 16, 2, 128), torch.int8, 1), poisoned((4, 16, 2, 128), torch.int8, 2)
+    got = run_store(rope, q, k, v, k_cache, v_cache, slots, offset=300, k_scale=0.02, v_scale=0.03)
+    q_rot, k_rot = apply_rope(rope, q, k, offset=300)
+    assert_same_bits(got[0], q_rot, "q")
+    k_rows = store(k_rot.reshape(10, 2, 128), torch.int8, torch.tensor([0.02]))
+    v_rows = store(v.reshape(10, 2, 128), torch.int8, torch.tensor([0.03]))
+    assert_same_bits(got[1], scatter(k_cache, k_rows, slots, "NHD"), "k_cache")
+    assert_same_bits(got[2], scatter(v_cache, v_rows, slots, "NHD"), "v_cache")
+    # Eight threads, one Rope, their own caches (the kernel runs with the GIL released): the same bits.
+    results = [None] * 8
+
+    def work(i):
+        results[i] = run_store(rope, q, k, v, k_cache, v_cache, slots, offset=300, k_scale=0.02, v_scale=0.03)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(r, got))
+
+
+def test_meta_tensors_alone_give_shapes_only():
+    rope = Rope(64)
+    meta = lambda *shape, dtype=torch.bfloat16: torch.empty(*shape, dtype=dtype, device="meta")  # noqa: E731
+    rope_store(rope, meta(3, 4, 64), meta(3, 2, 64), meta(3, 2, 64), meta(2, 4, 2, 64, dtype=torch.float8_e4m3fn),
+               meta(2, 4, 2, 64, dtype=torch.float8_e4m3fn), meta(3, dtype=torch.int64), k_scale=0.5)
+    qk_norm_rope(rope, meta(3, 4, 64), meta(3, 2, 64), meta(64), meta(64), eps=1e-6)
+    rerotate_cache(rope, meta(2, 4, 2, 64), meta(3, dtype=torch.int64), meta(3, dtype=torch.int64))
+
+
 # ---- rope_store: bad input, nothing written --------------------------------------------------------
 
 def _store_args(**change):
