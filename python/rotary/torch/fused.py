@@ -43,7 +43,7 @@ Scale = Union[None, float, Tensor]
 _MODEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CACHE_DTYPES = _MODEL_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 _INDEX_DTYPES = (torch.int64, torch.int32)
-QUANTISED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+_QUANTISED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 
 
 # ---- Arguments -------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
     _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
               k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
-    if q_out is not None and q_out.dtype not in QUANTISED_DTYPES:
+    if q_out is not None and q_out.dtype not in _QUANTISED_DTYPES:
         raise TypeError(f"q_out dtype must be float8_e4m3fn, float8_e5m2 or int8 (a quantised copy of q), got "
                         f"{q_out.dtype}")
     if q_out is None and q_scale is not None:
