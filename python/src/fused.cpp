@@ -154,12 +154,19 @@ int64_t table_rows(const Positions& p, int64_t seq) {
   return largest + 1;
 }
 
-// The Rope's exact table for this call's positions (apply's angles, read instead of computing each
+// The Rope's table of `mode` for this call's positions (apply's angles, read instead of computing each
 // token's), or null: none needed, or beyond the Rope's cache (then computed on the fly: the same bits).
 std::shared_ptr<const Table> table_for(const FusedHooks& hooks, const py::object& rope, const Positions& p,
-                                       int64_t seq) {
+                                       int64_t seq, AngleMode mode) {
   const int64_t rows = table_rows(p, seq);
-  return rows > 0 ? hooks.table_of(rope, rows) : nullptr;
+  return rows > 0 ? hooks.table_of(rope, rows, mode) : nullptr;
+}
+
+// "exact" or "hf-float32" (rotary.torch checked the word).
+AngleMode angle_mode_of(const std::string& angles) {
+  if (angles == "exact") return AngleMode::exact;
+  if (angles == "hf-float32") return AngleMode::hf_float32;
+  throw py::value_error("angles='" + angles + "' must be 'exact' or 'hf-float32'");
 }
 
 }  // namespace
@@ -181,7 +188,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                               const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
                               const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
                               const py::object& k_pass_cache, const py::object& k_pass_scale,
-                              const py::object& cos_sin_cache) {
+                              const py::object& cos_sin_cache, const std::string& angles) {
     const Schedule& schedule = hooks.schedule_of(rope);
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
@@ -196,10 +203,12 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     args.cache.k_pass = view_of(k_pass, "k_pass");
     args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
     args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
-    const std::optional<CallerAngles> angles = caller_angles_of(cos_sin_cache, schedule);
+    const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
+    const AngleMode numerics = angle_mode_of(angles);
+    if (numerics != AngleMode::exact) args.rope.numerics = numerics;
     const std::shared_ptr<const Table> table =
-        angles ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
-    args.rope.angles = angles ? &*angles : nullptr;
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+    args.rope.angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
@@ -214,7 +223,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                                 const std::string& rounding, const py::object& v, bool v_norm,
                                 const py::object& k_cache, const py::object& v_cache, const py::object& slots,
                                 const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
-                                const py::object& cos_sin_cache) {
+                                const py::object& cos_sin_cache, const std::string& angles) {
     const Schedule& schedule = hooks.schedule_of(rope);
     QkNormRopeArgs args;
     args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
@@ -244,10 +253,12 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.store = &store;
       args.rope.k_out = args.rope.k;
     }
-    const std::optional<CallerAngles> angles = caller_angles_of(cos_sin_cache, schedule);
+    const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
+    const AngleMode numerics = angle_mode_of(angles);
+    if (numerics != AngleMode::exact) args.rope.numerics = numerics;
     const std::shared_ptr<const Table> table =
-        angles ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq());
-    args.rope.angles = angles ? &*angles : nullptr;
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+    args.rope.angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);
@@ -268,7 +279,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.positions = positions_of(positions, streams, 0);
     }
     const std::shared_ptr<const Table> table =
-        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count) : nullptr;
+        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, AngleMode::exact)
+                                       : nullptr;
     args.table = table.get();
     args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
     py::gil_scoped_release release;

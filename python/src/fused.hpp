@@ -13,9 +13,9 @@
 struct FusedHooks {
   /// Its schedule, alive as long as the object.
   const rotary::Schedule& (*schedule_of)(pybind11::handle rope);
-  /// Its cached exact table covering positions [0, rows) (the one apply reads), or null beyond its
-  /// cache. Called with the GIL held.
-  std::shared_ptr<const rotary::Table> (*table_of)(pybind11::handle rope, int64_t rows);
+  /// Its cached table of `mode` covering positions [0, rows) (the one apply reads), or null beyond
+  /// its cache. Called with the GIL held.
+  std::shared_ptr<const rotary::Table> (*table_of)(pybind11::handle rope, int64_t rows, rotary::AngleMode mode);
 };
 
 /// Adds rope_store, qk_norm_rope, rerotate_cache and slots_from_page_table to `m`.

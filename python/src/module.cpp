@@ -1394,7 +1394,9 @@ PYBIND11_MODULE(_rotary, m) {
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"));
 
   bind_fused(m, {[](py::handle r) -> const Schedule& { return r.cast<const PyRope&>().schedule(); },
-                 [](py::handle r, int64_t rows) { return r.cast<const PyRope&>().cache(rows, AngleMode::exact); }});
+                 [](py::handle r, int64_t rows, AngleMode mode) {
+                   return r.cast<const PyRope&>().cache(rows, mode);
+                 }});
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
     return pairing_permutation(int_arg(head_dim, "head_dim"), int_arg(rotary_dim, "rotary_dim"),

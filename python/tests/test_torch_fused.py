@@ -352,6 +352,25 @@ def test_the_engines_cos_sin_cache_instead_of_rotarys_angles(cache_dtype):
                                     positions=positions + 1, cos_sin_cache=table))
 
 
+def test_transformers_float32_angles_as_apply_rope_takes_them():
+    rope = Rope(128, base=1e6)  # Qwen2/Qwen3: one pair's float32 power differs from torch's (see Rope.apply)
+    q, k, v, k_cache, v_cache, slots, positions = make_store_case(rope, 9, 4, 2, torch.bfloat16, torch.bfloat16, 16,
+                                                                  "NHD", 20)
+    got = run_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, angles="hf-float32")
+    q_rot, k_rot = apply_rope(rope, q, k, positions=positions, angles="hf-float32")
+    assert_same_bits(got[0], q_rot, "q")
+    assert_same_bits(got[1], scatter(k_cache, k_rot, slots, "NHD"), "k_cache")
+    exact = run_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions)
+    assert not torch.equal(exact[0], got[0])  # positions up to 2^17: float32 angles drift
+    qw = torch.rand(128).bfloat16() + 0.5
+    q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, qw, eps=1e-6, positions=positions, angles="hf-float32")
+    q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, qw, 1e-6), positions=positions,
+                                angles="hf-float32")
+    assert_same_bits(q2, q_want, "q normed") and assert_same_bits(k2, k_want, "k normed")
+    with pytest.raises(ValueError, match="^angles='fast' must be 'exact' or 'hf-float32'"):
+        rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, angles="fast")
+
+
 def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     rope = Rope.from_preset("llama-3.1-8b")
     g = torch.Generator().manual_seed(3)
@@ -887,17 +906,17 @@ def test_opcheck_of_the_three_operators():
                                                                   4, "NHD", 13)
     torch.library.opcheck(torch.ops.rotary.rope_store.default,
                           (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
-                           "divide", None, None, None, None, None, None))
+                           "divide", None, None, None, None, None, None, "exact"))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,
-                           False, None, None, None, "NHD", None, None, "divide", None))
+                           False, None, None, None, "NHD", None, None, "divide", None, "exact"))
     vn = torch.randn(9, 2, 64).bfloat16()
     pn = pn % 4096  # rows of the cos_sin_cache below
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 1.0, "norm_rope", "head", "gemma", vn,
                            True, k_cache.bfloat16(), v_cache.bfloat16(), torch.randperm(20)[:9], "NHD", None, None,
-                           "divide", torch.randn(4096, 64)))
+                           "divide", torch.randn(4096, 64), "exact"))
     k_cache = torch.randn(k_cache.shape).to(torch.bfloat16)
     torch.library.opcheck(torch.ops.rotary.rerotate_cache.default,
                           (k_cache, slots, rope._handle, torch.arange(6) - 3, None, "NHD", None, "divide"))

@@ -44,6 +44,7 @@ _MODEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CACHE_DTYPES = _MODEL_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 _INDEX_DTYPES = (torch.int64, torch.int32)
 _QUANTISED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+_ANGLES = ("exact", "hf-float32")
 
 
 # ---- Arguments -------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache):
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles):
     _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
               k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
@@ -232,7 +233,7 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale,
                            None if k_pass is None else _activation(k_pass, "k_pass"),
                            None if k_pass_cache is None else _cache(k_pass_cache, "k_pass_cache", kv_layout),
-                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r))
+                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r), angles)
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -242,14 +243,14 @@ def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
                    q_scale: Optional[Tensor], k_pass: Optional[Tensor], k_pass_cache: Optional[Tensor],
-                   k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor]) -> None:
+                   k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor], angles: str) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache)
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache):
+                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
                  k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
                  k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
@@ -259,7 +260,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
                q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
-               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None) -> Tensor:
+               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, angles: str = "exact") -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -318,6 +319,9 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         The engine's own table instead of rotary's angles: vLLM's ``[rows, rotary_dim]``, row p the
         rotary_dim/2 cos values of position p then the sin values (already times any attention
         factor); ``positions`` index it. Not with xPos.
+    angles : {"exact", "hf-float32"}
+        rotary's angles (without cos_sin_cache): exact (default), or transformers' float32 numerics
+        (whole positions), as ``apply_rope`` takes them.
 
     Returns
     -------
@@ -349,7 +353,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
             scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
-            _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache)
+            _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache, _choice(angles, "angles", _ANGLES))
     if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache):
         _rope_store_kernel(*args)
     else:
@@ -361,7 +365,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
                          rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode,
-                         cos_sin_cache):
+                         cos_sin_cache, angles):
     _cpu_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
               cos_sin_cache=cos_sin_cache)
@@ -381,7 +385,7 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              None if k_cache is None else _cache(k_cache, "k_cache", kv_layout),
                              None if v_cache is None else _cache(v_cache, "v_cache", kv_layout),
                              None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode,
-                             _cos_sin_cache(cos_sin_cache, r))
+                             _cos_sin_cache(cos_sin_cache, r), angles)
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -391,14 +395,16 @@ def _qk_norm_rope_op(q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor],
                      eps: float, positions: Optional[Tensor], offset: int, weight_offset: float, order: str,
                      scope: str, rounding: str, v: Optional[Tensor], v_norm: bool, k_cache: Optional[Tensor],
                      v_cache: Optional[Tensor], slots: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor],
-                     v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor]) -> None:
+                     v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor], angles: str) -> None:
     _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
-                         v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache)
+                         v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
+                         angles)
 
 
 @_qk_norm_rope_op.register_fake
 def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
-                       v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache):
+                       v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
+                       angles):
     _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
                  k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
                  cos_sin_cache=cos_sin_cache)
@@ -409,7 +415,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
                  order: str = "norm_rope", scope: str = "head", rounding: str = "llama", v: Optional[Tensor] = None,
                  v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
                  slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
-                 scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+                 scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None,
+                 angles: str = "exact") -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
     OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
     the cache write of ``rope_store`` in the same pass.
@@ -452,8 +459,9 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode
         The cache write, as ``rope_store`` takes them: k (normed and rotated, also left in k) and v go
         to the caches at the slots. All None (default): no write.
-    cos_sin_cache : torch.Tensor, optional
-        The engine's own table instead of rotary's angles, as ``rope_store`` takes it.
+    cos_sin_cache, angles
+        The engine's own table instead of rotary's angles, or rotary's angles' numerics, as
+        ``rope_store`` takes them.
 
     Returns
     -------
@@ -485,7 +493,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     like = q if k_cache is None else k_cache
     args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
             v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
-            _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache)
+            _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache, _choice(angles, "angles", _ANGLES))
     if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache):
         _qk_norm_rope_kernel(*args)
     else:
