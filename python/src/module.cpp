@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "fused.hpp"
 #include "text.hpp"
 #include "rotary/build.hpp"
 #include "rotary/doctor.hpp"
@@ -1291,6 +1292,10 @@ PYBIND11_MODULE(_rotary, m) {
       .def("switch", &switch_py, py::arg("k"), py::arg("k_out"), py::arg("to"), py::arg("positions"),
            py::arg("streams"), py::arg("offset"), py::arg("layout"), py::arg("inverse"));
 
+  bind_fused(m, {[](py::handle r) -> const Schedule& { return r.cast<const PyRope&>().schedule(); },
+                 [](py::handle r, int64_t rows, AngleMode mode) {
+                   return r.cast<const PyRope&>().cache(rows, mode);
+                 }});
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
     return pairing_permutation(int_arg(head_dim, "head_dim"), int_arg(rotary_dim, "rotary_dim"),

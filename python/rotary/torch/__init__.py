@@ -20,6 +20,15 @@ with its CUDA kernels (``pip install . --config-settings=cmake.define.ROTARY_CUD
 stream without waiting (CUDA-graph safe; see ``Rope.apply`` for what runs on the device and
 ``check_positions`` for the positions' check). Any other device gets a ValueError naming the tensor.
 
+Engines' own signatures (``rotary/torch/engines.py``): ``rotary_embedding(positions, query, key,
+head_size, cos_sin_cache, is_neox)`` (vLLM, SGLang) and ``apply_rope_with_cos_sin_cache_inplace``
+(FlashInfer), through the in-place operator ``torch.ops.rotary.rotary_embedding``, from the caller's
+``cos_sin_cache``. Fused operations for serving engines (``rotary/torch/fused.py``): ``rope_store``
+(RoPE + KV-cache write, fp8/int8 caches), ``qk_norm_rope`` (QK-norm + RoPE, optionally + the cache
+write) and ``rerotate_cache`` (cached keys moved in place), each bit-identical to its composition of
+rotary's primitives, through the operators ``torch.ops.rotary.rope_store``, ``qk_norm_rope`` and
+``rerotate_cache`` (CPU kernels).
+
 ``apply_rope``, ``apply_rope_`` and ``RotaryEmbedding`` are what to call. In eager mode, when no
 gradient is recorded, they call the kernel directly (the dispatcher's Python overhead is several
 times the rotation of a decode step); under ``torch.compile``, or when autograd records the call,
@@ -38,7 +47,9 @@ if not hasattr(torch.library, "custom_op"):
 
 from .. import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
 
-__all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions"]
+__all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions",
+           "rotary_embedding", "apply_rope_with_cos_sin_cache_inplace", "rope_store", "qk_norm_rope", "rerotate_cache",
+           "slots_from_page_table"]
 
 Tensor = torch.Tensor
 Rotated = Union[Tensor, tuple[Tensor, Tensor]]
@@ -447,6 +458,12 @@ class RotaryEmbedding(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return repr(self.rope)
+
+
+# Engine-shaped entry points (vLLM, SGLang, FlashInfer): rotary/torch/engines.py, on the helpers above.
+from .engines import apply_rope_with_cos_sin_cache_inplace, rotary_embedding  # noqa: E402
+# Fused operations (rope_store, qk_norm_rope, rerotate_cache): rotary/torch/fused.py.
+from .fused import qk_norm_rope, rerotate_cache, rope_store, slots_from_page_table  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

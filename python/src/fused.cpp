@@ -1,0 +1,289 @@
+// The fused operations of rotary/fused.hpp (rope_store, qk_norm_rope, rerotate_cache) for
+// rotary.torch (python/rotary/torch/fused.py). That layer hands over torch CPU tensors already in
+// the library's order: activations [batch, seq, heads, dim], caches [num_blocks, block_size, heads,
+// dim] (an HND cache as its permuted view), slots, scales, weights and positions contiguous. Here
+// each tensor becomes the library's view (pointer, dtype, shape, strides, read from the tensor:
+// torch's float8 dtypes have no DLPack code), and every rule is the library's own validate, run by
+// the operation before it writes anything (rotary::Error: ValueError in Python).
+#include "fused.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rotary/fused.hpp"
+
+namespace py = pybind11;
+using namespace rotary;
+
+namespace {
+
+struct Borrowed {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::array<int64_t, 4> shape{};
+  std::array<int64_t, 4> strides{};
+  int64_t ndim = 0;
+  int64_t numel = 0;
+};
+
+DType dtype_of(py::handle tensor, const char* name) {
+  const std::string dtype = py::str(tensor.attr("dtype"));
+  if (dtype == "torch.float32") return DType::f32;
+  if (dtype == "torch.float64") return DType::f64;
+  if (dtype == "torch.float16") return DType::f16;
+  if (dtype == "torch.bfloat16") return DType::bf16;
+  if (dtype == "torch.float8_e4m3fn") return DType::fp8_e4m3;
+  if (dtype == "torch.float8_e5m2") return DType::fp8_e5m2;
+  if (dtype == "torch.int8") return DType::i8;
+  throw py::type_error(std::string(name) + " dtype must be float32, float64, float16, bfloat16, float8_e4m3fn, "
+                       "float8_e5m2 or int8, got " + dtype);
+}
+
+// A torch tensor of at most 4 dimensions as pointer, shape and strides (elements); with `typed`, its
+// dtype too (a value dtype: data, caches, weights).
+Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
+  Borrowed b;
+  const py::tuple shape = tensor.attr("shape");
+  const py::tuple strides = tensor.attr("stride")();
+  b.ndim = static_cast<int64_t>(shape.size());
+  if (b.ndim > 4) throw py::value_error(std::string(name) + " has " + std::to_string(b.ndim) + " dimensions");
+  b.numel = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    b.shape[d] = shape[d].cast<int64_t>();
+    b.strides[d] = strides[d].cast<int64_t>();
+    b.numel *= b.shape[d];
+  }
+  b.data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+  if (typed) b.dtype = dtype_of(tensor, name);
+  return b;
+}
+
+TensorView view_of(const py::object& tensor, const char* name) {
+  if (tensor.is_none()) return TensorView{};
+  const Borrowed b = borrow(tensor, name);
+  return TensorView{.data = b.data, .dtype = b.dtype, .shape = b.shape, .strides = b.strides};
+}
+
+// [num_blocks, block_size, heads, dim] (any strides) as a CacheView.
+CacheView cache_of(const py::object& tensor, const char* name) {
+  if (tensor.is_none()) return CacheView{};
+  const Borrowed b = borrow(tensor, name);
+  return CacheView{.data = b.data, .dtype = b.dtype, .block_size = b.shape[1], .num_blocks = b.shape[0],
+                   .heads = b.shape[2], .head_dim = b.shape[3], .strides = b.strides};
+}
+
+Slots slots_of(const py::object& tensor) {
+  const Borrowed b = borrow(tensor, "slots", false);
+  const std::string dtype = py::str(tensor.attr("dtype"));
+  return Slots{.data = b.data, .is_i64 = dtype == "torch.int64", .count = b.numel};
+}
+
+// A contiguous float32 scale of 1 or heads values; None: 1.0.
+CacheQuant quant_of(const py::object& scale, ScaleMode mode) {
+  if (scale.is_none()) return CacheQuant{.mode = mode};
+  const Borrowed b = borrow(scale, "scale");
+  return CacheQuant{.scale = static_cast<const float*>(b.data), .count = b.numel, .mode = mode};
+}
+
+ScaleMode scale_mode_of(const std::string& mode) {
+  if (mode == "divide") return ScaleMode::divide;
+  if (mode == "multiply") return ScaleMode::multiply;
+  throw py::value_error("scale_mode='" + mode + "' must be 'divide' or 'multiply'");
+}
+
+// Contiguous per-token positions ([tokens] or [streams, tokens]), or sequential from offset.
+Positions positions_of(const py::object& positions, int streams, int64_t offset) {
+  if (positions.is_none()) return Positions::sequential(offset);
+  const std::string dtype = py::str(positions.attr("dtype"));
+  const Borrowed b = borrow(positions, "positions", false);
+  const auto n = static_cast<size_t>(b.numel);
+  if (dtype == "torch.int64") return Positions::per_token(std::span(static_cast<const int64_t*>(b.data), n), streams);
+  if (dtype == "torch.int32") return Positions::per_token(std::span(static_cast<const int32_t*>(b.data), n), streams);
+  if (dtype == "torch.float64") return Positions::per_token(std::span(static_cast<const double*>(b.data), n), streams);
+  if (dtype == "torch.float32") return Positions::per_token(std::span(static_cast<const float*>(b.data), n), streams);
+  throw py::type_error("positions must be int64, int32, float64 or float32, got " + dtype);
+}
+
+NormWeight weight_of(const py::object& weight, const char* name) {
+  if (weight.is_none()) return NormWeight{};
+  const Borrowed b = borrow(weight, name);
+  return NormWeight{.data = b.data, .dtype = b.dtype, .count = b.numel};
+}
+
+// vLLM's cos_sin_cache [rows, rotary_dim] (rotary.torch checked its width) as the caller's angles per
+// position: row p holds pair j's cos in column j and its sin in column rotary_dim/2 + j.
+std::optional<CallerAngles> caller_angles_of(const py::object& cache, const Schedule& schedule) {
+  if (cache.is_none()) return std::nullopt;
+  const Borrowed b = borrow(cache, "cos_sin_cache");
+  const int64_t pairs = schedule.pairs();
+  const auto* sin = b.data == nullptr ? nullptr
+                                      : static_cast<const char*>(b.data) + pairs * b.strides[1] * size_of(b.dtype);
+  const std::array<int64_t, 3> strides{0, b.strides[0], b.strides[1]};
+  return CallerAngles{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::pairs,
+                      .cos = b.data, .sin = sin, .dtype = b.dtype, .shape = {1, b.shape[0], pairs},
+                      .cos_strides = strides, .sin_strides = strides};
+}
+
+// A contiguous int32 CPU tensor (rotary.torch.slots_from_page_table made it so) as a span.
+std::span<const int32_t> int32s(const py::object& tensor, const char* name) {
+  const Borrowed b = borrow(tensor, name, false);
+  return {static_cast<const int32_t*>(b.data), static_cast<size_t>(b.numel)};
+}
+
+// The rows of the Rope's table a call reads: positions 0 .. the largest whole position (every stream),
+// or 0 (no table: fractional positions, or a position apply's validate will refuse).
+int64_t table_rows(const Positions& p, int64_t seq) {
+  if (p.kind == Positions::Kind::sequential) return p.offset >= 0 ? p.offset + seq : 0;
+  if (p.is_fractional()) return 0;
+  int64_t largest = -1;
+  for (int64_t i = 0; i < p.count * p.streams; ++i) {
+    const int64_t v = p.kind == Positions::Kind::per_token_i64 ? static_cast<const int64_t*>(p.data)[i]
+                                                               : static_cast<const int32_t*>(p.data)[i];
+    if (v < 0 || v >= max_position_limit) return 0;
+    largest = std::max(largest, v);
+  }
+  return largest + 1;
+}
+
+// The Rope's table of `mode` for this call's positions (apply's angles, read instead of computing each
+// token's), or null: none needed, or beyond the Rope's cache (then computed on the fly: the same bits).
+std::shared_ptr<const Table> table_for(const FusedHooks& hooks, const py::object& rope, const Positions& p,
+                                       int64_t seq, AngleMode mode) {
+  const int64_t rows = table_rows(p, seq);
+  return rows > 0 ? hooks.table_of(rope, rows, mode) : nullptr;
+}
+
+// "exact" or "hf-float32" (rotary.torch checked the word).
+AngleMode angle_mode_of(const std::string& angles) {
+  if (angles == "exact") return AngleMode::exact;
+  if (angles == "hf-float32") return AngleMode::hf_float32;
+  throw py::value_error("angles='" + angles + "' must be 'exact' or 'hf-float32'");
+}
+
+}  // namespace
+
+void bind_fused(py::module_& m, FusedHooks hooks) {
+  m.def("slots_from_page_table", [](const py::object& kv_indices, const py::object& kv_indptr,
+                                    const py::object& batch_indices, const py::object& positions, int64_t block_size) {
+    std::vector<int64_t> slots = slots_from_page_table(int32s(kv_indices, "kv_indices"), int32s(kv_indptr, "kv_indptr"),
+                                                       int32s(batch_indices, "batch_indices"),
+                                                       int32s(positions, "positions"), block_size);
+    py::array_t<int64_t> out(static_cast<py::ssize_t>(slots.size()));
+    std::copy(slots.begin(), slots.end(), out.mutable_data());
+    return out;
+  });
+
+  m.def("rope_store", [hooks](const py::object& rope, const py::object& q, const py::object& k, const py::object& v,
+                              const py::object& k_cache, const py::object& v_cache, const py::object& slots,
+                              const py::object& positions, int streams, int64_t offset, bool inverse,
+                              const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
+                              const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
+                              const py::object& k_pass_cache, const py::object& k_pass_scale,
+                              const py::object& cos_sin_cache, const std::string& angles) {
+    const Schedule& schedule = hooks.schedule_of(rope);
+    const ScaleMode mode = scale_mode_of(scale_mode);
+    RopeStoreArgs args;
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
+                          .positions = positions_of(positions, streams, offset),
+                          .direction = inverse ? Direction::inverse : Direction::forward};
+    args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
+                            .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
+                            .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
+    args.q_quantized = view_of(q_quantized, "q_out");
+    args.q_quant = quant_of(q_scale, mode);
+    args.cache.k_pass = view_of(k_pass, "k_pass");
+    args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
+    args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
+    const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
+    const AngleMode numerics = angle_mode_of(angles);
+    if (numerics != AngleMode::exact) args.rope.numerics = numerics;
+    const std::shared_ptr<const Table> table =
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+    args.rope.angles = caller ? &*caller : nullptr;
+    args.rope.table = table.get();
+    py::gil_scoped_release release;
+    rope_store(schedule, args);
+  });
+
+  // With k_cache: k (and v) also written to the caches at the slots, as rope_store writes them; k is
+  // still normed and rotated in place (k_out = k), v's normed values go to v_cache only.
+  m.def("qk_norm_rope", [hooks](const py::object& rope, const py::object& q, const py::object& k,
+                                const py::object& q_weight, const py::object& k_weight, float eps,
+                                const py::object& positions, int streams, int64_t offset, bool inverse,
+                                float weight_offset, const std::string& order, const std::string& scope,
+                                const std::string& rounding, const py::object& v, bool v_norm,
+                                const py::object& k_cache, const py::object& v_cache, const py::object& slots,
+                                const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
+                                const py::object& cos_sin_cache, const std::string& angles) {
+    const Schedule& schedule = hooks.schedule_of(rope);
+    QkNormRopeArgs args;
+    args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
+                          .positions = positions_of(positions, streams, offset),
+                          .direction = inverse ? Direction::inverse : Direction::forward};
+    args.q_weight = weight_of(q_weight, "q_weight");
+    args.k_weight = weight_of(k_weight, "k_weight");
+    args.eps = eps;
+    args.weight_offset = weight_offset;
+    if (order == "norm_rope") args.order = NormOrder::norm_then_rope;
+    else if (order == "rope_norm") args.order = NormOrder::rope_then_norm;
+    else throw py::value_error("order='" + order + "' must be 'norm_rope' or 'rope_norm'");
+    if (scope == "head") args.scope = NormScope::head;
+    else if (scope == "all_heads") args.scope = NormScope::all_heads;
+    else throw py::value_error("scope='" + scope + "' must be 'head' or 'all_heads'");
+    if (rounding == "llama") args.rounding = NormRounding::llama;
+    else if (rounding == "gemma") args.rounding = NormRounding::gemma;
+    else throw py::value_error("rounding='" + rounding + "' must be 'llama' or 'gemma'");
+    args.v = view_of(v, "v");
+    args.v_norm = v_norm;
+    CacheWrite store;
+    if (!k_cache.is_none()) {
+      const ScaleMode mode = scale_mode_of(scale_mode);
+      store = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
+                         .v_cache = cache_of(v_cache, "v_cache"), .v = args.v, .k_quant = quant_of(k_scale, mode),
+                         .v_quant = quant_of(v_scale, mode)};
+      args.store = &store;
+      args.rope.k_out = args.rope.k;
+    }
+    const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
+    const AngleMode numerics = angle_mode_of(angles);
+    if (numerics != AngleMode::exact) args.rope.numerics = numerics;
+    const std::shared_ptr<const Table> table =
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+    args.rope.angles = caller ? &*caller : nullptr;
+    args.rope.table = table.get();
+    py::gil_scoped_release release;
+    qk_norm_rope(schedule, args);
+  });
+
+  m.def("rerotate_cache", [hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
+                                  const py::object& delta, int delta_streams, const py::object& positions, int streams,
+                                  bool inverse, const py::object& k_scale, const std::string& scale_mode) {
+    const Schedule& schedule = hooks.schedule_of(rope);
+    RerotateCacheArgs args{.cache = cache_of(k_cache, "k_cache"), .slots = slots_of(slots)};
+    args.rotated = inverse ? Direction::inverse : Direction::forward;
+    if (!delta.is_none()) {
+      args.mode = RerotateMode::delta;
+      args.delta = static_cast<const int64_t*>(borrow(delta, "delta", false).data);
+      args.delta_streams = delta_streams;
+    } else {
+      args.mode = RerotateMode::raw;
+      args.positions = positions_of(positions, streams, 0);
+    }
+    const std::shared_ptr<const Table> table =
+        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, AngleMode::exact)
+                                       : nullptr;
+    args.table = table.get();
+    args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
+    py::gil_scoped_release release;
+    rerotate_cache(schedule, args);
+  });
+}
