@@ -312,14 +312,12 @@ def test_report_names_its_bad_arguments_in_one_line(tmp_path, capsys):
 
 
 def _rotary_command():
-    """The `rotary` command beside this Python (pip's scripts folder), else the CMake build's."""
+    """The developer's `rotary-dev` (its demo) of the CMake build (it is not installed)."""
     import shutil
-    import sysconfig
-    for candidate in (pathlib.Path(sysconfig.get_path("scripts")) / "rotary",
-                      pathlib.Path(__file__).resolve().parents[2] / "build" / "rotary"):
-        if candidate.is_file():
-            return str(candidate)
-    return shutil.which("rotary")
+    candidate = pathlib.Path(__file__).resolve().parents[2] / "build" / "rotary-dev"
+    if candidate.is_file():
+        return str(candidate)
+    return shutil.which("rotary-dev")
 
 
 def test_report_shows_every_figure_with_its_caption(tmp_path):
@@ -327,7 +325,7 @@ def test_report_shows_every_figure_with_its_caption(tmp_path):
     from rotary import report
     command = _rotary_command()
     if command is None:
-        pytest.skip("no `rotary` command installed or built")
+        pytest.skip("no `rotary-dev` command built")
     assert report.main(["--cli", command, "--out", str(tmp_path)]) == 0
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
     figures = sorted(p.name for p in (tmp_path / "figures").iterdir())
