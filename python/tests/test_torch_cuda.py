@@ -271,17 +271,20 @@ def test_unusable_device_positions_skip_their_tokens_and_are_reported_on_check()
 
 
 @gpu
-def test_hf_float32_reads_per_token_positions_back_and_checks_them_before_writing():
-    rope, q = Rope(16), torch.randn(1, 3, 2, 16, device="cuda")
-    before = q.clone()
-    with pytest.raises(ValueError, match=r"^positions\[2\]=2147483648 must be in \[0, 2\^31\)"):
-        rope.apply(q, positions=torch.tensor([1, 2, 2**31], device="cuda"), angles="hf-float32", inplace=True)
-    # Its table spans the positions: beyond the cached rows, at most one row per position.
-    with pytest.raises(ValueError, match=r"^angles='hf-float32' on cuda:0: positions 0\.\.2147483647 would need a "
-                                         r"table of 2147483648 rows for 3 positions \(at most 1048576 rows, or one "
-                                         r"per position\): use angles='exact'"):
-        rope.apply(q, positions=torch.tensor([0, 2**31 - 1, 5], device="cuda"), angles="hf-float32", inplace=True)
-    assert torch.equal(q, before)
+def test_hf_float32_per_token_positions_are_computed_on_the_device():
+    # transformers' float32 angles for per-token device positions: computed on the device (never read
+    # back, capturable), the CPU's bits at any position; unusable positions are skipped and flagged.
+    rope = Rope(128, base=1e6)
+    q = torch.randn(1, 3, 2, 128, generator=torch.Generator().manual_seed(9))
+    positions = torch.tensor([1, 2**31 - 1, 70000])
+    got = rope.apply(q.cuda(), positions=positions.cuda(), angles="hf-float32")
+    assert_same_bits(got.cpu(), rope.apply(q, positions=positions, angles="hf-float32"), "hf-float32 on cuda")
+    check_positions()  # a clean start
+    q_gpu = q.cuda()
+    with pytest.raises(ValueError, match=r"^positions: a per-token position was outside \[0, 2\^31\)"):
+        rope.apply(q_gpu, positions=torch.tensor([1, 2, 2**31], device="cuda"), angles="hf-float32", inplace=True,
+                   check=True)
+    assert_same_bits(q_gpu[:, 2:], q[:, 2:], "the skipped token is untouched")
 
 
 # ---- Devices ---------------------------------------------------------------------------------------
