@@ -41,7 +41,8 @@ void check_output(const TensorView& out, const char* name, const TensorView& in,
     throw Error(fmt::format("{}.dtype={} differs from {}.dtype={}", name, to_string(out.dtype),
                             in_name, to_string(in.dtype)));
   }
-  if (out.shape != in.shape) {
+  if (out.shape[0] != in.shape[0] || out.shape[1] != in.shape[1] || out.shape[2] != in.shape[2] ||
+      out.shape[3] != in.shape[3]) {  // element by element: no memcmp per call
     throw Error(fmt::format("{} shape {} differs from {} shape {}", name, shape_text(out), in_name,
                             shape_text(in)));
   }
@@ -74,8 +75,10 @@ std::string entry_text(const Positions& positions, int64_t i, int k) {
 // number when a table or per-position caller angles index rows by it, and in them.
 // text(): the entry as the caller wrote it (for messages only).
 template <class Text>
+// row_out: where the table row found for the position goes (null: not wanted).
 void check_position_value(double position, int64_t index, int stream, int streams,
-                          const Table* table, int64_t angle_rows, bool hf_float32, Text text) {
+                          const Table* table, int64_t angle_rows, bool hf_float32, Text text,
+                          int64_t* row_out = nullptr) {
   // Formatted only on error: this runs once per position on every call.
   const auto where = [&] {
     return streams > 1 ? fmt::format("positions[{}][{}]", stream, index)
@@ -95,8 +98,10 @@ void check_position_value(double position, int64_t index, int stream, int stream
                             table != nullptr ? "table" : "per_position cos/sin tensor"));
   }
   const auto whole = static_cast<int64_t>(position);
-  if (table != nullptr && !table->row_of(whole)) {
-    throw Error(fmt::format("{}={} is not in the table", where(), whole));
+  if (table != nullptr) {
+    const std::optional<int64_t> row = table->row_of(whole);
+    if (!row) throw Error(fmt::format("{}={} is not in the table", where(), whole));
+    if (row_out != nullptr) *row_out = *row;
   }
   if (angle_rows >= 0 && whole >= angle_rows) {
     throw Error(fmt::format("{}={} is beyond the {} rows of the per_position cos/sin", where(), whole,
@@ -145,8 +150,12 @@ void check_xpos_extent(const Schedule& schedule, double lowest, double highest, 
 // Returns the lowest and highest position read (when read_entries, or sequential), else nullopt.
 std::optional<std::pair<double, double>> check_positions(const Positions& positions, const Schedule& schedule,
                                                         int64_t batch, int64_t seq, const Table* table,
-                                                        int64_t angle_rows, bool hf_float32, bool read_entries) {
+                                                        int64_t angle_rows, bool hf_float32, bool read_entries,
+                                                        std::vector<int64_t>* rows_out) {
   using Kind = Positions::Kind;
+  // A list table's rows, as table_rows lays them out (one per position entry), recorded by the
+  // search that checks each position, so that apply searches once.
+  if (table == nullptr || table->is_range() || table->rows() == 0 || !read_entries) rows_out = nullptr;
   if (positions.streams < 1 || positions.streams > max_streams) {
     throw Error(fmt::format("positions streams={} must be in [1, {}]", positions.streams, max_streams));
   }
@@ -176,9 +185,11 @@ std::optional<std::pair<double, double>> check_positions(const Positions& positi
                           });
       }
       if (table == nullptr && angle_rows < 0) return extent;
+      if (rows_out != nullptr) rows_out->resize(static_cast<size_t>(seq));
       for (int64_t s = 0; s < seq; ++s) {
         check_position_value(static_cast<double>(positions.offset + s), s, 0, 1, table, angle_rows, false,
-                             [&] { return std::to_string(positions.offset + s); });
+                             [&] { return std::to_string(positions.offset + s); },
+                             rows_out != nullptr ? rows_out->data() + s : nullptr);
       }
       return extent;
     }
@@ -203,11 +214,13 @@ std::optional<std::pair<double, double>> check_positions(const Positions& positi
       const int64_t per_stream = positions.count;
       double lowest = max_position_limit;
       double highest = 0;
+      if (rows_out != nullptr) rows_out->resize(static_cast<size_t>(positions.streams * per_stream));
       for (int k = 0; k < positions.streams; ++k) {
         for (int64_t i = 0; i < per_stream; ++i) {
           const double p = positions.value(i, i, k);
           check_position_value(p, i, k, positions.streams, table, angle_rows, hf_float32,
-                               [&] { return entry_text(positions, i, k); });
+                               [&] { return entry_text(positions, i, k); },
+                               rows_out != nullptr ? rows_out->data() + k * per_stream + i : nullptr);
           lowest = std::min(lowest, p);
           highest = std::max(highest, p);
         }
@@ -292,8 +305,9 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
 namespace {
 
 // validate's body; read_entries false skips the per-token position entries' values.
+// rows_out: a list table's row per position entry (check_positions), when wanted.
 std::optional<std::pair<double, double>> validate_call(const Schedule& schedule, const ApplyArgs& args,
-                                                      bool read_entries) {
+                                                      bool read_entries, std::vector<int64_t>* rows_out = nullptr) {
   const bool table_matches = args.table != nullptr && same_schedule(*args.table, schedule);
   if (!table_matches) validate(schedule);
   if (!args.q.is_set()) throw Error("q is not set (q is TensorView{}: data null, shape all 0)");
@@ -406,7 +420,7 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
                             "cos and sin times the factor", schedule.attention_factor));
   }
   return check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
-                         hf_on_the_fly, read_entries);
+                         hf_on_the_fly, read_entries, rows_out);
 }
 
 }  // namespace
@@ -423,19 +437,36 @@ std::optional<std::pair<double, double>> detail::validate_extent(const Schedule&
   return validate_call(schedule, args, /*read_entries=*/true);
 }
 
+namespace {
+
+// apply after validation; row_index: a list table's rows as validation found them (empty: found here).
+void run_validated(const Schedule& schedule, const ApplyArgs& args, std::vector<int64_t>& row_index) {
+  // Empty q and k: nothing to do (and batch * seq, which no output bounds then, is never formed).
+  if (args.q.is_empty() && (!args.k.is_set() || args.k.is_empty())) return;
+  std::optional<detail::TableRows> rows;
+  if (args.table != nullptr) {
+    if (!row_index.empty()) {
+      rows = detail::TableRows{.cos = args.table->cos().data(), .sin = args.table->sin().data(), .first = 0,
+                               .rows = args.table->rows(), .row_index = row_index.data()};
+    } else {
+      // A list table (Table::at): each position's row, looked up once here for the whole call.
+      rows = detail::table_rows(*args.table, args.positions, args.q.seq(), row_index);
+    }
+  }
+  detail::backend_entry(args.backend).run(detail::make_kernel_args(schedule, args, rows ? &*rows : nullptr));
+}
+
+}  // namespace
+
 void apply(const Schedule& schedule, const ApplyArgs& args) {
-  validate(schedule, args);
-  detail::apply_validated(schedule, args);
+  std::vector<int64_t> row_index;  // a list table's rows: each position searched once, while validating
+  validate_call(schedule, args, /*read_entries=*/true, &row_index);
+  run_validated(schedule, args, row_index);
 }
 
 void detail::apply_validated(const Schedule& schedule, const ApplyArgs& args) {
-  // Empty q and k: nothing to do (and batch * seq, which no output bounds then, is never formed).
-  if (args.q.is_empty() && (!args.k.is_set() || args.k.is_empty())) return;
-  // A list table (Table::at): each position's row, looked up once here for the whole call.
   std::vector<int64_t> row_index;
-  std::optional<detail::TableRows> rows;
-  if (args.table != nullptr) rows = detail::table_rows(*args.table, args.positions, args.q.seq(), row_index);
-  detail::backend_entry(args.backend).run(detail::make_kernel_args(schedule, args, rows ? &*rows : nullptr));
+  run_validated(schedule, args, row_index);
 }
 
 }  // namespace rotary

@@ -102,7 +102,7 @@ std::string shape_text(const TensorView& v) {
   return fmt::format("[{}, {}, {}, {}]", v.shape[0], v.shape[1], v.shape[2], v.shape[3]);
 }
 
-void check_view(const TensorView& v, std::string_view name) {
+void check_view(const TensorView& v, const char* name) {
   if (!known(v.dtype)) {
     if (is_quantised_dtype(v.dtype)) {
       throw Error(fmt::format("{}.dtype={} is a cache dtype (rope_store, rerotate_cache: rotary/fused.hpp); "

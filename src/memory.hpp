@@ -18,7 +18,7 @@ std::string shape_text(const TensorView& view);
 /// The rules every set view meets, whatever reads it: dtype named, extents >= 0, data non-null
 /// unless the view is empty, span < max_view_bytes. Throws rotary::Error naming `name`, e.g.
 /// "q.seq=-3 must be >= 0" or "q.data is null but q shape [2, 3, 4, 16] is not empty".
-void check_view(const TensorView& view, std::string_view name);
+void check_view(const TensorView& view, const char* name);
 
 /// True when a non-empty view spans max_view_bytes or more, from its lowest to its highest byte
 /// ((1 + sum |stride| * (extent - 1)) * element size), or has a negative extent. Empty: false.

@@ -72,7 +72,9 @@ struct TensorView {
   /// Some extent is 0: the view has no element (data may be null).
   bool is_empty() const { return shape[0] == 0 || shape[1] == 0 || shape[2] == 0 || shape[3] == 0; }
   /// Given at all: false only for an absent view, data null and shape all 0 (TensorView{}).
-  bool is_set() const { return data != nullptr || shape != std::array<int64_t, 4>{}; }
+  bool is_set() const {
+    return data != nullptr || (shape[0] | shape[1] | shape[2] | shape[3]) != 0;  // no memcmp: apply asks per call
+  }
 
   /// Memory laid out [batch, seq, heads, head_dim], contiguous. Throws rotary::Error when a
   /// stride (a product of extents) leaves int64; a product with a zero extent is 0.
