@@ -3,6 +3,7 @@
 // and RMSNorm written out here. Caches are poisoned: untouched and skipped slots must keep the
 // poison; nothing is written when an argument is bad. The CUDA body on the host: test_fused_emulation.
 #include <gtest/gtest.h>
+#include <hwy/tests/hwy_gtest.h>
 
 #include <algorithm>
 #include <functional>
@@ -495,6 +496,205 @@ TEST(FusedRerotateCache, BadArgumentsThrowAndWriteNothing) {
   a = s.args();
   EXPECT_THROW(rerotate_cache(with_xpos(c.schedule, 512.0), a), Error);
   EXPECT_TRUE(before == s.cache_bytes);
+}
+
+
+// ---- the vectorised CPU rows (src/fused/cpu_rows.cpp) against the per-token body ----
+//
+// Backend::reference runs the body (body.hpp: what CUDA runs); the default backend the rows. Inputs
+// carry NaNs (quiet and signalling, with payloads), infinities, signed zeros and subnormals: every
+// output and cache element must agree bit for bit, with odd token counts and every thread count,
+// except that a NaN the arithmetic made may differ in sign and payload (which operand's NaN an
+// instruction propagates is the instruction's, as between CPU and GPU): NaN compares as NaN.
+
+namespace rows {
+
+// Overwrites about one element in eleven of `b` (elements of `dtype`) with a special value.
+void add_specials(Buffer& b, DType dtype, std::mt19937& rng) {
+  const int64_t es = size_of(dtype);
+  const int64_t n = static_cast<int64_t>(b.size()) / es;
+  const std::vector<uint32_t> f32 = {0x7fc00001u, 0x7f800001u, 0xff812345u, 0x7f800000u, 0xff800000u,
+                                     0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu};
+  const std::vector<uint16_t> f16 = {0x7e01, 0x7c01, 0xfd55, 0x7c00, 0xfc00, 0x8000, 0x0001, 0x83ff, 0x7bff};
+  const std::vector<uint16_t> bf16 = {0x7fc1, 0x7f81, 0xff95, 0x7f80, 0xff80, 0x8000, 0x0001, 0x807f, 0x7f7f};
+  std::uniform_int_distribution<int64_t> pick(0, 10);
+  for (int64_t i = 0; i < n; ++i) {
+    if (pick(rng) != 0) continue;
+    const auto which = static_cast<size_t>(pick(rng) % 9);
+    unsigned char* at = b.data() + i * es;
+    if (dtype == DType::f32) {
+      std::memcpy(at, &f32[which], 4);
+    } else {
+      std::memcpy(at, dtype == DType::f16 ? &f16[which] : &bf16[which], 2);
+    }
+  }
+}
+
+struct Output {
+  Buffer bytes;
+  DType dtype;
+};
+
+std::vector<Output> run_store(const test::StoreCase& c, Backend backend, int threads) {
+  test::StoreSetup s(c);
+  std::mt19937 rng(static_cast<uint32_t>(c.seed) + 77);
+  add_specials(s.q, c.dtype, rng);
+  add_specials(s.k, c.dtype, rng);
+  add_specials(s.v, c.dtype, rng);
+  if (!s.k_pass.empty()) add_specials(s.k_pass, c.dtype, rng);
+  RopeStoreArgs args = s.store_args();
+  args.rope.backend = backend;
+  args.rope.threads = threads;
+  Buffer k_out(s.k.size());
+  args.rope.k_out = s.view(k_out, c.heads_k);
+  rope_store(c.schedule, args);
+  return {{s.q, c.dtype}, {k_out, c.dtype}, {s.k_cache_bytes, c.cache_dtype}, {s.v_cache_bytes, c.cache_dtype}};
+}
+
+std::vector<Output> run_norm(const test::NormCase& c, Backend backend, int threads) {
+  test::NormSetup s(c);
+  std::mt19937 rng(static_cast<uint32_t>(c.seed) + 78);
+  add_specials(s.q, c.dtype, rng);
+  add_specials(s.k, c.dtype, rng);
+  add_specials(s.v, c.dtype, rng);
+  QkNormRopeArgs args = s.norm_args();
+  args.rope.backend = backend;
+  args.rope.threads = threads;
+  qk_norm_rope(c.schedule, args);
+  return {{s.q, c.dtype}, {s.k, c.dtype}, {s.v, c.dtype}, {s.k_cache_bytes, c.dtype}, {s.v_cache_bytes, c.dtype}};
+}
+
+// The first element that differs (NaN = NaN), or "none".
+std::string difference(const Output& a, const Output& b) {
+  if (a.bytes.size() != b.bytes.size()) return "sizes differ";
+  const int64_t es = size_of(a.dtype);
+  for (int64_t i = 0; i < static_cast<int64_t>(a.bytes.size()) / es; ++i) {
+    if (std::memcmp(a.bytes.data() + i * es, b.bytes.data() + i * es, static_cast<size_t>(es)) == 0) continue;
+    const float x = test::load_value(a.dtype, a.bytes.data(), i);
+    const float y = test::load_value(b.dtype, b.bytes.data(), i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    return fmt::format("element {}: {} vs {}", i, x, y);
+  }
+  return "none";
+}
+
+void expect_same(const std::vector<Output>& body, const std::vector<Output>& fast, const std::string& name) {
+  ASSERT_EQ(body.size(), fast.size());
+  for (size_t i = 0; i < body.size(); ++i) EXPECT_EQ(difference(body[i], fast[i]), "none") << name << " output " << i;
+}
+
+}  // namespace rows
+
+TEST(FusedRows, RopeStoreEqualsTheBodyWithNaNsInfinitiesAndSubnormals) {
+  int seed = 5000;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const DType cache : {dtype, DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f32}) {
+      for (const auto& [d, r, off, pairing] : {std::tuple{128, 128, 0, Pairing::half},
+                                                std::tuple{96, 32, 16, Pairing::interleaved},
+                                                std::tuple{80, 80, 0, Pairing::interleaved},
+                                                std::tuple{64, 48, 8, Pairing::half}}) {
+        test::StoreCase c;
+        c.schedule = schedule_of(d, r, pairing, off);
+        c.dtype = dtype;
+        c.cache_dtype = cache;
+        c.scaled = is_quantised_dtype(cache);
+        c.per_head_scale = seed % 2 == 0;
+        c.mode = seed % 3 == 0 ? ScaleMode::multiply : ScaleMode::divide;
+        c.layout = seed % 2 == 0 ? Layout::nhd : Layout::hnd;
+        c.tokens = 13;
+        c.seed = ++seed;
+        const auto body = rows::run_store(c, Backend::reference, 1);
+        for (const int threads : {1, 2}) rows::expect_same(body, rows::run_store(c, Backend::automatic, threads), c.name());
+      }
+    }
+  }
+}
+
+TEST(FusedRows, RopeStoreWithMropeXposCallerAnglesAndMlaEqualsTheBody) {
+  int seed = 5100;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    test::StoreCase mrope;
+    mrope.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}});
+    mrope.mrope = true;
+    mrope.dtype = mrope.cache_dtype = dtype;
+    mrope.seed = ++seed;
+    rows::expect_same(rows::run_store(mrope, Backend::reference, 1), rows::run_store(mrope, Backend::automatic, 0),
+                      mrope.name());
+    for (const test::AngleSource source : {test::AngleSource::table, test::AngleSource::caller, test::AngleSource::hf_float32}) {
+      test::StoreCase c;
+      c.schedule = schedule_of(64, 64, Pairing::half);
+      c.source = source;
+      c.dtype = c.cache_dtype = dtype;
+      c.tokens = 7;
+      c.seed = ++seed;
+      rows::expect_same(rows::run_store(c, Backend::reference, 1), rows::run_store(c, Backend::automatic, 0), c.name());
+    }
+    test::StoreCase xpos;
+    xpos.schedule = make_schedule(Spec{.head_dim = 64, .xpos_scale_base = 512.0});
+    xpos.dtype = xpos.cache_dtype = dtype;
+    xpos.seed = ++seed;
+    rows::expect_same(rows::run_store(xpos, Backend::reference, 1), rows::run_store(xpos, Backend::automatic, 0),
+                      xpos.name());
+    test::StoreCase mla;
+    mla.schedule = schedule_of(64, 64, Pairing::interleaved);
+    mla.layout = Layout::mla;
+    mla.pass_dim = 96;
+    mla.heads_k = 1;
+    mla.dtype = mla.cache_dtype = dtype;
+    mla.seed = ++seed;
+    rows::expect_same(rows::run_store(mla, Backend::reference, 1), rows::run_store(mla, Backend::automatic, 0),
+                      mla.name());
+  }
+}
+
+TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) {
+  int seed = 5200;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const NormOrder order : {NormOrder::norm_then_rope, NormOrder::rope_then_norm}) {
+      for (const NormRounding rounding : {NormRounding::llama, NormRounding::gemma}) {
+        for (const NormScope scope : {NormScope::head, NormScope::all_heads}) {
+          test::NormCase c{.schedule = schedule_of(seed % 2 == 0 ? 128 : 96, 64, Pairing::half, 16), .dtype = dtype,
+                           .seed = ++seed};
+          c.order = order;
+          c.rounding = rounding;
+          c.scope = scope;
+          c.heads_q = 7;  // not a multiple of the four sums side by side
+          c.weight_offset = rounding == NormRounding::gemma ? 1.0f : 0.0f;
+          c.weights = seed % 3 != 0;
+          c.v_norm = seed % 2 == 0;
+          c.store = seed % 4 < 2;
+          c.tokens = 11;
+          const auto body = rows::run_norm(c, Backend::reference, 1);
+          for (const int threads : {1, 2}) rows::expect_same(body, rows::run_norm(c, Backend::automatic, threads), c.name());
+        }
+      }
+    }
+  }
+}
+
+// Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
+// apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
+class FusedRowsTargets : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(FusedRowsTargets);
+
+TEST_P(FusedRowsTargets, RopeStoreAndQkNormRopeEqualTheBody) {
+  int seed = 5300;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    test::StoreCase store;
+    store.schedule = schedule_of(96, 64, Pairing::interleaved, 16);
+    store.dtype = dtype;
+    store.cache_dtype = seed % 2 == 0 ? dtype : DType::fp8_e4m3;
+    store.scaled = is_quantised_dtype(store.cache_dtype);
+    store.tokens = 5;
+    store.seed = ++seed;
+    rows::expect_same(rows::run_store(store, Backend::reference, 1), rows::run_store(store, Backend::automatic, 1),
+                      store.name());
+    test::NormCase norm{.schedule = schedule_of(128, 128, Pairing::half), .dtype = dtype, .seed = ++seed};
+    norm.v_norm = true;
+    norm.store = true;
+    rows::expect_same(rows::run_norm(norm, Backend::reference, 1), rows::run_norm(norm, Backend::automatic, 1),
+                      norm.name());
+  }
 }
 
 }  // namespace

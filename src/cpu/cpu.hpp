@@ -125,6 +125,11 @@ void cos_sin_row_f32(double position, const double* pair_position, const double*
 /// validated call with at least one non-empty operand (so batch * seq * heads fits in int64).
 void cpu_apply(const KernelArgs& args);
 
+/// Tokens [first, last) of a validated call (its positions usable), on the calling thread, one block
+/// per token, no non-temporal stores: the rows cpu_apply runs, for the fused operations' CPU path
+/// (src/fused/cpu_rows.cpp), which calls it token by token between its own loads and stores.
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last);
+
 /// The name of the Highway target HWY_DYNAMIC_DISPATCH runs on this machine ("AVX2", "AVX3", ...).
 const char* dispatched_target();
 

@@ -180,16 +180,17 @@ void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t spl
   }
   const bool xpos = args.xpos_scale_base != 0;
   for (int64_t block = first; block < last; ++block) {
-    const int64_t token = block / split;
-    const int64_t part = block % split;
+    const bool whole = split == 1;  // one block per token (prefill, batched decode): no division
+    const int64_t token = whole ? block : block / split;
+    const int64_t part = whole ? 0 : block % split;
     const int64_t b = token / args.seq;
     const int64_t t = token % args.seq;
     TokenAngles angles = one_row;
     if (!xpos && !same_row) angles = prepare_angles(args, token, t, scratch, build_lanes, nullptr);
     for (int o = 0; o < args.operand_count; ++o) {
       const KernelOperand& op = args.operands[o];
-      const int64_t h0 = part * op.heads / split;
-      const int64_t h1 = (part + 1) * op.heads / split;
+      const int64_t h0 = whole ? 0 : part * op.heads / split;
+      const int64_t h1 = whole ? op.heads : (part + 1) * op.heads / split;
       if (h1 <= h0) continue;
       // xPos: the row scaled for this operand (a query's or a key's σ), built per operand.
       if (xpos) angles = prepare_angles(args, token, t, scratch, build_lanes, &op);
@@ -243,6 +244,10 @@ int useful_threads(int requested, int64_t blocks) {
   const int64_t wanted = requested > 0 ? requested : omp_get_max_threads();
   const int64_t team = std::min<int64_t>({wanted, processors, max_threads, blocks});
   return static_cast<int>(std::max<int64_t>(team, 1));
+}
+
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last) {
+  if (first < last) run_with_scratch(args, first, last, 1, false);
 }
 
 void cpu_apply(const KernelArgs& args) {

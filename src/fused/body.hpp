@@ -106,6 +106,15 @@ ROTARY_HD inline typename Storage<T>::Value round_to(typename Storage<T>::Value 
   }
 }
 
+/// Element i of `in` copied bit for bit to element j of `out`, both of storage T: what apply does with
+/// a pass-through channel, and what an output or a cache of the data's dtype receives of a value the
+/// composition copies unchanged (NaN payloads kept, signalling ones too).
+template <class T>
+ROTARY_HD inline void copy_bits(const void* in, int64_t i, void* out, int64_t j) {
+  using Bits = typename Storage<T>::Bits;
+  static_cast<Bits*>(out)[j] = static_cast<const Bits*>(in)[i];
+}
+
 ROTARY_HD inline float load_weight(const KernelWeight& w, int64_t i) {
   switch (w.dtype) {
     case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
@@ -360,14 +369,33 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
     const bool write = o == 0 ? f.write_q : f.write_k;
     const HeadOffsets at = head_offsets(op, b, s, h);
     const OperandHead<T> head{f, pairs, cells, token, o, h, r, f.norm};
-    auto emit = [&](int64_t ch, Value v) {
-      if (write) Storage<T>::store(op.out, at.out + ch * op.out_strides[3], v);
+    // copied: v is the input's value unchanged (a pass-through channel without a norm): the outputs
+    // and a cache of the data's dtype take its bits, as apply and a copy do; others convert v.
+    auto emit = [&](int64_t ch, Value v, bool copied = false) {
+      const int64_t from = at.in + ch * op.in_strides[3];
+      if (write) {
+        if (copied) {
+          copy_bits<T>(op.in, from, op.out, at.out + ch * op.out_strides[3]);
+        } else {
+          Storage<T>::store(op.out, at.out + ch * op.out_strides[3], v);
+        }
+      }
       if (o == 0 && f.q_quantized.out != nullptr) {
         const KernelFlat& qq = f.q_quantized;
         const int64_t i = b * qq.strides[0] + s * qq.strides[1] + h * qq.strides[2] + ch * qq.strides[3];
-        store_converted(qq.out, i, qq.dtype, v, cache_scale(f.q_scale, h), f.q_scale.op);
+        if (copied && qq.dtype == a.dtype) {
+          copy_bits<T>(op.in, from, qq.out, i);
+        } else {
+          store_converted(qq.out, i, qq.dtype, v, cache_scale(f.q_scale, h), f.q_scale.op);
+        }
       }
-      if (o == 1 && slot >= 0) store_cache(f.k_cache, slot, h, ch, v);
+      if (o == 1 && slot >= 0) {
+        if (copied && f.k_cache.dtype == a.dtype) {
+          copy_bits<T>(op.in, from, f.k_cache.data, cache_index(f.k_cache, slot, h, ch));
+        } else {
+          store_cache(f.k_cache, slot, h, ch, v);
+        }
+      }
     };
     // Both channels of a pair are read before either is written (in place is safe); a head's norm
     // factor was formed from its inputs before any write.
@@ -383,7 +411,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
     const int64_t passthrough = a.head_dim - a.rotary_dim;
     for (int64_t k = 0; k < passthrough; ++k) {
       const int64_t c = passthrough_channel(a, k);
-      emit(c, head.channel_value(c));
+      emit(c, head.channel_value(c), !f.norm);
     }
     return;
   }
@@ -395,13 +423,27 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
       if (f.v_norm) r = v_norm_factor<T>(f, token, h);
     }
     const int64_t base = b * f.v.strides[0] + s * f.v.strides[1] + h * f.v.strides[2];
+    const bool copied = !f.v_norm;  // v unchanged: v_out and a cache of the data's dtype take its bits
     for (int64_t c = 0; c < f.v.dim; ++c) {
-      Value v = Storage<T>::load(f.v.in, base + c * f.v.strides[3]);
+      const int64_t at = base + c * f.v.strides[3];
+      Value v = Storage<T>::load(f.v.in, at);
       if constexpr (sizeof(Value) == sizeof(float)) {
         if (f.v_norm) v = normalise<T>(f, v, r, KernelWeight{}, 0);
       }
-      if (f.v.out != nullptr) Storage<T>::store(f.v.out, base + c * f.v.strides[3], v);
-      if (f.has_v_cache && slot >= 0) store_cache(f.v_cache, slot, h, c, v);
+      if (f.v.out != nullptr) {
+        if (copied) {
+          copy_bits<T>(f.v.in, at, f.v.out, at);
+        } else {
+          Storage<T>::store(f.v.out, at, v);
+        }
+      }
+      if (f.has_v_cache && slot >= 0) {
+        if (copied && f.v_cache.dtype == f.rope.dtype) {
+          copy_bits<T>(f.v.in, at, f.v_cache.data, cache_index(f.v_cache, slot, h, c));
+        } else {
+          store_cache(f.v_cache, slot, h, c, v);
+        }
+      }
     }
     return;
   }
@@ -410,7 +452,12 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
     const int64_t h = rest;
     const int64_t base = b * f.k_pass.strides[0] + s * f.k_pass.strides[1] + h * f.k_pass.strides[2];
     for (int64_t c = 0; c < f.k_pass.dim; ++c) {
-      store_cache(f.k_pass_cache, slot, h, c, Storage<T>::load(f.k_pass.in, base + c * f.k_pass.strides[3]));
+      const int64_t at = base + c * f.k_pass.strides[3];
+      if (f.k_pass_cache.dtype == f.rope.dtype) {  // copied unchanged: its bits
+        copy_bits<T>(f.k_pass.in, at, f.k_pass_cache.data, cache_index(f.k_pass_cache, slot, h, c));
+      } else {
+        store_cache(f.k_pass_cache, slot, h, c, Storage<T>::load(f.k_pass.in, at));
+      }
     }
   }
 }

@@ -604,9 +604,13 @@ void check_host_slots(const Slots& host_slots, const Slots& slots, int64_t token
   check_slots(host_slots, tokens, caches);
 }
 
-void cpu_fused(const FusedKernelArgs& f, int threads) {
+void cpu_fused(const FusedKernelArgs& f, int threads, Backend backend) {
   if (f.rope.tokens == 0) return;
-  with_storage(f.rope.dtype, [&]<class T>() { run_fused<T>(f, threads); });
+  if (backend != Backend::reference) {
+    const int64_t bytes = fused_items(f) * f.rope.head_dim * size_of(f.rope.dtype) * 2;
+    if (cpu_fused_rows(f, team_size(threads, f.rope.tokens, bytes))) return;
+  }
+  with_storage(f.rope.dtype, [&]<class T>() { run_fused<T>(f, backend == Backend::reference ? 1 : threads); });
 }
 
 void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads) {
@@ -628,7 +632,7 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& args) {
     rows = detail::table_rows(*args.rope.table, args.rope.positions, args.rope.q.seq(), row_index);
   }
   const detail::FusedKernelArgs f = detail::make_rope_store_args(schedule, args, rows ? &*rows : nullptr);
-  detail::cpu_fused(f, args.rope.backend == Backend::reference ? 1 : args.rope.threads);
+  detail::cpu_fused(f, args.rope.threads, args.rope.backend);
 }
 
 void validate(const Schedule& schedule, const QkNormRopeArgs& args) {
@@ -643,7 +647,7 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args) {
     rows = detail::table_rows(*args.rope.table, args.rope.positions, args.rope.q.seq(), row_index);
   }
   const detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(schedule, args, rows ? &*rows : nullptr);
-  detail::cpu_fused(f, args.rope.backend == Backend::reference ? 1 : args.rope.threads);
+  detail::cpu_fused(f, args.rope.threads, args.rope.backend);
 }
 
 void validate(const Schedule& schedule, const RerotateCacheArgs& args) {

@@ -25,9 +25,13 @@ RerotateKernelArgs make_rerotate_args(const Schedule& schedule, const RerotateCa
 void check_host_slots(const Slots& host_slots, const Slots& slots, int64_t tokens,
                       std::initializer_list<std::pair<const CacheView*, const char*>> caches);
 
-/// The CPU loop: tokens over OpenMP threads (threads as ApplyArgs::threads: 0 all), the body per
-/// token. Bit-identical for any thread count.
-void cpu_fused(const FusedKernelArgs& f, int threads);
+/// The CPU loop: tokens over OpenMP threads (threads as ApplyArgs::threads: 0 all), per token the
+/// vectorised rows (cpu_fused_rows) or, for f64 and Backend::reference (one thread), the body.
+/// Bit-identical for any thread count and either path.
+void cpu_fused(const FusedKernelArgs& f, int threads, Backend backend);
+/// The vectorised CPU path (src/fused/cpu_rows.cpp) with a team of `team` threads: false (nothing
+/// done) for the dtypes it does not serve (f64).
+bool cpu_fused_rows(const FusedKernelArgs& f, int team);
 void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads);
 
 }  // namespace rotary::detail

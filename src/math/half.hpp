@@ -13,10 +13,11 @@ namespace rotary::detail {
 ROTARY_HD inline float bf16_to_f32(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
 
 ROTARY_HD inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // nearest even; overflow carries into the exponent (-> inf)
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t u = float_bits(f);
+  // Both results formed and one selected, without a branch: loops over rows vectorise.
+  const uint32_t nan = (u >> 16) | 0x40u;                       // quiet NaN, payload's top bits kept
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest even; overflow -> inf
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 ROTARY_HD inline float f16_to_f32(uint16_t h) {

@@ -1,0 +1,305 @@
+// The fused operations' vectorised CPU path. Per token: the norms (plain loops over the token's rows,
+// four heads' sums at a time), the rotation by apply's own Highway rows (cpu_apply_tokens: apply's
+// bits), then the cache writes from the rows while they are in L1 (a copy when the cache has the
+// data's dtype, else the quantiser of math/quant.hpp). Every rounding point is the per-token body's
+// (body.hpp), which the reference backend and CUDA run: the two give the same bits
+// (tests/test_fused.cpp, FusedRows.*).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "../cpu/cpu.hpp"
+#include "fused_args.hpp"
+
+namespace rotary::detail {
+namespace {
+
+template <class T>
+using ValueOf = typename Storage<T>::Value;
+
+// A row of n values of T (src, element stride src_stride) into dst at dst_base + d * dst_stride:
+// the bits when dst has the data's dtype (as the body's copy_bits, or its conversion of a value
+// already in T, which gives those bits), else converted with `scale` (store_converted).
+template <class T>
+void put_row(const void* src, int64_t src_stride, void* dst, int64_t dst_base, int64_t dst_stride, DType dst_dtype,
+             DType data_dtype, float scale, ScaleOp op, int64_t n) {
+  if (dst_dtype == data_dtype) {
+    using Bits = typename Storage<T>::Bits;
+    const auto* from = static_cast<const Bits*>(src);
+    Bits* to = static_cast<Bits*>(dst) + dst_base;
+    if (src_stride == 1 && dst_stride == 1) {
+      std::memcpy(to, from, static_cast<size_t>(n) * sizeof(Bits));
+    } else {
+      for (int64_t d = 0; d < n; ++d) to[d * dst_stride] = from[d * src_stride];
+    }
+    return;
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    store_converted(dst, dst_base + d * dst_stride, dst_dtype, Storage<T>::load(src, d * src_stride), scale, op);
+  }
+}
+
+template <class T>
+void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DType data_dtype, int64_t slot,
+                   int64_t h, int64_t n) {
+  put_row<T>(src, src_stride, c.data, cache_index(c, slot, h, 0), c.strides[3], c.dtype, data_dtype,
+             cache_scale(c, h), c.op, n);
+}
+
+// The norm factors of `heads` rows of n values (row h at base + h * head_stride, element stride
+// `stride`): per head (r[h]), or one over all of them in order (all_heads: r[0]). The sums run in
+// channel order in double (square_add), four heads side by side: the body's sums, bit for bit.
+template <class T>
+void norm_factors(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
+                  float eps, float* r) {
+  if (all_heads) {
+    double sum = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
+    }
+    r[0] = norm_factor(sum, heads * n, eps);
+    return;
+  }
+  int64_t h = 0;
+  for (; h + 4 <= heads; h += 4) {
+    double sum[4] = {0, 0, 0, 0};
+    for (int64_t c = 0; c < n; ++c) {
+      for (int g = 0; g < 4; ++g) sum[g] = square_add(sum[g], Storage<T>::load(base, (h + g) * head_stride + c * stride));
+    }
+    for (int g = 0; g < 4; ++g) r[h + g] = norm_factor(sum[g], n, eps);
+  }
+  for (; h < heads; ++h) {
+    double sum = 0;
+    for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
+    r[h] = norm_factor(sum, n, eps);
+  }
+}
+
+// The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
+// float), once per call: n values, or none without a weight.
+std::vector<float> effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n) {
+  std::vector<float> out;
+  if (w.data == nullptr) return out;
+  out.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
+  }
+  return out;
+}
+
+template <class T, bool kWeight, bool kGemma>
+void normalise_strided(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, float r, const float* w,
+                       int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float y = mul_rn(Storage<T>::load(src, c * src_stride), r);
+    float out;
+    if constexpr (!kWeight) {
+      out = y;
+    } else if constexpr (kGemma) {
+      out = mul_rn(y, w[c]);
+    } else {
+      out = mul_rn(round_to<T>(y), w[c]);
+    }
+    Storage<T>::store(dst, c * dst_stride, out);
+  }
+}
+
+// One row of n values normalised with factor r (body.hpp normalise, its rounding points spelled
+// out per case so that the loop has no branch): kWeight false: fl_T(x r); gemma: fl_T(x r w);
+// llama: fl_T(fl_T(x r) w).
+template <class T, bool kWeight, bool kGemma>
+void normalise_row(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, float r, const float* w,
+                   int64_t n) {
+  if (src_stride != 1 || dst_stride != 1) {
+    normalise_strided<T, kWeight, kGemma>(src, src_stride, dst, dst_stride, r, w, n);
+    return;
+  }
+  // Contiguous (every scratch row, and the usual q and k): the compiler vectorises this loop.
+  for (int64_t c = 0; c < n; ++c) {
+    const float y = mul_rn(Storage<T>::load(src, c), r);
+    float out;
+    if constexpr (!kWeight) {
+      out = y;
+    } else if constexpr (kGemma) {
+      out = mul_rn(y, w[c]);
+    } else {
+      out = mul_rn(round_to<T>(y), w[c]);
+    }
+    Storage<T>::store(dst, c, out);
+  }
+}
+
+// Rows of `heads` heads normalised from src (head stride, element stride) into dst; w: the
+// effective weights (empty: none), [heads][n] for all_heads, else [n].
+template <class T>
+void normalise_rows(const FusedKernelArgs& f, const std::vector<float>& w, const float* r, const void* src,
+                    int64_t src_head_stride, int64_t src_stride, void* dst, int64_t dst_head_stride,
+                    int64_t dst_stride, int64_t heads, int64_t n) {
+  const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
+  for (int64_t h = 0; h < heads; ++h) {
+    const float rh = f.all_heads ? r[0] : r[h];
+    const float* wh = w.empty() ? nullptr : w.data() + (f.all_heads ? h * n : 0);
+    const void* from = static_cast<const unsigned char*>(src) + h * src_head_stride * es;
+    void* to = static_cast<unsigned char*>(dst) + h * dst_head_stride * es;
+    if (wh == nullptr) {
+      normalise_row<T, false, false>(from, src_stride, to, dst_stride, rh, wh, n);
+    } else if (f.gemma) {
+      normalise_row<T, true, true>(from, src_stride, to, dst_stride, rh, wh, n);
+    } else {
+      normalise_row<T, true, false>(from, src_stride, to, dst_stride, rh, wh, n);
+    }
+  }
+}
+
+template <class T>
+void run_rows(const FusedKernelArgs& f, int team) {
+  const KernelArgs& a = f.rope;
+  const int64_t hd = a.head_dim;
+  const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
+  const bool norm_first = f.norm && !f.rope_then_norm;
+  const bool norm_after = f.norm && f.rope_then_norm;
+  uint32_t error = 0;
+  // Tokens [first, last) on the calling thread, its scratch its own; unusable positions or'ed into *bits.
+  auto run = [&](int64_t first, int64_t last, uint32_t* bits) {
+    // Per thread: each operand's normalised input (norm_first) and its rotated row when it does not
+    // go straight to the output (norm_after, or an operand not written), [heads][head_dim] in T.
+    std::vector<unsigned char> pre[2];
+    std::vector<unsigned char> post[2];
+    std::vector<float> factors;
+    const int64_t q_weights = f.all_heads ? a.operands[0].heads * hd : hd;
+    const int64_t k_weights = f.all_heads && a.operand_count > 1 ? a.operands[1].heads * hd : hd;
+    const std::vector<float> weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights) : std::vector<float>{},
+                                           f.norm ? effective_weights(f, f.k_weight, k_weights) : std::vector<float>{}};
+    std::vector<unsigned char> v_row(f.v.in != nullptr ? static_cast<size_t>(f.v.dim * es) : 0);
+    KernelArgs t = a;
+    t.error = nullptr;
+    bool direct[2] = {false, false};
+    int64_t most_heads = 1;
+    for (int o = 0; o < a.operand_count; ++o) {
+      const KernelOperand& op = a.operands[o];
+      KernelOperand& mine = t.operands[o];
+      most_heads = std::max(most_heads, op.heads);
+      const bool write = o == 0 ? f.write_q : f.write_k;
+      direct[o] = write && !norm_after;
+      const int64_t contiguous[4] = {0, 0, hd, 1};  // one token's row in scratch, whatever the token
+      if (norm_first) {
+        pre[o].resize(static_cast<size_t>(op.heads * hd * es));
+        mine.in = pre[o].data();
+        std::copy(contiguous, contiguous + 4, mine.in_strides);
+      }
+      if (!direct[o]) {
+        post[o].resize(static_cast<size_t>(op.heads * hd * es));
+        mine.out = post[o].data();
+        std::copy(contiguous, contiguous + 4, mine.out_strides);
+      }
+      mine.in_place = !norm_first && direct[o] && op.in_place;
+    }
+    factors.resize(static_cast<size_t>(most_heads));
+    uint32_t& bad_bits = *bits;
+    for (int64_t token = first; token < last; ++token) {
+      const uint32_t bad = token_error(a, token);
+      if (bad != 0) {
+        bad_bits |= bad;
+        continue;
+      }
+      const int64_t b = token / a.seq;
+      const int64_t s = token % a.seq;
+      const int64_t slot = token_slot(f, token);
+      for (int o = 0; norm_first && o < a.operand_count; ++o) {
+        const KernelOperand& op = a.operands[o];
+        const void* in = static_cast<const unsigned char*>(op.in) + head_offsets(op, b, s, 0).in * es;
+        norm_factors<T>(in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
+        normalise_rows<T>(f, weights[o], factors.data(), in, op.in_strides[2],
+                          op.in_strides[3], pre[o].data(), hd, 1, op.heads, hd);
+      }
+      cpu_apply_tokens(t, token, token + 1);
+      for (int o = 0; o < a.operand_count; ++o) {
+        const KernelOperand& op = a.operands[o];
+        const int64_t out_at = head_offsets(op, b, s, 0).out;
+        if (norm_after) {
+          norm_factors<T>(post[o].data(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
+          normalise_rows<T>(f, weights[o], factors.data(), post[o].data(), hd, 1,
+                            post[o].data(), hd, 1, op.heads, hd);
+          if (o == 0 ? f.write_q : f.write_k) {
+            for (int64_t h = 0; h < op.heads; ++h) {
+              put_row<T>(post[o].data() + h * hd * es, 1, op.out, out_at + h * op.out_strides[2], op.out_strides[3],
+                         a.dtype, a.dtype, 1.0f, ScaleOp::divide, hd);
+            }
+          }
+        }
+        // The token's final row of this operand: the output, or scratch.
+        const unsigned char* row = direct[o] ? static_cast<const unsigned char*>(op.out) + out_at * es : post[o].data();
+        const int64_t row_head = direct[o] ? op.out_strides[2] : hd;
+        const int64_t row_step = direct[o] ? op.out_strides[3] : 1;
+        if (o == 0 && f.q_quantized.out != nullptr) {
+          const KernelFlat& qq = f.q_quantized;
+          for (int64_t h = 0; h < op.heads; ++h) {
+            put_row<T>(row + h * row_head * es, row_step, qq.out,
+                       b * qq.strides[0] + s * qq.strides[1] + h * qq.strides[2], qq.strides[3], qq.dtype, a.dtype,
+                       cache_scale(f.q_scale, h), f.q_scale.op, hd);
+          }
+        }
+        if (o == 1 && slot >= 0) {
+          for (int64_t h = 0; h < op.heads; ++h) {
+            put_cache_row<T>(row + h * row_head * es, row_step, f.k_cache, a.dtype, slot, h, hd);
+          }
+        }
+      }
+      if (f.v.in != nullptr) {
+        const KernelFlat& v = f.v;
+        for (int64_t h = 0; h < v.heads; ++h) {
+          const int64_t at = b * v.strides[0] + s * v.strides[1] + h * v.strides[2];
+          const void* src = static_cast<const unsigned char*>(v.in) + at * es;
+          int64_t src_stride = v.strides[3];
+          if (f.v_norm) {  // normalised in place into v_out (or, without one, into scratch for the cache)
+            norm_factors<T>(src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
+            normalise_row<T, false, false>(src, v.strides[3], v_row.data(), 1, factors[0], nullptr, v.dim);
+            if (v.out != nullptr) {
+              put_row<T>(v_row.data(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
+            }
+            src = v_row.data();
+            src_stride = 1;
+          }
+          if (f.has_v_cache && slot >= 0) put_cache_row<T>(src, src_stride, f.v_cache, a.dtype, slot, h, v.dim);
+        }
+      }
+      if (f.has_k_pass && slot >= 0) {
+        const KernelFlat& p = f.k_pass;
+        for (int64_t h = 0; h < p.heads; ++h) {
+          const int64_t at = b * p.strides[0] + s * p.strides[1] + h * p.strides[2];
+          put_cache_row<T>(static_cast<const unsigned char*>(p.in) + at * es, p.strides[3], f.k_pass_cache, a.dtype,
+                           slot, h, p.dim);
+        }
+      }
+    }
+  };
+  if (team <= 1) {  // decode-sized calls: no OpenMP region
+    run(0, a.tokens, &error);
+  } else {
+#pragma omp parallel num_threads(team) reduction(| : error)
+    {
+      // Static, contiguous chunks: each thread one range of tokens.
+      const int64_t count = omp_get_num_threads();
+      const int64_t me = omp_get_thread_num();
+      run(a.tokens * me / count, a.tokens * (me + 1) / count, &error);
+    }
+  }
+  if (a.error != nullptr) *a.error |= error;
+}
+
+}  // namespace
+
+bool cpu_fused_rows(const FusedKernelArgs& f, int team) {
+  const KernelArgs& a = f.rope;
+  if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
+  switch (a.dtype) {
+    case DType::f16: run_rows<F16>(f, team); break;
+    case DType::bf16: run_rows<BF16>(f, team); break;
+    default: run_rows<float>(f, team); break;
+  }
+  return true;
+}
+
+}  // namespace rotary::detail
