@@ -130,6 +130,26 @@ void cpu_apply(const KernelArgs& args);
 /// (src/fused/cpu_rows.cpp), which calls it token by token between its own loads and stores.
 void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last);
 
+/// The fused operations' norms (src/cpu/norm_rows.cc, per Highway target), the body's steps
+/// (src/fused/body.hpp) bit for bit. norm_factors: the factor of each of `heads` rows of n values
+/// of `dtype` (row h at base + h * head_stride, element stride `stride`), r[h], or one over all of
+/// them in order (all_heads: r[0]). normalise_row: n values from src to dst (either may be the
+/// other), fl_T(x r), or with weights w (the effective weight per channel) fl_T(x r w) (gemma) or
+/// fl_T(fl_T(x r) w).
+struct NormRow {
+  const void* src = nullptr;
+  int64_t src_stride = 1;
+  void* dst = nullptr;
+  int64_t dst_stride = 1;
+  float r = 1.0f;
+  const float* w = nullptr;
+  bool gemma = false;
+  int64_t n = 0;
+};
+void norm_factors(DType dtype, const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n,
+                  bool all_heads, float eps, float* r);
+void normalise_row(DType dtype, const NormRow& row);
+
 /// The name of the Highway target HWY_DYNAMIC_DISPATCH runs on this machine ("AVX2", "AVX3", ...).
 const char* dispatched_target();
 

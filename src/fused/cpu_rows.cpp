@@ -1,5 +1,5 @@
-// The fused operations' vectorised CPU path. Per token: the norms (plain loops over the token's rows,
-// four heads' sums at a time), the rotation by apply's own Highway rows (cpu_apply_tokens: apply's
+// The fused operations' vectorised CPU path. Per token: the norms (src/cpu/norm_rows.cc, per Highway
+// target), the rotation by apply's own Highway rows (cpu_apply_tokens: apply's
 // bits), then the cache writes from the rows while they are in L1 (a copy when the cache has the
 // data's dtype, else the quantiser of math/quant.hpp). Every rounding point is the per-token body's
 // (body.hpp), which the reference backend and CUDA run: the two give the same bits
@@ -48,35 +48,6 @@ void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DT
              cache_scale(c, h), c.op, n);
 }
 
-// The norm factors of `heads` rows of n values (row h at base + h * head_stride, element stride
-// `stride`): per head (r[h]), or one over all of them in order (all_heads: r[0]). The sums run in
-// channel order in double (square_add), four heads side by side: the body's sums, bit for bit.
-template <class T>
-void norm_factors(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
-                  float eps, float* r) {
-  if (all_heads) {
-    double sum = 0;
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
-    }
-    r[0] = norm_factor(sum, heads * n, eps);
-    return;
-  }
-  int64_t h = 0;
-  for (; h + 4 <= heads; h += 4) {
-    double sum[4] = {0, 0, 0, 0};
-    for (int64_t c = 0; c < n; ++c) {
-      for (int g = 0; g < 4; ++g) sum[g] = square_add(sum[g], Storage<T>::load(base, (h + g) * head_stride + c * stride));
-    }
-    for (int g = 0; g < 4; ++g) r[h + g] = norm_factor(sum[g], n, eps);
-  }
-  for (; h < heads; ++h) {
-    double sum = 0;
-    for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
-    r[h] = norm_factor(sum, n, eps);
-  }
-}
-
 // The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
 // float), once per call: n values, or none without a weight.
 std::vector<float> effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n) {
@@ -89,67 +60,21 @@ std::vector<float> effective_weights(const FusedKernelArgs& f, const KernelWeigh
   return out;
 }
 
-template <class T, bool kWeight, bool kGemma>
-void normalise_strided(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, float r, const float* w,
-                       int64_t n) {
-  for (int64_t c = 0; c < n; ++c) {
-    const float y = mul_rn(Storage<T>::load(src, c * src_stride), r);
-    float out;
-    if constexpr (!kWeight) {
-      out = y;
-    } else if constexpr (kGemma) {
-      out = mul_rn(y, w[c]);
-    } else {
-      out = mul_rn(round_to<T>(y), w[c]);
-    }
-    Storage<T>::store(dst, c * dst_stride, out);
-  }
-}
-
-// One row of n values normalised with factor r (body.hpp normalise, its rounding points spelled
-// out per case so that the loop has no branch): kWeight false: fl_T(x r); gemma: fl_T(x r w);
-// llama: fl_T(fl_T(x r) w).
-template <class T, bool kWeight, bool kGemma>
-void normalise_row(const void* src, int64_t src_stride, void* dst, int64_t dst_stride, float r, const float* w,
-                   int64_t n) {
-  if (src_stride != 1 || dst_stride != 1) {
-    normalise_strided<T, kWeight, kGemma>(src, src_stride, dst, dst_stride, r, w, n);
-    return;
-  }
-  // Contiguous (every scratch row, and the usual q and k): the compiler vectorises this loop.
-  for (int64_t c = 0; c < n; ++c) {
-    const float y = mul_rn(Storage<T>::load(src, c), r);
-    float out;
-    if constexpr (!kWeight) {
-      out = y;
-    } else if constexpr (kGemma) {
-      out = mul_rn(y, w[c]);
-    } else {
-      out = mul_rn(round_to<T>(y), w[c]);
-    }
-    Storage<T>::store(dst, c, out);
-  }
-}
-
 // Rows of `heads` heads normalised from src (head stride, element stride) into dst; w: the
 // effective weights (empty: none), [heads][n] for all_heads, else [n].
-template <class T>
-void normalise_rows(const FusedKernelArgs& f, const std::vector<float>& w, const float* r, const void* src,
-                    int64_t src_head_stride, int64_t src_stride, void* dst, int64_t dst_head_stride,
+void normalise_rows(const FusedKernelArgs& f, DType dtype, const std::vector<float>& w, const float* r,
+                    const void* src, int64_t src_head_stride, int64_t src_stride, void* dst, int64_t dst_head_stride,
                     int64_t dst_stride, int64_t heads, int64_t n) {
-  const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
+  const int64_t es = size_of(dtype);
   for (int64_t h = 0; h < heads; ++h) {
-    const float rh = f.all_heads ? r[0] : r[h];
-    const float* wh = w.empty() ? nullptr : w.data() + (f.all_heads ? h * n : 0);
-    const void* from = static_cast<const unsigned char*>(src) + h * src_head_stride * es;
-    void* to = static_cast<unsigned char*>(dst) + h * dst_head_stride * es;
-    if (wh == nullptr) {
-      normalise_row<T, false, false>(from, src_stride, to, dst_stride, rh, wh, n);
-    } else if (f.gemma) {
-      normalise_row<T, true, true>(from, src_stride, to, dst_stride, rh, wh, n);
-    } else {
-      normalise_row<T, true, false>(from, src_stride, to, dst_stride, rh, wh, n);
-    }
+    normalise_row(dtype, NormRow{.src = static_cast<const unsigned char*>(src) + h * src_head_stride * es,
+                                 .src_stride = src_stride,
+                                 .dst = static_cast<unsigned char*>(dst) + h * dst_head_stride * es,
+                                 .dst_stride = dst_stride,
+                                 .r = f.all_heads ? r[0] : r[h],
+                                 .w = w.empty() ? nullptr : w.data() + (f.all_heads ? h * n : 0),
+                                 .gemma = f.gemma,
+                                 .n = n});
   }
 }
 
@@ -210,8 +135,8 @@ void run_rows(const FusedKernelArgs& f, int team) {
       for (int o = 0; norm_first && o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const void* in = static_cast<const unsigned char*>(op.in) + head_offsets(op, b, s, 0).in * es;
-        norm_factors<T>(in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
-        normalise_rows<T>(f, weights[o], factors.data(), in, op.in_strides[2],
+        norm_factors(a.dtype, in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
+        normalise_rows(f, a.dtype, weights[o], factors.data(), in, op.in_strides[2],
                           op.in_strides[3], pre[o].data(), hd, 1, op.heads, hd);
       }
       cpu_apply_tokens(t, token, token + 1);
@@ -219,8 +144,8 @@ void run_rows(const FusedKernelArgs& f, int team) {
         const KernelOperand& op = a.operands[o];
         const int64_t out_at = head_offsets(op, b, s, 0).out;
         if (norm_after) {
-          norm_factors<T>(post[o].data(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
-          normalise_rows<T>(f, weights[o], factors.data(), post[o].data(), hd, 1,
+          norm_factors(a.dtype, post[o].data(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
+          normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].data(), hd, 1,
                             post[o].data(), hd, 1, op.heads, hd);
           if (o == 0 ? f.write_q : f.write_k) {
             for (int64_t h = 0; h < op.heads; ++h) {
@@ -254,8 +179,9 @@ void run_rows(const FusedKernelArgs& f, int team) {
           const void* src = static_cast<const unsigned char*>(v.in) + at * es;
           int64_t src_stride = v.strides[3];
           if (f.v_norm) {  // normalised in place into v_out (or, without one, into scratch for the cache)
-            norm_factors<T>(src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
-            normalise_row<T, false, false>(src, v.strides[3], v_row.data(), 1, factors[0], nullptr, v.dim);
+            norm_factors(a.dtype, src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
+            normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.data(), .dst_stride = 1,
+                                           .r = factors[0], .n = v.dim});
             if (v.out != nullptr) {
               put_row<T>(v_row.data(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
             }
