@@ -378,22 +378,22 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     throw Error("table was built from a different schedule than the one passed to apply");
   }
   int64_t angle_rows = -1;
-  if (args.angles != nullptr) {
+  if (args.caller_angles != nullptr) {
     if (args.table != nullptr) throw Error("angles and table are both set (give one source of angles)");
-    angle_rows = check_caller_angles(*args.angles, schedule, args.q.batch(), args.q.seq());
+    angle_rows = check_caller_angles(*args.caller_angles, schedule, args.q.batch(), args.q.seq());
     for (const Named& out : outputs) {
       if (out.view == &k_out && !has_k) continue;
       for (const auto& [data, strides, name] :
-           {std::tuple{args.angles->cos, args.angles->cos_strides, "angles.cos"},
-            std::tuple{args.angles->sin, args.angles->sin_strides, "angles.sin"}}) {
-        if (may_overlap(*out.view, angle_view(*args.angles, data, strides))) {
+           {std::tuple{args.caller_angles->cos, args.caller_angles->cos_strides, "angles.cos"},
+            std::tuple{args.caller_angles->sin, args.caller_angles->sin_strides, "angles.sin"}}) {
+        if (may_overlap(*out.view, angle_view(*args.caller_angles, data, strides))) {
           throw Error(fmt::format("{} overlaps {} (outputs must not share memory with inputs)",
                                   out.name, name));
         }
       }
     }
   }
-  if (schedule.xpos() && args.angles != nullptr) {
+  if (schedule.xpos() && args.caller_angles != nullptr) {
     throw Error("angles (the caller's cos/sin) cannot serve an xPos schedule: xPos scales q and k apart "
                 "(use a table or exact angles)");
   }
@@ -405,13 +405,13 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     throw Error(fmt::format("numerics={} but the table holds {} angles (build it with that AngleMode)",
                             to_string(*args.numerics), to_string(args.table->mode())));
   }
-  if (args.angles != nullptr && args.numerics == AngleMode::hf_float32) {
+  if (args.caller_angles != nullptr && args.numerics == AngleMode::hf_float32) {
     throw Error("numerics=hf_float32 cannot apply to the caller's cos/sin (angles): they are the caller's own "
                 "values");
   }
   const bool hf_on_the_fly = numerics_of(args) == AngleMode::hf_float32 && args.table == nullptr;
   if (hf_on_the_fly) detail::check_hf_float32_frequencies(schedule);  // positions: check_positions
-  if (args.undo && args.angles != nullptr) {
+  if (args.undo && args.caller_angles != nullptr) {
     throw Error("undo cannot take the caller's cos/sin (angles): they hold a factor undo cannot divide out "
                 "(rotate them with direction=inverse, which undoes them when cos^2 + sin^2 = 1)");
   }
@@ -425,12 +425,30 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
 
 }  // namespace
 
+const ApplyArgs& detail::fold_old_names(const ApplyArgs& args, std::optional<ApplyArgs>& copy) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  const CallerAngles* old = args.angles;
+  if (old == nullptr) return args;
+  if (args.caller_angles != nullptr && args.caller_angles != old) {
+    throw Error("caller_angles and angles (its old name) are both set, to different cos/sin (give caller_angles)",
+                "caller_angles");
+  }
+  copy = args;
+  copy->caller_angles = old;
+  copy->angles = nullptr;
+#pragma GCC diagnostic pop
+  return *copy;
+}
+
 void validate_shapes(const Schedule& schedule, const ApplyArgs& args) {
-  validate_call(schedule, args, /*read_entries=*/false);
+  std::optional<ApplyArgs> copy;
+  validate_call(schedule, detail::fold_old_names(args, copy), /*read_entries=*/false);
 }
 
 void validate(const Schedule& schedule, const ApplyArgs& args) {
-  validate_call(schedule, args, /*read_entries=*/true);
+  std::optional<ApplyArgs> copy;
+  validate_call(schedule, detail::fold_old_names(args, copy), /*read_entries=*/true);
 }
 
 std::optional<std::pair<double, double>> detail::validate_extent(const Schedule& schedule, const ApplyArgs& args) {
@@ -458,7 +476,9 @@ void run_validated(const Schedule& schedule, const ApplyArgs& args, std::vector<
 
 }  // namespace
 
-void apply(const Schedule& schedule, const ApplyArgs& args) {
+void apply(const Schedule& schedule, const ApplyArgs& given) {
+  std::optional<ApplyArgs> copy;
+  const ApplyArgs& args = detail::fold_old_names(given, copy);
   std::vector<int64_t> row_index;  // a list table's rows: each position searched once, while validating
   validate_call(schedule, args, /*read_entries=*/true, &row_index);
   run_validated(schedule, args, row_index);

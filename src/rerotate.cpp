@@ -153,7 +153,7 @@ void rerotate(const Schedule& schedule, const RotatedKeys& keys, std::span<const
                             .cos = cos.data(), .sin = sin.data(), .dtype = DType::f32,
                             .shape = {1, keys.k.seq(), pairs}, .cos_strides = {0, 0, 1},
                             .sin_strides = {0, 0, 1}};
-  args.angles = &angles;
+  args.caller_angles = &angles;
   validate(plain, args);
   check_moved_positions(schedule, args, delta);
   // xPos: the scale ζ_j^(-Δ/γ) of a long jump can leave float range (up to e^160 across the whole
@@ -185,7 +185,7 @@ void rerotate(const Schedule& schedule, const RotatedKeys& keys, std::span<const
     // Later passes continue on the output (in place there).
     if (pass > 0 && keys.k_out.is_set()) {
       args = keys_args(plain, keys, Direction::forward, /*on_output=*/true);
-      args.angles = &angles;
+      args.caller_angles = &angles;
     }
     apply(plain, args);
   }

@@ -53,7 +53,9 @@ std::shared_ptr<const Table> Rope::table(int64_t rows, AngleMode mode) const {
   return slot;
 }
 
-void Rope::apply(const ApplyArgs& args) const {
+void Rope::apply(const ApplyArgs& given) const {
+  std::optional<ApplyArgs> copy;
+  const ApplyArgs& args = detail::fold_old_names(given, copy);
   if (args.table != nullptr) {
     throw Error("table is set, but Rope::apply takes its angles from the Rope's own tables (leave table null, "
                 "or call rotary::apply with the table)");
@@ -62,7 +64,7 @@ void Rope::apply(const ApplyArgs& args) const {
   // A table serves whole positions of 16- and 32-bit tensors (f64 ones turn by double cos and sin,
   // which a float32 table does not hold); undo divides the attention factor out of exact angles,
   // which a table (holding cos and sin times the factor) cannot.
-  const bool table_serves = extent && args.angles == nullptr && !args.positions.is_fractional() &&
+  const bool table_serves = extent && args.caller_angles == nullptr && !args.positions.is_fractional() &&
                             args.q.dtype != DType::f64 && !(args.undo && schedule_.attention_factor != 1.0);
   std::shared_ptr<const Table> table;
   if (table_serves) {

@@ -936,5 +936,47 @@ TEST(ApplyExtremeViews, EachValidatesToAClearErrorOrPasses) {
   EXPECT_NO_THROW(apply(s, cases[0].args));
 }
 
+// ApplyArgs::caller_angles was ApplyArgs::angles: the old name is the same member (a deprecated
+// alias for one release), so callers that set it keep the caller's angles and the same bits.
+TEST(ApplyNames, AnglesIsTheDeprecatedNameOfCallerAngles) {
+  const Schedule s = make_schedule(Spec{.head_dim = 8});
+  std::vector<float> cos_values(4 * 8), sin_values(4 * 8);
+  for (size_t i = 0; i < cos_values.size(); ++i) {
+    cos_values[i] = std::cos(0.1f * static_cast<float>(i));
+    sin_values[i] = std::sin(0.1f * static_cast<float>(i));
+  }
+  const CallerAngles caller{.index = CallerAngles::Index::per_token, .cos = cos_values.data(),
+                            .sin = sin_values.data(), .shape = {1, 4, 8}, .cos_strides = {32, 8, 1},
+                            .sin_strides = {32, 8, 1}};
+  std::vector<float> q_new(4 * 2 * 8), q_old;
+  for (size_t i = 0; i < q_new.size(); ++i) q_new[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  q_old = q_new;
+  const std::vector<float> input = q_new;
+  const ApplyArgs by_new{.q = TensorView::bshd(q_new.data(), DType::f32, 1, 4, 2, 8), .caller_angles = &caller};
+  const ApplyArgs by_old{.q = TensorView::bshd(q_old.data(), DType::f32, 1, 4, 2, 8), .angles = &caller};
+  EXPECT_EQ(by_old.caller_angles, nullptr);  // two members: the library folds the old one in
+  apply(s, by_new);
+  apply(s, by_old);
+  EXPECT_EQ(q_new, q_old);
+  EXPECT_NE(q_new, input);  // the caller's angles turned it
+  // Both names, the same cos/sin: served; different ones: refused, naming caller_angles, q untouched.
+  const CallerAngles other = caller;
+  const ApplyArgs same{.q = TensorView::bshd(q_old.data(), DType::f32, 1, 4, 2, 8), .caller_angles = &caller,
+                       .angles = &caller};
+  EXPECT_NO_THROW(validate(s, same));
+  const std::vector<float> before = q_new;
+  const ApplyArgs both{.q = TensorView::bshd(q_new.data(), DType::f32, 1, 4, 2, 8), .caller_angles = &caller,
+                       .angles = &other};
+  try {
+    apply(s, both);
+    ADD_FAILURE() << "two different cos/sin were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "caller_angles");
+    EXPECT_NE(std::string(e.what()).find("caller_angles and angles (its old name) are both set"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(q_new, before);
+}
+
 }  // namespace
 }  // namespace rotary

@@ -104,7 +104,11 @@ struct ApplyArgs {
   Direction direction = Direction::forward;
   const Table* table = nullptr;  ///< angles from this table (built from the same schedule), or
                                  ///< null: computed exactly on the fly, once per token
-  const CallerAngles* angles = nullptr;  ///< or the caller's cos/sin (table must then be null)
+  const CallerAngles* caller_angles = nullptr;  ///< or the caller's cos/sin (table must then be null)
+  /// The old name of caller_angles, read for one release: set alone, it serves as caller_angles;
+  /// set beside a different caller_angles, the call is refused. (`angles` also names the angle mode,
+  /// numerics, and a table's values.)
+  [[deprecated("ApplyArgs::angles is now caller_angles")]] const CallerAngles* angles = nullptr;
   /// Which angles: exact, or transformers' float32 pipeline (AngleMode::hf_float32: what a model
   /// computed in float32 was trained with; whole positions). Unset: the table's mode, else exact.
   /// A table given must have been built with this mode; without one, hf_float32 angles are

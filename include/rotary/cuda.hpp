@@ -69,7 +69,7 @@ class DeviceTable {
 /// Bits a kernel ors into Options::error for a token it skipped (nothing of it read or written).
 inline constexpr uint32_t position_out_of_range = 1;   ///< not in [0, 2^31), NaN included
 inline constexpr uint32_t position_not_in_table = 2;   ///< fractional (table or hf_float32), or no table row
-inline constexpr uint32_t position_not_in_angles = 4;  ///< per_position ApplyArgs::angles: fractional,
+inline constexpr uint32_t position_not_in_angles = 4;  ///< per_position ApplyArgs::caller_angles: fractional,
                                                        ///< or not below their rows
 inline constexpr uint32_t position_beyond_xpos_reach = 8;  ///< xPos: |p - xpos_center| > xpos_reach
 
@@ -83,7 +83,7 @@ struct Options {
 };
 
 /// rotary::apply on a CUDA device: q, k, q_out, k_out, per-token positions and the caller's
-/// cos/sin (ApplyArgs::angles, its cos and sin pointers) in device memory, the kernels queued on
+/// cos/sin (ApplyArgs::caller_angles, its cos and sin pointers) in device memory, the kernels queued on
 /// `stream` (asynchronous; no host synchronisation, no allocation, so a call can be captured in a
 /// CUDA graph). Results are rotary::apply's bit for bit, NaNs compared as NaN (a GPU's arithmetic
 /// makes canonical NaNs): the same rotation (the larger product fused), exact angles from the same

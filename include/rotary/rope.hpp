@@ -48,7 +48,7 @@ class Rope {
 
   /// apply(schedule(), args) with the angles numerics_of(args) names: from the cache when the
   /// positions are whole and below max_cached_rows() (and q is not f64), else computed on the fly. args.table must be
-  /// null (the Rope picks it); caller angles (args.angles) are used as given. Validation, messages
+  /// null (the Rope picks it); caller angles (args.caller_angles) are used as given. Validation, messages
   /// and guarantees as apply (positions are read once to validate, once by the kernel).
   void apply(const ApplyArgs& args) const;
 

@@ -27,7 +27,7 @@ namespace rotary {
 ///               There f is one ulp from transformers' and the angle up to 2^-21 * p * f from its
 ///               angle (at p = 2^31 - 1: 0.06 rad on Qwen's pair 37, 2 rad on Qwen3-VL's pair
 ///               19). To rotate by a model's own angles bit for bit, pass its cos/sin
-///               (ApplyArgs::angles).
+///               (ApplyArgs::caller_angles).
 /// Table values are the same bits on every machine, compiler, C library and CPU target, and equal
 /// the float rows apply computes on the fly (NaNs compare as NaN): the exact angles come from the
 /// project's own double-double reduction and polynomials (src/math/exact_angle.hpp), not libm.

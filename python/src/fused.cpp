@@ -208,7 +208,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;
     const std::shared_ptr<const Table> table =
         caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
-    args.rope.angles = caller ? &*caller : nullptr;
+    args.rope.caller_angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
@@ -258,7 +258,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;
     const std::shared_ptr<const Table> table =
         caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
-    args.rope.angles = caller ? &*caller : nullptr;
+    args.rope.caller_angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);

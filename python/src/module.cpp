@@ -936,7 +936,7 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, const char* 
 // back, and a call is always capturable in a CUDA graph.
 const cuda::DeviceTable* device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int device,
                                        cuda::Stream stream) {
-  if (angles == Angles::on_the_fly || args.angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) {
+  if (angles == Angles::on_the_fly || args.caller_angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) {
     return nullptr;
   }
   const Positions& p = args.positions;
@@ -1057,7 +1057,7 @@ void apply_py(const PyRope& rope, const py::object& q, const py::object& k, cons
                             "(leave angles='exact', the default)");
     }
     caller_angles_arg(rope.schedule(), cos, sin, cos_sin_cache, cos_sin_columns, caller);
-    args.angles = &caller.angles;
+    args.caller_angles = &caller.angles;
     if (caller.angles.index == CallerAngles::Index::per_token && (!positions.is_none() || first != 0)) {
       // Row (b, s) serves token (b, s) whatever its position: positions and offset would be dropped.
       throw py::value_error(std::string(positions.is_none() ? "offset=" + std::to_string(first) : "positions") +

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "../apply_internal.hpp"
 #include "../fused/fused_args.hpp"
 #include "../kernel/args.hpp"
 #include "launch.hpp"
@@ -113,11 +114,13 @@ void DeviceTable::release() noexcept {
   sin_ = nullptr;
 }
 
-void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options) {
+void apply(const Schedule& schedule, const ApplyArgs& given, Stream stream, const Options& options) {
+  std::optional<ApplyArgs> copy;
+  const ApplyArgs& args = rotary::detail::fold_old_names(given, copy);
   if (args.table != nullptr) {
     throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
   }
-  if (args.angles != nullptr && options.table != nullptr) {
+  if (args.caller_angles != nullptr && options.table != nullptr) {
     throw Error("angles and Options::table are both set (give one source of angles)");
   }
   // Everything but the per-token entries, which live in device memory: the kernels check those
@@ -136,7 +139,7 @@ void apply_validated(const Schedule& schedule, const ApplyArgs& args, CUstream_s
   if (args.table != nullptr) {
     throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
   }
-  if (args.angles != nullptr && options.table != nullptr) {
+  if (args.caller_angles != nullptr && options.table != nullptr) {
     throw Error("angles and Options::table are both set (give one source of angles)");
   }
   if (schedule.pairs() > max_pairs) {
@@ -232,7 +235,7 @@ namespace {
 const detail::TableRows* fused_table(const Schedule& schedule, const ApplyArgs& rope, const FusedOptions& options,
                                      detail::TableRows& range) {
   if (rope.table != nullptr) throw Error("table is a host Table: give its cuda::DeviceTable in FusedOptions::table");
-  if (rope.angles != nullptr && options.table != nullptr) {
+  if (rope.caller_angles != nullptr && options.table != nullptr) {
     throw Error("angles and FusedOptions::table are both set (give one source of angles)");
   }
   if (schedule.pairs() > max_pairs) {
@@ -253,7 +256,9 @@ void check_write_slots(const CacheWrite& w, int64_t tokens, const FusedOptions& 
 
 }  // namespace
 
-void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stream, const FusedOptions& options) {
+void rope_store(const Schedule& schedule, const RopeStoreArgs& given, Stream stream, const FusedOptions& options) {
+  std::optional<RopeStoreArgs> copy;
+  const RopeStoreArgs& args = detail::fold_rope_names(given, copy);
   detail::validate_rope_store(schedule, args, false);
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
@@ -263,7 +268,9 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stre
   detail::cuda::launch_fused(f, stream);
 }
 
-void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream stream, const FusedOptions& options) {
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& given, Stream stream, const FusedOptions& options) {
+  std::optional<QkNormRopeArgs> copy;
+  const QkNormRopeArgs& args = detail::fold_rope_names(given, copy);
   detail::validate_qk_norm_rope(schedule, args, false);
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "apply_internal.hpp"
 #include "fused/fused_args.hpp"
 #include "fused/body.hpp"
 #include "kernel/args.hpp"
@@ -622,9 +623,14 @@ void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads) {
 
 // ---- public entry points ----
 
-void validate(const Schedule& schedule, const RopeStoreArgs& args) { detail::validate_rope_store(schedule, args, true); }
+void validate(const Schedule& schedule, const RopeStoreArgs& args) {
+  std::optional<RopeStoreArgs> copy;
+  detail::validate_rope_store(schedule, detail::fold_rope_names(args, copy), true);
+}
 
-void rope_store(const Schedule& schedule, const RopeStoreArgs& args) {
+void rope_store(const Schedule& schedule, const RopeStoreArgs& given) {
+  std::optional<RopeStoreArgs> copy;
+  const RopeStoreArgs& args = detail::fold_rope_names(given, copy);
   detail::validate_rope_store(schedule, args, true);
   std::vector<int64_t> row_index;
   std::optional<detail::TableRows> rows;
@@ -636,10 +642,13 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& args) {
 }
 
 void validate(const Schedule& schedule, const QkNormRopeArgs& args) {
-  detail::validate_qk_norm_rope(schedule, args, true);
+  std::optional<QkNormRopeArgs> copy;
+  detail::validate_qk_norm_rope(schedule, detail::fold_rope_names(args, copy), true);
 }
 
-void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args) {
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& given) {
+  std::optional<QkNormRopeArgs> copy;
+  const QkNormRopeArgs& args = detail::fold_rope_names(given, copy);
   detail::validate_qk_norm_rope(schedule, args, true);
   std::vector<int64_t> row_index;
   std::optional<detail::TableRows> rows;

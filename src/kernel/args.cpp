@@ -96,7 +96,7 @@ TableRows table_rows(const Table& table, const Positions& positions, int64_t seq
 }
 
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table) {
-  if (args.angles != nullptr && table != nullptr) {
+  if (args.caller_angles != nullptr && table != nullptr) {
     throw Error("angles and table are both set (give one source of angles)");
   }
   KernelArgs k;
@@ -129,9 +129,9 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   k.pair_stream = schedule.pair_stream.empty() ? nullptr : schedule.pair_stream.data();
   k.streams = schedule.streams;
   k.attention_factor = args.undo ? 1.0 / schedule.attention_factor : schedule.attention_factor;
-  if (args.angles != nullptr) {
+  if (args.caller_angles != nullptr) {
     k.angle_source = KernelAngleSource::caller;
-    k.angles = kernel_angles(*args.angles);
+    k.angles = kernel_angles(*args.caller_angles);
   } else if (table != nullptr) {
     k.angle_source = KernelAngleSource::table;
     k.table = *table;

@@ -160,9 +160,9 @@ TableRows table_range(const Table& table);
 TableRows table_rows(const Table& table, const Positions& positions, int64_t seq, std::vector<int64_t>& row_index);
 
 /// The kernel arguments of a call that passed rotary::validate(schedule, args), with the angles
-/// from args.angles (the caller's cos/sin), else from `table` (null: exact on the fly; args.table
+/// from args.caller_angles (the caller's cos/sin), else from `table` (null: exact on the fly; args.table
 /// is not read). The result points into schedule, args' views, positions and angles, and table:
-/// they must outlive its use. Throws rotary::Error "angles and table are both set" when args.angles
+/// they must outlive its use. Throws rotary::Error "angles and table are both set" when args.caller_angles
 /// and `table` are. ApplyArgs::undo is folded in: the other direction, the reciprocal factor, and
 /// each operand's xPos role swapped.
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table);

@@ -188,7 +188,7 @@ struct StoreSetup {
     ApplyArgs a{.q = view(q, c.heads_q), .k = view(k, c.heads_k),
                 .positions = Positions::per_token(std::span<const int64_t>(positions), c.mrope ? 3 : 1)};
     if (table) a.table = &*table;
-    if (c.source == AngleSource::caller) a.angles = &caller;
+    if (c.source == AngleSource::caller) a.caller_angles = &caller;
     if (c.source == AngleSource::hf_float32) a.numerics = AngleMode::hf_float32;
     return a;
   }
