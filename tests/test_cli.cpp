@@ -537,7 +537,7 @@ TEST(Cli, DoctorRefusesBadInput) {
   expect_one_line_error(run({"doctor", "--layer-type", "x", "--head-dim", "8"}), "--layer-type needs --config");
 }
 
-// `rotary bench --cases rerotate,switch` times the long-context operations as apply's cases are
+// `rotary-dev bench --cases rerotate,switch` times the long-context operations as apply's cases are
 // timed: one row per case, dtype, pairing and placement, with the angles the operation uses, finite
 // ratios to a memcpy of the same bytes and prefill's target (0.60 in place). One placement, dtype
 // and pairing, 3 repetitions: the cases' shapes are fixed (a 4096-token cache, 96 MiB of buffers),
@@ -572,7 +572,7 @@ TEST(Cli, BenchTimesRerotateAndSwitch) {
                         "rerotate, switch");
 }
 
-// `rotary bench --device cuda` where it cannot run (CI: no CUDA device; or a build without the CUDA
+// `rotary-dev bench --device cuda` where it cannot run (CI: no CUDA device; or a build without the CUDA
 // backend): exit 2 and one line naming why, after every option is checked (the same error for the
 // same command line on any machine). --device takes cpu or cuda, excerpted when it is neither.
 TEST(Cli, BenchOnCudaWithoutADeviceSaysWhy) {

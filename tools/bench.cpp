@@ -555,7 +555,7 @@ void bench_case(const Case& c, const BenchOptions& o, const std::vector<int>& th
 }
 
 void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostream& out) {
-  out << fmt::format("rotary bench — Llama-3.1-8B shapes, head_dim 128 (decode: q and k, 32 + 8 heads; "
+  out << fmt::format("rotary-dev bench — Llama-3.1-8B shapes, head_dim 128 (decode: q and k, 32 + 8 heads; "
                      "mrope: Qwen2-VL 3-stream M-RoPE prefill q against the same call with one stream); "
                      "medians of {} interleaved repetitions; GB/s counts bytes read + written; memcpy of "
                      "the same bytes on the same threads; decode cases rotate among 4-16 cache-resident "
@@ -771,20 +771,29 @@ std::string json_fused_row(const FusedRow& r) {
                                     std::pair{r.copy_ns, "memcpy_median_ns"}}) {
     require_finite_for_json(value, fmt::format("{} of {}", name, r.op));
   }
-  std::string decode;
+  nlohmann::ordered_json j;
+  j["case"] = r.op;
+  j["shape"] = r.shape;
+  j["dtype"] = r.dtype;
+  j["angles"] = r.angles;
+  j["threads"] = r.threads;
+  j["tokens"] = r.tokens;
+  j["bytes"] = r.bytes;
+  j["median_ns"] = json_rounded(r.fused_ns, 1);
+  j["gbps"] = json_rounded(static_cast<double>(r.bytes) / r.fused_ns, 3);
+  j["unfused_median_ns"] = json_rounded(r.unfused_ns, 1);
+  j["ratio_to_unfused"] = json_rounded(r.fused_ns / r.unfused_ns, 4);
+  j["memcpy_median_ns"] = json_rounded(r.copy_ns, 1);
+  j["ratio_to_memcpy"] = json_rounded(r.fused_ns / r.copy_ns, 4);
   if (r.apply_ns > 0) {
-    decode = fmt::format(",\"apply_median_ns\":{:.1f},\"ratio_to_apply\":{:.4f}", r.apply_ns, r.fused_ns / r.apply_ns);
+    j["apply_median_ns"] = json_rounded(r.apply_ns, 1);
+    j["ratio_to_apply"] = json_rounded(r.fused_ns / r.apply_ns, 4);
   }
-  return fmt::format(
-      "{{\"case\":\"{}\",\"shape\":\"{}\",\"dtype\":\"{}\",\"angles\":\"{}\",\"threads\":{},\"tokens\":{},\"bytes\":{},"
-      "\"median_ns\":{:.1f},\"gbps\":{:.3f},\"unfused_median_ns\":{:.1f},\"ratio_to_unfused\":{:.4f},"
-      "\"memcpy_median_ns\":{:.1f},\"ratio_to_memcpy\":{:.4f}{}}}",
-      r.op, r.shape, r.dtype, r.angles, r.threads, r.tokens, r.bytes, r.fused_ns, static_cast<double>(r.bytes) / r.fused_ns,
-      r.unfused_ns, r.fused_ns / r.unfused_ns, r.copy_ns, r.fused_ns / r.copy_ns, decode);
+  return j.dump();
 }
 
 void print_fused_table(const std::vector<FusedRow>& rows, const BenchOptions& o, std::ostream& out) {
-  out << fmt::format("rotary bench — fused operations, Llama-3.1-8B (32 q / 8 kv heads, head_dim 128), paged NHD "
+  out << fmt::format("rotary-dev bench — fused operations, Llama-3.1-8B (32 q / 8 kv heads, head_dim 128), paged NHD "
                      "cache of 16-slot blocks, shuffled block table; medians of {} interleaved repetitions; unfused: "
                      "apply + a scatter loop (rope_store), an RMSNorm loop + apply (qk_norm_rope); memcpy: the bytes "
                      "the fused op must move; apply: decode's plain rotary call on the same q and k\n",

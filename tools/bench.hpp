@@ -1,4 +1,4 @@
-// `rotary bench`: RoPE against a memcpy of the same bytes, measured in one process.
+// `rotary-dev bench`: RoPE against a memcpy of the same bytes, measured in one process.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ int run_bench(const BenchOptions& options, std::ostream& out);
 /// apply case of both devices.
 Schedule llama31_schedule(Pairing pairing);
 
-/// The cases of `rotary bench --device cuda`. The default run: Llama-3.1-8B q [batch, seq, 32, 128]
+/// The cases of `rotary-dev bench --device cuda`. The default run: Llama-3.1-8B q [batch, seq, 32, 128]
 /// and k [batch, seq, 8, 128] rotated in one call; `prefill` (positions 0 .. 4095) streams from
 /// device memory, its buffers rotated through a pool several times the L2, timed with CUDA events
 /// around a queue of calls; `decode` (position 131071) and `batched_decode` (64 sequences, one token
@@ -79,11 +79,11 @@ Schedule bench_mrope_schedule(int streams, Pairing pairing);
 /// then video frames of a 32 x 32 grid.
 std::vector<int64_t> bench_mrope_positions(int64_t seq);
 
-/// Why `rotary bench --device cuda` cannot run in this process ("this rotary was built without
+/// Why `rotary-dev bench --device cuda` cannot run in this process ("this rotary was built without
 /// CUDA", "no CUDA device (cudaGetDeviceCount: <error>)"), or empty when a device is there.
 std::string cuda_bench_unavailable();
 
-/// `rotary bench --device cuda` (tools/bench_cuda.cpp, built with the CUDA backend): options already
+/// `rotary-dev bench --device cuda` (tools/bench_cuda.cpp, built with the CUDA backend): options already
 /// validated, a device present. Each row: the call's median time against a device-to-device copy
 /// of the same bytes timed interleaved in the same process, its target (prefill: a ratio to the
 /// copy; decode: microseconds per call) and whether the device's output equals rotary::apply's on

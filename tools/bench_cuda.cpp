@@ -328,7 +328,7 @@ struct RowCall {
   }
   ApplyArgs args_at(unsigned char* in, unsigned char* out) const {
     ApplyArgs a = call_args(d, in, out, inplace, device_positions());
-    a.angles = angles;
+    a.caller_angles = angles;
     return a;
   }
   void call(int64_t k, cudaStream_t stream) const {
@@ -373,7 +373,7 @@ std::vector<unsigned char> cpu_result(const CaseData& d, const Schedule& schedul
                                                                         static_cast<size_t>(d.tokens * streams)),
                                                streams));
   a.table = table;
-  a.angles = angles;
+  a.caller_angles = angles;
   apply(schedule, a);
   return out;
 }
@@ -565,7 +565,7 @@ DeviceInfo device_info() {
 
 void print_table(const std::vector<CudaRow>& rows, const DeviceInfo& info, const BenchOptions& o, std::ostream& out) {
   out << fmt::format(
-      "rotary bench --device cuda — {} ({} SMs, L2 {} MiB); Llama-3.1-8B q and k in one call (32 + 8 heads, "
+      "rotary-dev bench --device cuda — {} ({} SMs, L2 {} MiB); Llama-3.1-8B q and k in one call (32 + 8 heads, "
       "head_dim 128) unless the case says otherwise (bench.hpp), int64 positions in device memory; medians of {} "
       "interleaved repetitions timed with CUDA events; copy: cudaMemcpyAsync device to device of the same bytes on "
       "the same stream; prefill-sized cases: 4096 tokens at 0-4095, events around {} passes over a pool of buffers "
