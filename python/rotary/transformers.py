@@ -89,7 +89,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
-from . import Rope, _show
+from ._args import _show
+from ._rope import Rope
 from .torch import apply_rope
 
 __all__ = ["patch", "unpatch", "is_patched", "apply_rotary_pos_emb", "ExactRotaryEmbedding",

@@ -45,7 +45,9 @@ import torch
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"rotary.torch needs PyTorch 2.4 or later (torch.library.custom_op), found {torch.__version__}")
 
-from .. import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
+from .. import _rotary
+from .._args import _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _show
+from .._rope import Rope, _rope_of_handle
 
 __all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions",
            "rotary_embedding", "apply_rope_with_cos_sin_cache_inplace", "rope_store", "qk_norm_rope", "rerotate_cache",

@@ -32,7 +32,9 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .. import Rope, _rope_of_handle, _rotary, _show
+from .. import _rotary
+from .._args import _show
+from .._rope import Rope, _rope_of_handle
 from . import _dispatch_modes, _is_compiling, _shapes_only
 
 __all__ = ["rope_store", "qk_norm_rope", "rerotate_cache", "slots_from_page_table"]
