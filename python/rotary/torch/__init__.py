@@ -466,15 +466,12 @@ class RotaryEmbedding(torch.nn.Module):
 from .engines import apply_rope_with_cos_sin_cache_inplace, rotary_embedding  # noqa: E402
 # Fused operations (rope_store, qk_norm_rope, rerotate_cache): rotary/torch/fused.py.
 from .fused import qk_norm_rope, rerotate_cache, rope_store, slots_from_page_table  # noqa: E402
+# transformers' apply_rotary_pos_emb signature over the kernel (rotary.transformers exports it too):
+# rotary/torch/_hf.py, which needs neither rotary.transformers nor transformers.
+from ._hf import apply_rotary_pos_emb  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
-    # rotary.torch.apply_rotary_pos_emb is transformers' signature over the fused kernel; it lives in
-    # rotary.transformers (which imports this module), so it is looked up on first use.
-    if name == "apply_rotary_pos_emb":
-        from ..transformers import apply_rotary_pos_emb
-
-        return apply_rotary_pos_emb
     if name == "distributed":  # context parallelism (rotary/torch/distributed.py), loaded on first use
         import importlib  # `from . import` would ask this __getattr__ again
 
