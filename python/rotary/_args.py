@@ -1,4 +1,5 @@
-"""Argument helpers shared by rotary's modules: kinds checked and named, positions read.
+"""Argument helpers shared by rotary's modules: kinds checked and named, positions read, and the
+keywords renamed so that each word keeps one meaning (their former names still taken for a release).
 
 Imports no torch: a torch tensor is recognised through ``sys.modules``, and where there is no torch
 loaded there is none to recognise.
@@ -6,16 +7,21 @@ loaded there is none to recognise.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
+import re
 import sys
-from typing import Any, Optional, Sequence
+import warnings
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import numpy as np
 
 from . import _rotary
 
 _show = _rotary.shown  # repr(value) cut to ~100 characters, for error messages
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _int_arg(value: Any, name: str) -> int:
@@ -199,3 +205,102 @@ def _config_source(path_or_dict: Any) -> tuple[Optional[str], Optional[str]]:
         return None, os.fsdecode(path_or_dict)
     raise TypeError(f"path_or_dict must be a path or a dict, got {type(path_or_dict).__name__}")
 
+
+# ---- Renamed keywords: one meaning per word ---------------------------------------------------------
+
+# The tensor orders (order=): [batch, seq, heads, head_dim], [batch, heads, seq, head_dim], packed
+# [tokens, heads, head_dim].
+_ORDERS = ("bshd", "bhsd", "thd")
+
+# A former keyword -> (its new name, what it names). "layout" is the channel layout (Rope.layout:
+# half, interleaved, block_half); "angles" the caller's cos/sin (ApplyArgs::angles).
+_FORMER_KEYWORDS = {"layout": ("order", "the tensor order"), "angles": ("numerics", "the angle numerics")}
+
+
+def _is_compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+def _reworded(e: BaseException, words: dict[str, str]) -> None:
+    """e's message with each keyword ``name=`` (and ``name must be``) in ``words`` replaced by its
+    value; e keeps its type and traceback."""
+    if len(e.args) != 1 or not isinstance(e.args[0], str):
+        return
+    text = e.args[0]
+    for name, spelled in words.items():
+        text = re.sub(rf"(?<![\w.]){name}(=| must be )", rf"{spelled}\1", text)
+    e.args = (text,)
+
+
+_NEW_WORDS = {old: new for old, (new, _) in _FORMER_KEYWORDS.items()}
+
+
+def _in_new_words(e: BaseException) -> None:
+    """The extension's message about ``layout=`` or ``angles=`` (its argument names: the torch
+    operators' schemas keep them) in the keywords the caller passes, ``order=`` and ``numerics=``."""
+    _reworded(e, _NEW_WORDS)
+
+
+def _renamed(*former: str) -> Callable[[_F], _F]:
+    """A function whose keywords were renamed, still taking the ``former`` names for one release.
+
+    A former name warns (``DeprecationWarning``, naming the new spelling; not while torch.compile
+    traces) and is passed as the new one; both names together are a TypeError naming both. Errors
+    about the value then name the former spelling, as the caller wrote it. The signature lists the
+    former names after the others, keyword-only, with the new names' defaults. Calls with the new
+    names pay one dictionary lookup per former name.
+    """
+    for name in former:
+        if name not in _FORMER_KEYWORDS:
+            raise ValueError(f"{name!r} is not a former keyword")
+
+    def decorate(function: _F) -> _F:
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for name in former:
+                if name in kwargs:
+                    return _call_with_former(function, positional, args, kwargs)
+            return function(*args, **kwargs)
+
+        signature = inspect.signature(function)
+        ordered = list(signature.parameters)
+        positional: dict[str, Optional[int]] = {}  # former name -> the index of the new one's argument, if any
+        for name in former:
+            new = signature.parameters[_FORMER_KEYWORDS[name][0]]
+            by_position = new.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            positional[name] = ordered.index(new.name) if by_position else None
+        parameters = list(signature.parameters.values())
+        variadic = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+        named = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        for name in former:
+            new = signature.parameters[_FORMER_KEYWORDS[name][0]]
+            named.append(new.replace(name=name, kind=inspect.Parameter.KEYWORD_ONLY))
+        call.__signature__ = signature.replace(parameters=named + variadic)  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return decorate
+
+
+def _call_with_former(function: Callable[..., Any], former: dict[str, Optional[int]], args: tuple,
+                      kwargs: dict) -> Any:
+    used = {}  # new name -> former name, as the caller wrote it
+    for name, index in former.items():
+        if name not in kwargs:
+            continue
+        new, _ = _FORMER_KEYWORDS[name]
+        if new in kwargs or (index is not None and len(args) > index):
+            raise TypeError(f"{function.__qualname__}() got both {new}= and {name}= ({name}= is its former name): "
+                            f"pass {new}= only")
+        kwargs[new] = kwargs.pop(name)
+        used[new] = name
+    if _is_compiling():  # traced once: the eager call warns
+        return function(*args, **kwargs)
+    for new, name in used.items():
+        warnings.warn(f"{name}= is deprecated (it names {_FORMER_KEYWORDS[name][1]}): use {new}=", DeprecationWarning,
+                      stacklevel=3)
+    try:
+        return function(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        _reworded(e, used)
+        raise

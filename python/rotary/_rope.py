@@ -10,8 +10,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._args import (_bool_arg, _check_tensor, _config_source, _deltas, _empty_like, _empty_reals, _is_torch,
-                    _positions_and_streams, _positions_array, _show, _torch_tensor_type)
+from ._args import (_bool_arg, _check_tensor, _config_source, _deltas, _empty_like, _empty_reals, _in_new_words,
+                    _is_torch, _positions_and_streams, _positions_array, _renamed, _show, _torch_tensor_type)
 
 
 # ---- Handles: a Rope named by an int, for torch operators (they cannot take Python objects) -----
@@ -215,7 +215,7 @@ class Rope:
     inv_freq = property(lambda self: np.array(self._impl.inv_freq, dtype=np.float64),
                         doc="Angular frequency of each pair (radians per position), float64 [rotary_dim/2].")
     inv_freq_hf32 = property(lambda self: np.array(self._impl.inv_freq_hf32, dtype=np.float32),
-                             doc="transformers' float32 inv_freq (what angles='hf-float32' turns by), float32 "
+                             doc="transformers' float32 inv_freq (what numerics='hf-float32' turns by), float32 "
                                  "[rotary_dim/2]; its power base**(2j/d) correctly rounded, so one ulp from "
                                  "transformers' on the few pairs where torch's float32 pow is not (see "
                                  "Rope.apply's Notes).")
@@ -262,7 +262,8 @@ class Rope:
         return Rope._wrap(impl, self.notes, self.rope_layers, self.rotates_backward, self.layer_type,
                           self.layer_types, self.vision)
 
-    def table(self, positions: Any, angles: str = "exact") -> tuple[np.ndarray, np.ndarray]:
+    @_renamed("angles")
+    def table(self, positions: Any, numerics: str = "exact") -> tuple[np.ndarray, np.ndarray]:
         """cos and sin of each position's angles, times ``attention_factor``.
 
         Parameters
@@ -271,7 +272,8 @@ class Rope:
             Whole positions in [0, 2^31). An empty selection (``[]``, which numpy reads as
             float64, or ``torch.tensor([])``) gives empty cos and sin, as an empty tensor is a
             no-op everywhere in rotary.
-        angles : {"exact", "hf-float32"}
+        numerics : {"exact", "hf-float32"}
+            The angles' numerics (``angles=``, its former name, is taken until the next release):
             ``"exact"``: within 1 ulp of the exact values; ``"hf-float32"``: transformers' float32
             pipeline, but for the power ``base**(2j/d)``, correctly rounded where torch's float32
             pow is not (a few pairs: see ``apply``'s Notes).
@@ -284,9 +286,9 @@ class Rope:
         Raises
         ------
         TypeError
-            positions not integers, angles not a str.
+            positions not integers, numerics not a str.
         ValueError
-            A position out of range (naming it), or unknown angles.
+            A position out of range (naming it), or unknown numerics.
         """
         try:
             flat = _positions_array(positions)
@@ -294,10 +296,15 @@ class Rope:
             if not _empty_reals(positions):
                 raise
             flat = np.zeros(0, dtype=np.int64)  # numpy's [] is float64: no value to be whole or not
-        return self._impl.table(flat, angles)
+        try:
+            return self._impl.table(flat, numerics)
+        except (TypeError, ValueError) as e:
+            _in_new_words(e)
+            raise
 
-    def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
-              inplace: bool = False, inverse: bool = False, angles: str = "exact", threads: int = 0,
+    @_renamed("layout", "angles")
+    def apply(self, q: Any, k: Any = None, *, positions: Any = None, offset: int = 0, order: str = "bshd",
+              inplace: bool = False, inverse: bool = False, numerics: str = "exact", threads: int = 0,
               cos: Any = None, sin: Any = None, cos_sin_cache: Any = None,
               cos_sin_columns: Optional[str] = None, out: Any = None, check: bool = False,
               undo: bool = False) -> Any:
@@ -309,7 +316,7 @@ class Rope:
             CPU, or (torch, built with CUDA kernels) one CUDA device: then every tensor of the call,
             positions and cos/sin included, is on that device (see Notes);
             float32/float64/float16/bfloat16 (torch), any strides (transposed views work
-            without copies). 4-D ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default
+            without copies). 4-D ``[batch, seq, heads, head_dim]`` (``order="bshd"``, the default
             everywhere in rotary) or ``[batch, heads, seq, head_dim]`` (``"bhsd"``, as transformers
             keeps them); or 3-D ``[tokens, heads, head_dim]``: packed (varlen) sequences, as vLLM and
             flash-attn's varlen kernels keep them (``"thd"``; the default ``"bshd"`` reads a 3-D
@@ -324,26 +331,28 @@ class Rope:
         offset : int
             First position when ``positions`` is not given (a KV-cache decode step's position);
             with ``positions`` it must stay 0 (ValueError: add it to the positions instead).
-        layout : {"bshd", "bhsd", "thd"}
-            Order of q's and k's dimensions; default ``"bshd"``.
+        order : {"bshd", "bhsd", "thd"}
+            Order of q's and k's dimensions; default ``"bshd"``. (``layout=``, its former name, is
+            taken until the next release, with a DeprecationWarning: layout is the channel layout.)
         inplace : bool
             Write the results into q and k themselves.
         inverse : bool
             Rotate by -angle with the same scale: the transpose, i.e. the backward pass. It undoes a
             forward rotation only when ``attention_factor`` is 1 and there is no xPos (otherwise the
             round trip scales each pair by ``(attention_factor * sigma)**2``); see ``undo``.
-        angles : {"exact", "on_the_fly", "hf-float32"}
+        numerics : {"exact", "on_the_fly", "hf-float32"}
             The angles' numerics, the same words everywhere in rotary: ``"exact"`` (cos/sin within
             1 ulp of exact at any position, from the Rope's cached table; the default),
             ``"on_the_fly"`` (the same exact values computed per call, no table) or
             ``"hf-float32"`` (transformers' float32 pipeline, a model's training numerics, with
             one exception given in Notes; whole positions). ``"table"`` is accepted as
-            ``"exact"``'s former name.
+            ``"exact"``'s former name. (``angles=``, this keyword's former name, is taken until the
+            next release, with a DeprecationWarning.)
         threads : int
             0 = all, at most ``rotary.max_threads``; results are bit-identical for any count.
         cos, sin : array-like or torch.Tensor, optional
             The model's own cos and sin (already times its attention factor), used instead of
-            rotary's angles (``angles`` must stay ``"exact"``): 3-D ``[batch or 1, seq, width]``,
+            rotary's angles (``numerics`` must stay ``"exact"``): 3-D ``[batch or 1, seq, width]``,
             one row per token, as transformers' ``cos, sin = rotary_emb(x, position_ids)`` gives
             them (``positions`` and ``offset`` are then not read, and refused); or 2-D ``[rows,
             width]``, row p for every token at position p (flash-attn's tables; ``positions`` or
@@ -371,7 +380,7 @@ class Rope:
             to a few roundings, e.g. to un-rotate stored keys (pass keys as ``k`` beside a q with 0
             heads to scale them as keys under xPos). With attention_factor 1 and no xPos it equals
             the inverse bit for bit. Exact angles only (a factor other than 1 refuses
-            ``"hf-float32"``); not with the caller's cos/sin.
+            ``numerics="hf-float32"``); not with the caller's cos/sin.
 
         Returns
         -------
@@ -387,7 +396,7 @@ class Rope:
         ValueError
             A value that breaks a rule (shapes, positions outside [0, 2^31), an offset other than 0
             beside positions, a streams count the Rope does not take, cos/sin of the wrong width,
-            threads > max_threads, layout, tensors on different devices, a CUDA tensor in a build
+            threads > max_threads, order, tensors on different devices, a CUDA tensor in a build
             without CUDA kernels, a meta tensor ...), naming it; q and k are untouched.
         RuntimeError
             The CUDA runtime failed (``rotary._rotary.CudaError``: no device, memory exhausted).
@@ -399,7 +408,7 @@ class Rope:
         and leaves them untouched. Empty tensors (a zero extent) give empty results. For autograd
         and ``torch.compile`` use ``rotary.torch.apply_rope``.
 
-        ``angles="hf-float32"`` replays transformers' float32 arithmetic (``inv_freq_hf32``, the
+        ``numerics="hf-float32"`` replays transformers' float32 arithmetic (``inv_freq_hf32``, the
         angle ``fl32(inv_freq * fl32(p))``, cos/sin within 2 ulps of its forward) but for one step:
         the power ``base**(2j/d)`` is correctly rounded, and torch's float32 pow is not on a few
         pairs (which ones depends on the CPU's vector unit and on the tensor's length; on x86
@@ -412,7 +421,7 @@ class Rope:
         CUDA tensors: the kernels are queued on torch's current stream of their device and the call
         returns without waiting, so it can be captured in a CUDA graph (after one warm-up call on
         the device, which allocates its error word). Results are the CPU's bit for bit (NaNs
-        compared as NaN). ``angles="exact"`` reads the Rope's table copied to the device for
+        compared as NaN). ``numerics="exact"`` reads the Rope's table copied to the device for
         sequential positions (``offset``) and computes the same values on the device for per-token
         ``positions`` (a tensor on the device, never read back); ``"hf-float32"`` angles likewise
         (transformers' float32 arithmetic replayed on the device for per-token positions). The
@@ -423,11 +432,11 @@ class Rope:
         for it. Tables copied to a device live as long as the Rope: keep it alive while a CUDA
         graph that uses it may replay. ``threads`` does not apply.
         """
-        return self._apply(q, k, positions, offset, layout, inplace, inverse, angles, threads, cos, sin,
+        return self._apply(q, k, positions, offset, order, inplace, inverse, numerics, threads, cos, sin,
                            cos_sin_cache, cos_sin_columns, out, check, undo)
 
-    def _apply(self, q: Any, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, inverse: Any,
-               angles: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any,
+    def _apply(self, q: Any, k: Any, positions: Any, offset: Any, order: Any, inplace: Any, inverse: Any,
+               numerics: Any, threads: Any, cos: Any, sin: Any, cos_sin_cache: Any, cos_sin_columns: Any,
                out: Any = None, check: Any = False, undo: Any = False) -> Any:
         """apply with positional arguments (what rotary.torch's eager path calls: a decode step's
         cost is mostly this layer's and the extension's argument handling)."""
@@ -444,9 +453,9 @@ class Rope:
                     _check_tensor(value, name)
         if inplace is not True and inplace is not False:
             inplace = _bool_arg(inplace, "inplace")
-        packed = q.ndim == 3 or layout == "thd"
+        packed = q.ndim == 3 or order == "thd"
         if packed:
-            self._check_packed(q, k, layout)
+            self._check_packed(q, k, order)
             positions = self._packed_positions(positions)
         pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
         if out is not None:
@@ -461,17 +470,22 @@ class Rope:
             inverse = not _bool_arg(inverse, "inverse")
         if packed:  # one batch row of bshd views
             q4, k4, q_out4, k_out4 = (None if t is None else t[None] for t in (q, k, q_out, k_out))
-            layout = "bshd"
+            order = "bshd"
         else:
             q4, k4, q_out4, k_out4 = q, k, q_out, k_out
-        self._impl.apply(q4, k4, q_out4, k_out4, pos, streams, offset, layout, inverse, angles, threads,
-                         cos, sin, cos_sin_cache, cos_sin_columns, check, undo)
+        try:
+            self._impl.apply(q4, k4, q_out4, k_out4, pos, streams, offset, order, inverse, numerics, threads,
+                             cos, sin, cos_sin_cache, cos_sin_columns, check, undo)
+        except (TypeError, ValueError) as e:  # the extension names them layout and angles
+            _in_new_words(e)
+            raise
         rq = q if inplace else q_out
         if k is None:
             return rq
         return rq, (k if inplace else k_out)
 
-    def rerotate(self, k: Any, delta: Any, *, positions: Any = None, offset: int = 0, layout: str = "bshd",
+    @_renamed("layout")
+    def rerotate(self, k: Any, delta: Any, *, positions: Any = None, offset: int = 0, order: str = "bshd",
                  inplace: bool = False) -> Any:
         """Moves keys rotated at positions p (by ``apply``) to positions p + delta: a KV cache's
         context shift (StreamingLLM eviction) without recomputing the keys.
@@ -493,8 +507,8 @@ class Rope:
             ``offset + 0..seq-1``). Every position plus its stream's delta must stay in [0, 2^31).
         offset : int
             First position when ``positions`` is not given; with ``positions`` it must stay 0.
-        layout : {"bshd", "bhsd", "thd"}
-            Order of k's dimensions.
+        order : {"bshd", "bhsd", "thd"}
+            Order of k's dimensions (``layout=``, its former name, is taken until the next release).
         inplace : bool
             Write the moved keys into k itself.
 
@@ -521,10 +535,11 @@ class Rope:
         rounding; the float32 cos/sin of a repeated step also add up (at most 2^-24 √2 per step).
         """
         deltas = _deltas(delta)
-        return self._move(k, positions, offset, layout, inplace,
+        return self._move(k, positions, offset, order, inplace,
                           lambda *args: self._impl.rerotate(args[0], args[1], deltas, *args[2:]))
 
-    def switch(self, k: Any, to: "Rope", *, positions: Any = None, offset: int = 0, layout: str = "bshd",
+    @_renamed("layout")
+    def switch(self, k: Any, to: "Rope", *, positions: Any = None, offset: int = 0, order: str = "bshd",
                inplace: bool = False) -> Any:
         """Moves keys rotated by this Rope at their positions to what Rope ``to`` gives at the same
         positions: LongRoPE's short -> long factors once the context passes the original length,
@@ -538,9 +553,9 @@ class Rope:
         k : numpy.ndarray or torch.Tensor
             The keys rotated by this Rope, as ``rerotate`` takes them.
         to : Rope
-            The schedule to move to: the same head_dim, rotary_dim, pairing, layout, rotary_offset,
-            blocks and position streams.
-        positions, offset, layout, inplace
+            The schedule to move to: the same head_dim, rotary_dim, pairing, layout (of the channels),
+            rotary_offset, blocks and position streams.
+        positions, offset, order, inplace
             As ``rerotate``.
 
         Returns
@@ -567,27 +582,31 @@ class Rope:
         if to.rotates_backward != self.rotates_backward:
             raise ValueError(f"to.rotates_backward={to.rotates_backward} differs from this Rope's "
                              f"{self.rotates_backward} (both must turn pairs the same way)")
-        return self._move(k, positions, offset, layout, inplace,
+        return self._move(k, positions, offset, order, inplace,
                           lambda *args: self._impl.switch(args[0], args[1], to._impl, *args[2:]))
 
-    def _move(self, k: Any, positions: Any, offset: Any, layout: Any, inplace: Any, run: Any) -> Any:
+    def _move(self, k: Any, positions: Any, offset: Any, order: Any, inplace: Any, run: Any) -> Any:
         """rerotate's and switch's argument handling: run(k, k_out, positions, streams, offset,
-        layout, inverse) on 4-D views."""
+        order, inverse) on 4-D views."""
         _check_tensor(k, "k")
         inplace = _bool_arg(inplace, "inplace")
-        packed = k.ndim == 3 or layout == "thd"
+        packed = k.ndim == 3 or order == "thd"
         if packed:
-            if layout not in ("bshd", "thd"):
-                raise ValueError(f"layout={_show(layout)} is for 4-D tensors: a 3-D k is packed [tokens, heads, "
-                                 "head_dim], layout 'thd' (or the default 'bshd')")
+            if order not in ("bshd", "thd"):
+                raise ValueError(f"order={_show(order)} is for 4-D tensors: a 3-D k is packed [tokens, heads, "
+                                 "head_dim], order 'thd' (or the default 'bshd')")
             if k.ndim != 3:
-                raise ValueError("k must have 3 dimensions ([tokens, heads, head_dim]) with layout='thd', "
+                raise ValueError("k must have 3 dimensions ([tokens, heads, head_dim]) with order='thd', "
                                  f"got {k.ndim}")
             positions = self._packed_positions(positions)
         pos, streams = (None, 1) if positions is None else _positions_and_streams(positions)
         out = None if inplace else _empty_like(k)
         k4, out4 = (k[None], None if out is None else out[None]) if packed else (k, out)
-        run(k4, out4, pos, streams, offset, "bshd" if packed else layout, self.rotates_backward)
+        try:
+            run(k4, out4, pos, streams, offset, "bshd" if packed else order, self.rotates_backward)
+        except (TypeError, ValueError) as e:  # the extension names it layout
+            _in_new_words(e)
+            raise
         return k if inplace else out
 
     @staticmethod
@@ -608,16 +627,16 @@ class Rope:
         return outs[0], (outs[1] if k is not None else None)
 
     @staticmethod
-    def _check_packed(q: Any, k: Any, layout: Any) -> None:
-        """q (and k) packed ``[tokens, heads, head_dim]``, with layout 'thd' or the default 'bshd'."""
-        if not isinstance(layout, str):
-            raise TypeError(f"layout must be a str, got {type(layout).__name__}")
-        if layout not in ("bshd", "thd"):
-            raise ValueError(f"layout={_show(layout)} is for 4-D tensors: a 3-D q is packed [tokens, heads, "
-                             "head_dim], layout 'thd' (or the default 'bshd')")
+    def _check_packed(q: Any, k: Any, order: Any) -> None:
+        """q (and k) packed ``[tokens, heads, head_dim]``, with order 'thd' or the default 'bshd'."""
+        if not isinstance(order, str):
+            raise TypeError(f"order must be a str, got {type(order).__name__}")
+        if order not in ("bshd", "thd"):
+            raise ValueError(f"order={_show(order)} is for 4-D tensors: a 3-D q is packed [tokens, heads, "
+                             "head_dim], order 'thd' (or the default 'bshd')")
         for name, t in (("q", q), ("k", k)):
             if t is not None and t.ndim != 3:
-                raise ValueError(f"{name} must have 3 dimensions ([tokens, heads, head_dim]) with layout='thd' or "
+                raise ValueError(f"{name} must have 3 dimensions ([tokens, heads, head_dim]) with order='thd' or "
                                  f"a 3-D q, got {t.ndim}")
 
     def _packed_positions(self, positions: Any) -> Any:

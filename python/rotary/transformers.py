@@ -92,7 +92,7 @@ import torch
 from ._args import _show
 from ._rope import Rope
 from .torch import apply_rope
-from .torch._hf import _layout, apply_rotary_pos_emb  # transformers' signature, shared with rotary.torch
+from .torch._hf import _order, apply_rotary_pos_emb  # transformers' signature, shared with rotary.torch
 
 __all__ = ["patch", "unpatch", "is_patched", "apply_rotary_pos_emb", "ExactRotaryEmbedding",
            "SUPPORTED_MODEL_TYPES"]
@@ -244,12 +244,12 @@ class RopePositions(NamedTuple):
 def _rotate(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, rope: Any,
             unsqueeze_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """rotary's rotation of q and k for a patched model's (positions, rope)."""
-    layout = _layout(unsqueeze_dim)
+    order = _order(unsqueeze_dim)
     if isinstance(rope, _RopeChoice):  # LongRoPE under torch.compile
-        q_short, k_short = apply_rope(rope.short, q, k, positions=positions, layout=layout)
-        q_long, k_long = apply_rope(rope.long, q, k, positions=positions, layout=layout)
+        q_short, k_short = apply_rope(rope.short, q, k, positions=positions, order=order)
+        q_long, k_long = apply_rope(rope.long, q, k, positions=positions, order=order)
         return torch.where(rope.use_long, q_long, q_short), torch.where(rope.use_long, k_long, k_short)
-    return apply_rope(rope, q, k, positions=positions, layout=layout)
+    return apply_rope(rope, q, k, positions=positions, order=order)
 
 
 def _pairs_to_halves(x: torch.Tensor) -> torch.Tensor:

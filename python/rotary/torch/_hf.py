@@ -29,8 +29,8 @@ def _caller_rope(head_dim: int, rotary_dim: int) -> Rope:
     return rope
 
 
-def _layout(unsqueeze_dim: Any) -> str:
-    """transformers' unsqueeze_dim as a layout: 1 for [batch, heads, seq, head_dim], 2 for
+def _order(unsqueeze_dim: Any) -> str:
+    """transformers' unsqueeze_dim as a tensor order: 1 for [batch, heads, seq, head_dim], 2 for
     [batch, seq, heads, head_dim]."""
     if not isinstance(unsqueeze_dim, int) or isinstance(unsqueeze_dim, bool):
         raise TypeError(f"unsqueeze_dim must be an int, got {type(unsqueeze_dim).__name__}")
@@ -111,7 +111,7 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
         (``q``, ``k``, ``cos``, ``sin``, ``unsqueeze_dim``) and shows its shape as passed; q and k
         are untouched.
     """
-    layout = _layout(unsqueeze_dim)
+    order = _order(unsqueeze_dim)
     _check_caller_angles(q, k, cos, sin, unsqueeze_dim)
     rope = _caller_rope(int(q.shape[-1]), int(cos.shape[-1]))
-    return apply_rope(rope, q, k, layout=layout, cos=cos, sin=sin, cos_sin_columns="halves")
+    return apply_rope(rope, q, k, order=order, cos=cos, sin=sin, cos_sin_columns="halves")
