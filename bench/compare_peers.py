@@ -241,7 +241,7 @@ def rotary_impls(rope, pool, first, positions):
         raise Unavailable(f"no CUDA kernel behind rotary.torch here ({first_line(error)})")
     return {
         "rotary": lambda i: rt.apply_rope(rope, pool.q[i], pool.k[i], **where),
-        "rotary on_the_fly": lambda i: rt.apply_rope(rope, pool.q[i], pool.k[i], angles="on_the_fly", **where),
+        "rotary on_the_fly": lambda i: rt.apply_rope(rope, pool.q[i], pool.k[i], numerics="on_the_fly", **where),
         "rotary in place": lambda i: rt.apply_rope_(rope, pool.q[i], pool.k[i], **where),
     }
 

@@ -259,9 +259,9 @@ def effective_angle_error(positions, inv_freq, cos, sin) -> np.ndarray:
 
 def angle_errors(rope: Rope, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(transformers' float32 pipeline, rotary's exact tables): effective angle error per position, same
-    yardstick. The float32 pipeline is the library's ``angles="hf-float32"`` table, what ``rotary
+    yardstick. The float32 pipeline is the library's ``numerics="hf-float32"`` table, what ``rotary
     info``'s drift line and ``float32_drift`` measure."""
-    c32, s32 = rope.table(positions, angles="hf-float32")
+    c32, s32 = rope.table(positions, numerics="hf-float32")
     c, s = rope.table(positions)
     return (effective_angle_error(positions, rope.inv_freq, c32, s32),
             effective_angle_error(positions, rope.inv_freq, c, s))

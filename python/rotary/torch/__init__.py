@@ -3,7 +3,8 @@
 Two operators in the ``rotary`` namespace carry rotary's kernels through PyTorch's dispatcher:
 
 - ``torch.ops.rotary.rope(q, k, rope, positions, offset, layout, inverse, angles, cos, sin,
-  cos_sin_cache, cos_sin_columns) -> list[Tensor]``: out of place, ``[q_out]`` or ``[q_out, k_out]``;
+  cos_sin_cache, cos_sin_columns) -> list[Tensor]`` (its ``layout`` and ``angles`` are
+  ``apply_rope``'s ``order`` and ``numerics``): out of place, ``[q_out]`` or ``[q_out, k_out]``;
   differentiable (the gradient of a rotation is the inverse rotation of the gradient, itself this
   operator, so second derivatives work too).
 - ``torch.ops.rotary.rope_(...) -> ()``: the same arguments, writes q and k in place; not
@@ -37,6 +38,7 @@ are identical.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -45,7 +47,10 @@ import torch
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"rotary.torch needs PyTorch 2.4 or later (torch.library.custom_op), found {torch.__version__}")
 
-from .. import Rope, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _rope_of_handle, _rotary, _show
+from .. import _rotary
+from .._args import (_ORDERS, _bool_arg, _check_tensor, _int_arg, _positions_and_streams, _renamed,
+                     _show)
+from .._rope import Rope, _rope_of_handle
 
 __all__ = ["apply_rope", "apply_rope_", "RotaryEmbedding", "apply_rotary_pos_emb", "check_positions",
            "rotary_embedding", "apply_rope_with_cos_sin_cache_inplace", "rope_store", "qk_norm_rope", "rerotate_cache",
@@ -65,9 +70,10 @@ def _rotate(q: Tensor, k: Optional[Tensor], rope: int, positions: Optional[Tenso
             inverse: bool, angles: str, cos: Optional[Tensor], sin: Optional[Tensor],
             cos_sin_cache: Optional[Tensor], cos_sin_columns: Optional[str], inplace: bool) -> Any:
     """The kernel of every device: ``Rope.apply`` of the Rope with handle ``rope`` (what the eager
-    path calls too, with the Rope itself)."""
-    return _rope_of_handle(rope).apply(q, k, positions=positions, offset=offset, layout=layout, inplace=inplace,
-                                       inverse=inverse, angles=angles, cos=cos, sin=sin,
+    path calls too, with the Rope itself); the schema's ``layout`` and ``angles`` are its ``order``
+    and ``numerics``."""
+    return _rope_of_handle(rope).apply(q, k, positions=positions, offset=offset, order=layout, inplace=inplace,
+                                       inverse=inverse, numerics=angles, cos=cos, sin=sin,
                                        cos_sin_cache=cos_sin_cache, cos_sin_columns=cos_sin_columns)
 
 
@@ -286,7 +292,7 @@ def _positions_tensor(positions: Any) -> Optional[Tensor]:
     return torch.from_numpy(flat.reshape(np.shape(positions)))
 
 
-def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any, angles: Any, cos: Any, sin: Any,
+def _op_args(rope: Rope, positions: Any, offset: Any, order: Any, inverse: Any, numerics: Any, cos: Any, sin: Any,
              cos_sin_cache: Any, cos_sin_columns: Any) -> tuple:
     """The operators' arguments after q and k, checked for kind (values are the kernel's to check)."""
     offset = _int_arg(offset, "offset")
@@ -296,14 +302,15 @@ def _op_args(rope: Rope, positions: Any, offset: Any, layout: Any, inverse: Any,
         if offset != 0 and positions is not None:  # the kernel's rule and words: an offset would be dropped
             raise ValueError(f"offset={_show(offset)} is for sequential positions only, but positions are given "
                              "(add the offset to the positions, or leave positions out)")
-    return (rope._handle, _positions_tensor(positions), offset, _str_arg(layout, "layout"),
-            _bool_arg(inverse, "inverse"), _str_arg(angles, "angles"), _angles_tensor(cos, "cos"),
+    return (rope._handle, _positions_tensor(positions), offset, _str_arg(order, "order"),
+            _bool_arg(inverse, "inverse"), _str_arg(numerics, "numerics"), _angles_tensor(cos, "cos"),
             _angles_tensor(sin, "sin"), _angles_tensor(cos_sin_cache, "cos_sin_cache"),
             _str_arg(cos_sin_columns, "cos_sin_columns", optional=True))
 
 
+@_renamed("layout", "angles")
 def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
-               layout: str = "bshd", inverse: bool = False, angles: str = "exact", cos: Any = None,
+               order: str = "bshd", inverse: bool = False, numerics: str = "exact", cos: Any = None,
                sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
     """Rotates q (and k) out of place: differentiable, and compiles without a graph break.
 
@@ -312,7 +319,7 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     rope : rotary.Rope
         The model's RoPE.
     q, k : torch.Tensor
-        ``[batch, seq, heads, head_dim]`` (``layout="bshd"``, the default), ``[batch, heads, seq,
+        ``[batch, seq, heads, head_dim]`` (``order="bshd"``, the default), ``[batch, heads, seq,
         head_dim]`` (``"bhsd"``, transformers' order) or packed ``[tokens, heads, head_dim]``
         (``"thd"``, or any 3-D q under the default), float32/float64/float16/bfloat16, on the CPU
         or one CUDA device (with every other tensor of the call; see ``Rope.apply``), any strides;
@@ -325,16 +332,18 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     offset : int
         First position when ``positions`` is not given; with ``positions`` it must stay 0
         (ValueError, as ``Rope.apply``).
-    layout : {"bshd", "bhsd", "thd"}
-        Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary).
+    order : {"bshd", "bhsd", "thd"}
+        Order of q's and k's dimensions; default ``"bshd"`` (as everywhere in rotary). ``layout=``,
+        its former name, is taken until the next release, with a DeprecationWarning.
     inverse : bool
         Rotate by -angle with the same scale: the transpose (what autograd's backward pass applies).
         It undoes a forward rotation only when ``attention_factor`` is 1 and there is no xPos; to
         take a rotation back use ``Rope.apply(..., undo=True)``.
-    angles : {"exact", "on_the_fly", "hf-float32"}
-        As ``Rope.apply``: exact from the cached table (default), exact computed per call, or
-        transformers' float32 numerics (but for the correctly rounded power ``base**(2j/d)``:
-        see ``Rope.apply``'s Notes).
+    numerics : {"exact", "on_the_fly", "hf-float32"}
+        The angles' numerics, as ``Rope.apply``: exact from the cached table (default), exact
+        computed per call, or transformers' float32 numerics (but for the correctly rounded power
+        ``base**(2j/d)``: see ``Rope.apply``'s Notes). ``angles=``, its former name, is taken until
+        the next release, with a DeprecationWarning.
     cos, sin, cos_sin_cache, cos_sin_columns :
         The caller's own angles, as ``Rope.apply`` takes them; constants (no gradient flows into
         them).
@@ -350,20 +359,21 @@ def apply_rope(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: 
     TypeError
         An argument of the wrong kind, naming it.
     ValueError
-        A value that breaks a rule (shapes, positions, layout, a tensor on a device without a
+        A value that breaks a rule (shapes, positions, order, a tensor on a device without a
         kernel or on ``meta`` among real tensors ...), naming it; q and k are untouched.
     """
     if _direct(q, k) and type(rope) is Rope:
-        return rope._apply(q, k, positions, offset, layout, False, inverse, angles, 0, cos, sin, cos_sin_cache,
+        return rope._apply(q, k, positions, offset, order, False, inverse, numerics, 0, cos, sin, cos_sin_cache,
                            cos_sin_columns)
     _check_call(rope, q, k)
-    out = torch.ops.rotary.rope(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
+    out = torch.ops.rotary.rope(q, k, *_op_args(rope, positions, offset, order, inverse, numerics, cos, sin,
                                                 cos_sin_cache, cos_sin_columns))
     return out[0] if k is None else (out[0], out[1])
 
 
+@_renamed("layout", "angles")
 def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions: Any = None, offset: int = 0,
-                layout: str = "bshd", inverse: bool = False, angles: str = "exact", cos: Any = None,
+                order: str = "bshd", inverse: bool = False, numerics: str = "exact", cos: Any = None,
                 sin: Any = None, cos_sin_cache: Any = None, cos_sin_columns: Optional[str] = None) -> Rotated:
     """Rotates q (and k) in place and returns them; compiles without a graph break.
 
@@ -372,9 +382,9 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
 
     Parameters
     ----------
-    rope, q, k, positions, offset, layout, inverse, angles, cos, sin, cos_sin_cache, cos_sin_columns
-        As ``apply_rope``; q and k are written (they must be writable, and may be strided views
-        such as slices of a fused QKV tensor).
+    rope, q, k, positions, offset, order, inverse, numerics, cos, sin, cos_sin_cache, cos_sin_columns
+        As ``apply_rope`` (``layout=`` and ``angles=``, the former names, too); q and k are written
+        (they must be writable, and may be strided views such as slices of a fused QKV tensor).
 
     Returns
     -------
@@ -389,16 +399,16 @@ def apply_rope_(rope: Rope, q: Tensor, k: Optional[Tensor] = None, *, positions:
         q or k requires grad, or a value breaks a rule, naming it; q and k are then untouched.
     """
     if _direct(q, k) and type(rope) is Rope and not q.requires_grad and (k is None or not k.requires_grad):
-        rope._apply(q, k, positions, offset, layout, True, inverse, angles, 0, cos, sin, cos_sin_cache,
+        rope._apply(q, k, positions, offset, order, True, inverse, numerics, 0, cos, sin, cos_sin_cache,
                     cos_sin_columns)
         return q if k is None else (q, k)
     _check_call(rope, q, k)
     _refuse_grad(q, k)
     if _direct(q, k):
-        rope._apply(q, k, positions, offset, layout, True, inverse, angles, 0, cos, sin, cos_sin_cache,
+        rope._apply(q, k, positions, offset, order, True, inverse, numerics, 0, cos, sin, cos_sin_cache,
                     cos_sin_columns)
     else:
-        torch.ops.rotary.rope_(q, k, *_op_args(rope, positions, offset, layout, inverse, angles, cos, sin,
+        torch.ops.rotary.rope_(q, k, *_op_args(rope, positions, offset, order, inverse, numerics, cos, sin,
                                                cos_sin_cache, cos_sin_columns))
     return q if k is None else (q, k)
 
@@ -407,7 +417,7 @@ class RotaryEmbedding(torch.nn.Module):
     """Drop-in for the rotary step of a Llama-style attention block.
 
     ``q, k = rotary(q, k, position_ids)`` with q and k in ``[batch, seq, heads, head_dim]``
-    (``layout="bshd"``, the default, as everywhere in rotary), ``[batch, heads, seq, head_dim]``
+    (``order="bshd"``, the default, as everywhere in rotary), ``[batch, heads, seq, head_dim]``
     as transformers' attention keeps them (``"bhsd"``) or packed ``[tokens, heads, head_dim]``
     (``"thd"``). Differentiable, compiles without a graph break, deep-copies, pickles and survives
     ``torch.save``/``torch.load(weights_only=False)``.
@@ -416,27 +426,49 @@ class RotaryEmbedding(torch.nn.Module):
     ----------
     rope : rotary.Rope
         The model's RoPE.
-    layout : {"bshd", "bhsd", "thd"}
-        Order of q's and k's dimensions.
+    order : {"bshd", "bhsd", "thd"}
+        Order of q's and k's dimensions (``layout=``, its former name, is taken until the next
+        release, with a DeprecationWarning).
 
     Raises
     ------
     TypeError
-        rope is not a rotary.Rope, or layout not a str.
+        rope is not a rotary.Rope, or order not a str.
     ValueError
-        layout is not ``"bshd"``, ``"bhsd"`` or ``"thd"``.
+        order is not ``"bshd"``, ``"bhsd"`` or ``"thd"``.
     """
 
-    def __init__(self, rope: Rope, layout: str = "bshd") -> None:
+    @_renamed("layout")
+    def __init__(self, rope: Rope, order: str = "bshd") -> None:
         super().__init__()
         if not isinstance(rope, Rope):
             raise TypeError(f"rope must be a rotary.Rope, got {type(rope).__name__}")
-        if not isinstance(layout, str):
-            raise TypeError(f"layout must be a str, got {type(layout).__name__}")
-        if layout not in ("bshd", "bhsd", "thd"):
-            raise ValueError(f"layout={_show(layout)} must be 'bshd', 'bhsd' or 'thd'")
+        if not isinstance(order, str):
+            raise TypeError(f"order must be a str, got {type(order).__name__}")
+        if order not in _ORDERS:
+            raise ValueError(f"order={_show(order)} must be 'bshd', 'bhsd' or 'thd'")
         self.rope = rope
-        self.layout = layout
+        self.order = order
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A module pickled (or torch.save-d) before order= was named so holds it as ``layout``.
+        if "layout" in state and "order" not in state:
+            state = dict(state)
+            state["order"] = state.pop("layout")
+        super().__setstate__(state)
+
+    @property
+    def layout(self) -> str:
+        """``order``'s former name, read until the next release (DeprecationWarning)."""
+        warnings.warn("RotaryEmbedding.layout is deprecated (it names the tensor order): use .order",
+                      DeprecationWarning, stacklevel=2)
+        return self.order
+
+    @layout.setter
+    def layout(self, order: str) -> None:
+        warnings.warn("RotaryEmbedding.layout is deprecated (it names the tensor order): use .order",
+                      DeprecationWarning, stacklevel=2)
+        self.order = order
 
     def forward(self, q: Tensor, k: Tensor, position_ids: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
         """Rotates q and k out of place (``apply_rope``).
@@ -444,7 +476,7 @@ class RotaryEmbedding(torch.nn.Module):
         Parameters
         ----------
         q, k : torch.Tensor
-            In this module's ``layout``.
+            In this module's ``order``.
         position_ids : torch.Tensor, optional
             ``[batch, seq]``, ``[1, seq]``, ``[seq]`` or ``[streams, batch, seq]`` (M-RoPE);
             default ``0..seq-1``.
@@ -454,7 +486,7 @@ class RotaryEmbedding(torch.nn.Module):
         tuple of torch.Tensor
             The rotated q and k.
         """
-        return apply_rope(self.rope, q, k, positions=position_ids, layout=self.layout)
+        return apply_rope(self.rope, q, k, positions=position_ids, order=self.order)
 
     def extra_repr(self) -> str:
         return repr(self.rope)
@@ -464,15 +496,12 @@ class RotaryEmbedding(torch.nn.Module):
 from .engines import apply_rope_with_cos_sin_cache_inplace, rotary_embedding  # noqa: E402
 # Fused operations (rope_store, qk_norm_rope, rerotate_cache): rotary/torch/fused.py.
 from .fused import qk_norm_rope, rerotate_cache, rope_store, slots_from_page_table  # noqa: E402
+# transformers' apply_rotary_pos_emb signature over the kernel (rotary.transformers exports it too):
+# rotary/torch/_hf.py, which needs neither rotary.transformers nor transformers.
+from ._hf import apply_rotary_pos_emb  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:
-    # rotary.torch.apply_rotary_pos_emb is transformers' signature over the fused kernel; it lives in
-    # rotary.transformers (which imports this module), so it is looked up on first use.
-    if name == "apply_rotary_pos_emb":
-        from ..transformers import apply_rotary_pos_emb
-
-        return apply_rotary_pos_emb
     if name == "distributed":  # context parallelism (rotary/torch/distributed.py), loaded on first use
         import importlib  # `from . import` would ask this __getattr__ again
 

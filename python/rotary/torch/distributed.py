@@ -44,7 +44,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from .. import _int_arg, _show
+from .._args import _int_arg, _show
 
 __all__ = ["SCHEMES", "shard_positions", "shard", "unshard", "all_gather"]
 

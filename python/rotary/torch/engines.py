@@ -20,7 +20,8 @@ from typing import Any, Optional
 
 import torch
 
-from .. import Rope, _rotary
+from .. import _rotary
+from .._rope import Rope
 from . import _KERNEL_DEVICES, _dispatch_modes, _is_compiling, _no_kernel, _same_kind, _shapes_only
 
 __all__ = ["rotary_embedding", "apply_rope_with_cos_sin_cache_inplace"]

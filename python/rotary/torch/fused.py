@@ -32,7 +32,9 @@ from typing import Any, Optional, Union
 
 import torch
 
-from .. import Rope, _rope_of_handle, _rotary, _show
+from .. import _rotary
+from .._args import _renamed, _show
+from .._rope import Rope, _rope_of_handle
 from . import _dispatch_modes, _is_compiling, _shapes_only
 
 __all__ = ["rope_store", "qk_norm_rope", "rerotate_cache", "slots_from_page_table"]
@@ -44,7 +46,7 @@ _MODEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CACHE_DTYPES = _MODEL_DTYPES + (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 _INDEX_DTYPES = (torch.int64, torch.int32)
 _QUANTISED_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
-_ANGLES = ("exact", "hf-float32")
+_NUMERICS = ("exact", "hf-float32")
 
 
 # ---- Arguments -------------------------------------------------------------------------------------
@@ -256,11 +258,12 @@ def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, 
                  k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
 
 
+@_renamed("angles")
 def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
                q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
-               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, angles: str = "exact") -> Tensor:
+               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, numerics: str = "exact") -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -319,9 +322,10 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         The engine's own table instead of rotary's angles: vLLM's ``[rows, rotary_dim]``, row p the
         rotary_dim/2 cos values of position p then the sin values (already times any attention
         factor); ``positions`` index it. Not with xPos.
-    angles : {"exact", "hf-float32"}
-        rotary's angles (without cos_sin_cache): exact (default), or transformers' float32 numerics
-        (whole positions), as ``apply_rope`` takes them.
+    numerics : {"exact", "hf-float32"}
+        rotary's angles' numerics (without cos_sin_cache): exact (default), or transformers' float32
+        numerics (whole positions), as ``apply_rope`` takes them. ``angles=``, its former name, is
+        taken until the next release, with a DeprecationWarning.
 
     Returns
     -------
@@ -353,7 +357,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
             scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
-            _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache, _choice(angles, "angles", _ANGLES))
+            _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache,
+            _choice(numerics, "numerics", _NUMERICS))
     if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache):
         _rope_store_kernel(*args)
     else:
@@ -410,13 +415,14 @@ def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, w
                  cos_sin_cache=cos_sin_cache)
 
 
+@_renamed("angles")
 def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor], k_weight: Optional[Tensor],
                  *, eps: float, positions: Optional[Tensor] = None, offset: int = 0, weight_offset: float = 0.0,
                  order: str = "norm_rope", scope: str = "head", rounding: str = "llama", v: Optional[Tensor] = None,
                  v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
                  slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
                  scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None,
-                 angles: str = "exact") -> tuple[Tensor, Tensor]:
+                 numerics: str = "exact") -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
     OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
     the cache write of ``rope_store`` in the same pass.
@@ -459,9 +465,9 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode
         The cache write, as ``rope_store`` takes them: k (normed and rotated, also left in k) and v go
         to the caches at the slots. All None (default): no write.
-    cos_sin_cache, angles
+    cos_sin_cache, numerics
         The engine's own table instead of rotary's angles, or rotary's angles' numerics, as
-        ``rope_store`` takes them.
+        ``rope_store`` takes them (``angles=``, numerics' former name, too).
 
     Returns
     -------
@@ -493,7 +499,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     like = q if k_cache is None else k_cache
     args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
             v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
-            _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache, _choice(angles, "angles", _ANGLES))
+            _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache,
+            _choice(numerics, "numerics", _NUMERICS))
     if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache):
         _qk_norm_rope_kernel(*args)
     else:
