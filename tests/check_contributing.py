@@ -16,7 +16,7 @@ one line per problem when:
 - a ScheduleType value of include/rotary/spec.hpp (`last` aside; `default_` is "default") lacks
   src/schedules/<name>.cpp, its &<name>_schedule in kScheduleEntries (src/schedules/registry.hpp),
   its ROTARY_SCHEDULE_<NAME> in include/rotary/rotary.h, its static_assert line in
-  tests/test_schedule_registry.cpp, or ``<name>`` in python/rotary/__init__.py (Rope's docstring).
+  tests/test_schedule_registry.cpp, or ``<name>`` in python/rotary/_rope.py (Rope's docstring).
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def check_schedules(root: str, markdown: str, problems: list[str], page: str) ->
     registry = read(root, "src/schedules/registry.hpp", problems)
     c_header = read(root, "include/rotary/rotary.h", problems)
     registry_test = read(root, "tests/test_schedule_registry.cpp", problems)
-    python_init = read(root, "python/rotary/__init__.py", problems)
+    python_init = read(root, "python/rotary/_rope.py", problems)
     if not spec_hpp:
         return
     enumerators = schedule_types(spec_hpp)
@@ -145,7 +145,7 @@ def check_schedules(root: str, markdown: str, problems: list[str], page: str) ->
             problems.append(f"{where}: tests/test_schedule_registry.cpp lacks "
                             f"static_assert({c_name} == static_cast<int>(ScheduleType::{enumerator}))")
         if python_init and f"``{name}``" not in python_init:
-            problems.append(f"{where}: ``{name}`` is not in Rope's docstring (python/rotary/__init__.py)")
+            problems.append(f"{where}: ``{name}`` is not in Rope's docstring (python/rotary/_rope.py)")
     folder = os.path.join(root, "src/schedules")
     files = sorted(f[:-4] for f in os.listdir(folder) if f.endswith(".cpp")) if os.path.isdir(folder) else []
     for stem in files:
