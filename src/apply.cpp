@@ -425,30 +425,35 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
 
 }  // namespace
 
-const ApplyArgs& detail::fold_old_names(const ApplyArgs& args, std::optional<ApplyArgs>& copy) {
+ApplyArgs detail::folded(const ApplyArgs& args) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   const CallerAngles* old = args.angles;
-  if (old == nullptr) return args;
-  if (args.caller_angles != nullptr && args.caller_angles != old) {
+  if (args.caller_angles != nullptr && old != nullptr && args.caller_angles != old) {
     throw Error("caller_angles and angles (its old name) are both set, to different cos/sin (give caller_angles)",
                 "caller_angles");
   }
-  copy = args;
-  copy->caller_angles = old;
-  copy->angles = nullptr;
+  ApplyArgs out = args;
+  if (old != nullptr) out.caller_angles = old;
+  out.angles = nullptr;
 #pragma GCC diagnostic pop
-  return *copy;
+  return out;
 }
 
 void validate_shapes(const Schedule& schedule, const ApplyArgs& args) {
-  std::optional<ApplyArgs> copy;
-  validate_call(schedule, detail::fold_old_names(args, copy), /*read_entries=*/false);
+  if (detail::uses_old_names(args)) {
+    validate_shapes(schedule, detail::folded(args));
+    return;
+  }
+  validate_call(schedule, args, /*read_entries=*/false);
 }
 
 void validate(const Schedule& schedule, const ApplyArgs& args) {
-  std::optional<ApplyArgs> copy;
-  validate_call(schedule, detail::fold_old_names(args, copy), /*read_entries=*/true);
+  if (detail::uses_old_names(args)) {
+    validate(schedule, detail::folded(args));
+    return;
+  }
+  validate_call(schedule, args, /*read_entries=*/true);
 }
 
 std::optional<std::pair<double, double>> detail::validate_extent(const Schedule& schedule, const ApplyArgs& args) {
@@ -476,9 +481,11 @@ void run_validated(const Schedule& schedule, const ApplyArgs& args, std::vector<
 
 }  // namespace
 
-void apply(const Schedule& schedule, const ApplyArgs& given) {
-  std::optional<ApplyArgs> copy;
-  const ApplyArgs& args = detail::fold_old_names(given, copy);
+void apply(const Schedule& schedule, const ApplyArgs& args) {
+  if (detail::uses_old_names(args)) {
+    apply(schedule, detail::folded(args));
+    return;
+  }
   std::vector<int64_t> row_index;  // a list table's rows: each position searched once, while validating
   validate_call(schedule, args, /*read_entries=*/true, &row_index);
   run_validated(schedule, args, row_index);

@@ -9,24 +9,27 @@
 
 namespace rotary::detail {
 
-/// validate(schedule, args) for args already through fold_old_names, returning the lowest and
+/// validate(schedule, args) for args that do not use the old names (uses_old_names), returning the lowest and
 /// highest position the call reads (whole or not), or nullopt for a call without tokens.
 std::optional<std::pair<double, double>> validate_extent(const Schedule& schedule, const ApplyArgs& args);
 
-/// `args` with the deprecated ApplyArgs::angles (caller_angles' old name) folded into caller_angles:
-/// `args` itself when the old name is unset (nothing copied), else `copy`, filled. Throws
-/// rotary::Error when both are set and differ. Every public entry point taking ApplyArgs calls it
-/// first, so that the library reads caller_angles alone.
-const ApplyArgs& fold_old_names(const ApplyArgs& args, std::optional<ApplyArgs>& copy);
+/// Whether args use the deprecated ApplyArgs::angles (caller_angles' old name). Inline and
+/// allocation-free: every public entry point taking ApplyArgs asks it first and, when true, calls
+/// itself again with folded(args), so that the library reads caller_angles alone.
+inline bool uses_old_names(const ApplyArgs& args) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  return args.angles != nullptr;
+#pragma GCC diagnostic pop
+}
+/// args with the old name folded into caller_angles. Throws rotary::Error when both are set and differ.
+ApplyArgs folded(const ApplyArgs& args);
 /// The same for arguments holding an ApplyArgs `rope` (RopeStoreArgs, QkNormRopeArgs).
 template <class Args>
-const Args& fold_rope_names(const Args& args, std::optional<Args>& copy) {
-  std::optional<ApplyArgs> rope;
-  fold_old_names(args.rope, rope);
-  if (!rope) return args;
-  copy = args;
-  copy->rope = *rope;
-  return *copy;
+Args folded_rope(const Args& args) {
+  Args out = args;
+  out.rope = folded(args.rope);
+  return out;
 }
 
 /// apply(schedule, args) after validate(schedule, args) passed for these args.

@@ -53,9 +53,11 @@ std::shared_ptr<const Table> Rope::table(int64_t rows, AngleMode mode) const {
   return slot;
 }
 
-void Rope::apply(const ApplyArgs& given) const {
-  std::optional<ApplyArgs> copy;
-  const ApplyArgs& args = detail::fold_old_names(given, copy);
+void Rope::apply(const ApplyArgs& args) const {
+  if (detail::uses_old_names(args)) {
+    apply(detail::folded(args));
+    return;
+  }
   if (args.table != nullptr) {
     throw Error("table is set, but Rope::apply takes its angles from the Rope's own tables (leave table null, "
                 "or call rotary::apply with the table)");

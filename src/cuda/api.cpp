@@ -114,9 +114,11 @@ void DeviceTable::release() noexcept {
   sin_ = nullptr;
 }
 
-void apply(const Schedule& schedule, const ApplyArgs& given, Stream stream, const Options& options) {
-  std::optional<ApplyArgs> copy;
-  const ApplyArgs& args = rotary::detail::fold_old_names(given, copy);
+void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const Options& options) {
+  if (rotary::detail::uses_old_names(args)) {
+    apply(schedule, rotary::detail::folded(args), stream, options);
+    return;
+  }
   if (args.table != nullptr) {
     throw Error("table is a host Table: give its cuda::DeviceTable in Options::table");
   }
@@ -256,9 +258,11 @@ void check_write_slots(const CacheWrite& w, int64_t tokens, const FusedOptions& 
 
 }  // namespace
 
-void rope_store(const Schedule& schedule, const RopeStoreArgs& given, Stream stream, const FusedOptions& options) {
-  std::optional<RopeStoreArgs> copy;
-  const RopeStoreArgs& args = detail::fold_rope_names(given, copy);
+void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stream, const FusedOptions& options) {
+  if (detail::uses_old_names(args.rope)) {
+    rope_store(schedule, detail::folded_rope(args), stream, options);
+    return;
+  }
   detail::validate_rope_store(schedule, args, false);
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
@@ -268,9 +272,11 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& given, Stream str
   detail::cuda::launch_fused(f, stream);
 }
 
-void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& given, Stream stream, const FusedOptions& options) {
-  std::optional<QkNormRopeArgs> copy;
-  const QkNormRopeArgs& args = detail::fold_rope_names(given, copy);
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream stream, const FusedOptions& options) {
+  if (detail::uses_old_names(args.rope)) {
+    qk_norm_rope(schedule, detail::folded_rope(args), stream, options);
+    return;
+  }
   detail::validate_qk_norm_rope(schedule, args, false);
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);

@@ -624,13 +624,18 @@ void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads) {
 // ---- public entry points ----
 
 void validate(const Schedule& schedule, const RopeStoreArgs& args) {
-  std::optional<RopeStoreArgs> copy;
-  detail::validate_rope_store(schedule, detail::fold_rope_names(args, copy), true);
+  if (detail::uses_old_names(args.rope)) {
+    validate(schedule, detail::folded_rope(args));
+    return;
+  }
+  detail::validate_rope_store(schedule, args, true);
 }
 
-void rope_store(const Schedule& schedule, const RopeStoreArgs& given) {
-  std::optional<RopeStoreArgs> copy;
-  const RopeStoreArgs& args = detail::fold_rope_names(given, copy);
+void rope_store(const Schedule& schedule, const RopeStoreArgs& args) {
+  if (detail::uses_old_names(args.rope)) {
+    rope_store(schedule, detail::folded_rope(args));
+    return;
+  }
   detail::validate_rope_store(schedule, args, true);
   std::vector<int64_t> row_index;
   std::optional<detail::TableRows> rows;
@@ -642,13 +647,18 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& given) {
 }
 
 void validate(const Schedule& schedule, const QkNormRopeArgs& args) {
-  std::optional<QkNormRopeArgs> copy;
-  detail::validate_qk_norm_rope(schedule, detail::fold_rope_names(args, copy), true);
+  if (detail::uses_old_names(args.rope)) {
+    validate(schedule, detail::folded_rope(args));
+    return;
+  }
+  detail::validate_qk_norm_rope(schedule, args, true);
 }
 
-void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& given) {
-  std::optional<QkNormRopeArgs> copy;
-  const QkNormRopeArgs& args = detail::fold_rope_names(given, copy);
+void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args) {
+  if (detail::uses_old_names(args.rope)) {
+    qk_norm_rope(schedule, detail::folded_rope(args));
+    return;
+  }
   detail::validate_qk_norm_rope(schedule, args, true);
   std::vector<int64_t> row_index;
   std::optional<detail::TableRows> rows;

@@ -96,9 +96,9 @@ TableRows table_rows(const Table& table, const Positions& positions, int64_t seq
                    .row_index = row_index.data()};
 }
 
-KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& given, const TableRows* table) {
-  std::optional<ApplyArgs> copy;  // the deprecated ApplyArgs::angles, for callers that come here directly
-  const ApplyArgs& args = fold_old_names(given, copy);
+KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table) {
+  // The deprecated ApplyArgs::angles, for callers that come here directly.
+  if (uses_old_names(args)) return make_kernel_args(schedule, folded(args), table);
   if (args.caller_angles != nullptr && table != nullptr) {
     throw Error("angles and table are both set (give one source of angles)");
   }
