@@ -12,11 +12,23 @@ head_size, cos_sin_cache, is_neox) -> ()``, which mutates query and key (schema 
 Tensor(b!)? key``): ``torch.compile(fullgraph=True)`` traces it without a graph break, its fake kernel
 gives shapes only, and its CUDA kernel queues on torch's current stream without waiting (CUDA-graph
 safe), as ``rotary.torch``'s other operators. In eager mode the wrappers call the kernel directly.
+
+Multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4.1V), as vLLM's ``MRotaryEmbedding``
+(``vllm/model_executor/layers/rotary_embedding/mrope.py``, ``forward_native`` and
+``apply_interleaved_rope``): ``rotary_embedding(..., mrope_section=[t, h, w], mrope_interleaved=...)``
+with positions ``[3, tokens]`` (temporal, height and width streams). Each token's cos/sin row is put
+together from the three streams' rows of ``cos_sin_cache`` by torch gathers only (the cache's bits;
+the only arithmetic is on indices), and query and key are then rotated by that ``[tokens,
+rotary_dim]`` table exactly as in a 1-D call, through the same operator (positions
+``arange(tokens)``): traceable with ``fullgraph=True`` and CUDA-graph safe (no host synchronisation,
+no branching on tensor values). Both pairings (``is_neox`` True and False) take the same table;
+vLLM's Triton M-RoPE kernel was NeoX-only until its GLM-OCR / GLM-4.1V fix (vLLM issue 42016, pull
+request 42765).
 """
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -163,6 +175,136 @@ def _rotary_embedding_fake(positions, query, key, head_size, cos_sin_cache, is_n
     return None
 
 
+# ---- M-RoPE (multimodal RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, GLM-4.1V) --------------------------------
+
+def _short(value: Any) -> str:
+    """repr(value), cut to about 100 characters, for error messages."""
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _mrope_section_arg(mrope_section: Any, rotary_dim: int) -> tuple[int, int, int]:
+    """``mrope_section`` checked against the cache's rotary_dim: three non-negative ints (temporal,
+    height, width) summing to rotary_dim/2, as vLLM's ``MRotaryEmbedding`` asserts."""
+    if isinstance(mrope_section, (str, bytes)) or not isinstance(mrope_section, Sequence):
+        raise TypeError(f"mrope_section must be a sequence of 3 ints (temporal, height, width), got "
+                        f"{type(mrope_section).__name__} {_short(mrope_section)}")
+    section = list(mrope_section)
+    if len(section) != 3:
+        raise ValueError(f"mrope_section={_short(section)} must have 3 entries (temporal, height, width), got "
+                         f"{len(section)}")
+    for i, s in enumerate(section):
+        if isinstance(s, bool) or not hasattr(type(s), "__index__"):
+            raise TypeError(f"mrope_section[{i}]={_short(s)} must be an int, got {type(s).__name__}")
+    section = [s.__index__() for s in section]
+    for i, s in enumerate(section):
+        if s < 0:
+            raise ValueError(f"mrope_section[{i}]={s} must be >= 0 (mrope_section={section})")
+    if sum(section) != rotary_dim // 2:
+        raise ValueError(f"mrope_section={section} sums to {sum(section)}, but must sum to rotary_dim/2="
+                         f"{rotary_dim // 2} (cos_sin_cache width {rotary_dim})")
+    return section[0], section[1], section[2]
+
+
+def _mrope_streams(section: tuple[int, int, int], interleaved: bool, rotary_dim: int, device: Any) -> Tensor:
+    """``[rotary_dim]`` int64: the position stream (0 temporal, 1 height, 2 width) of each column of
+    the cos/sin table (the cos half and the sin half alike). Computed on ``device`` from an arange
+    (no host-to-device copy: capturable in a CUDA graph).
+
+    Chunked (Qwen2-VL, Qwen2.5-VL, GLM-4.1V; vLLM's ``torch.cat([m[i] for i, m in
+    enumerate(cos.split(mrope_section, dim=-1))])``): pair j takes stream i when j falls in the i-th
+    section. Interleaved (Qwen3-VL; vLLM's ``apply_interleaved_rope``): pair j takes height when
+    ``j % 3 == 1 and j < 3 * mrope_section[1]``, width when ``j % 3 == 2 and j < 3 * mrope_section[2]``,
+    temporal otherwise."""
+    j = torch.arange(rotary_dim, device=device) % (rotary_dim // 2)
+    if interleaved:
+        height = (j % 3 == 1) & (j < 3 * section[1])
+        width = (j % 3 == 2) & (j < 3 * section[2])
+        return height.long() + 2 * width.long()
+    return (j >= section[0]).long() + (j >= section[0] + section[1]).long()
+
+
+def _mrope_table(positions: Any, query: Any, cos_sin_cache: Any, mrope_section: Any,
+                 mrope_interleaved: bool) -> tuple[Tensor, Tensor]:
+    """Checks an M-RoPE call's positions (``[3, tokens]``) and section, and returns ``(kernel_positions,
+    table)``: ``table`` ``[tokens, rotary_dim]`` is each token's cos/sin row, column c taken from
+    ``cos_sin_cache[positions[stream(c), t], c]`` (gathers only: the cache's bits, no arithmetic on
+    them); ``kernel_positions`` is ``arange(tokens)`` (each token its own row of the table), -1 for a
+    token any of whose three positions is outside ``[0, max_position)`` (the kernel refuses it on the
+    CPU, skips it on a CUDA device). No host synchronisation, no branching on tensor values:
+    traceable by torch.compile and capturable in a CUDA graph."""
+    for name, t in (("positions", positions), ("query", query), ("cos_sin_cache", cos_sin_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if positions.dtype not in _POSITION_DTYPES:
+        raise TypeError(f"positions must be an int64 or int32 tensor, got dtype {positions.dtype}")
+    if cos_sin_cache.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"cos_sin_cache dtype must be float32, float64, float16 or bfloat16, got {cos_sin_cache.dtype}")
+    if cos_sin_cache.ndim != 2:
+        raise ValueError(f"cos_sin_cache must have 2 dimensions ([max_position, rotary_dim]: cos half, then sin "
+                         f"half), got {cos_sin_cache.ndim}")
+    rotary_dim = cos_sin_cache.shape[1]
+    if rotary_dim <= 0 or rotary_dim % 2 != 0:
+        raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even and positive")
+    section = _mrope_section_arg(mrope_section, rotary_dim)
+    if positions.ndim != 2 or positions.shape[0] != 3:
+        raise ValueError(f"positions shape {tuple(positions.shape)} must be [3, tokens] (temporal, height, width) "
+                         f"or [tokens] (text only) with mrope_section")
+    tokens = positions.shape[1]
+    if query.ndim not in (2, 3) or query.shape[0] != tokens:
+        raise ValueError(f"query shape {tuple(query.shape)} must be [tokens={tokens}, heads * head_size] or "
+                         f"[tokens={tokens}, heads, head_size] with M-RoPE positions {tuple(positions.shape)}")
+    for name, t in (("positions", positions), ("cos_sin_cache", cos_sin_cache)):
+        if t.device != query.device:
+            raise ValueError(f"{name} is on {t.device} but query is on {query.device} (every tensor of a call must "
+                             f"be on one device)")
+    device = positions.device
+    max_position = cos_sin_cache.shape[0]
+    pos = positions.long()
+    unusable = ((pos < 0) | (pos >= max_position)).any(dim=0)  # [tokens]
+    kernel_positions = torch.where(unusable, -1, torch.arange(tokens, device=device))
+    if tokens == 0 or max_position == 0:  # nothing to gather: the cache itself, judged as in a 1-D call
+        return kernel_positions, cos_sin_cache
+    streams = _mrope_streams(section, mrope_interleaved, rotary_dim, device)
+    # rows[t, c] = positions[streams[c], t], clamped into the cache (its token is refused anyway).
+    rows = pos.index_select(0, streams).t().clamp(0, max_position - 1)
+    return kernel_positions, cos_sin_cache.gather(0, rows)
+
+
+_STREAMS = ("temporal", "height", "width")
+
+
+def _mrope_refuse_eagerly(positions: Tensor, cos_sin_cache: Tensor) -> None:
+    """On the CPU in eager mode: names the first unusable M-RoPE position (stream and token) instead of
+    the kernel's -1."""
+    if positions.device.type != "cpu" or positions.numel() == 0:
+        return
+    bad = (positions < 0) | (positions >= cos_sin_cache.shape[0])
+    if bool(bad.any()):
+        stream, token = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"positions[{stream}, {token}]={int(positions[stream, token])} ({_STREAMS[stream]} "
+                         f"stream) is outside [0, {cos_sin_cache.shape[0]}), the rows of cos_sin_cache")
+
+
+def _mrope_checks(positions: Any, query: Any, mrope_section: Any, mrope_interleaved: Any) -> bool:
+    """Whether the call is an M-RoPE one (``[3, tokens]`` positions with ``mrope_section``); raises on
+    the combinations that cannot be: 3 position streams without ``mrope_section``, ``mrope_interleaved``
+    without it."""
+    if not isinstance(mrope_interleaved, bool):
+        raise TypeError(f"mrope_interleaved must be a bool, got {type(mrope_interleaved).__name__}")
+    if mrope_section is None:
+        if mrope_interleaved:
+            raise ValueError("mrope_interleaved=True needs mrope_section (the temporal, height and width sections)")
+        if (isinstance(positions, torch.Tensor) and isinstance(query, torch.Tensor) and positions.ndim == 2
+                and positions.shape[0] == 3 and query.ndim >= 1 and query.shape[0] == positions.shape[1]
+                and tuple(query.shape[:2]) != tuple(positions.shape)):
+            raise ValueError(f"positions shape {tuple(positions.shape)} is M-RoPE's [3, tokens] (temporal, height, "
+                             f"width): pass mrope_section (e.g. [16, 24, 24], summing to rotary_dim/2)")
+        return False
+    # vLLM's MRotaryEmbedding: [tokens] positions (text only) are plain RoPE, the section still checked.
+    return not (isinstance(positions, torch.Tensor) and positions.ndim == 1)
+
+
 def _direct(*tensors: Optional[Tensor]) -> bool:
     """Call the kernel directly: eager mode, plain CPU or CUDA tensors, nothing tracing (torch.compile,
     a dispatch mode): as rotary.torch's ``_direct``."""
@@ -173,7 +315,8 @@ def _direct(*tensors: Optional[Tensor]) -> bool:
 
 
 def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], head_size: int,
-                     cos_sin_cache: Tensor, is_neox: bool) -> None:
+                     cos_sin_cache: Tensor, is_neox: bool, *, mrope_section: Optional[Sequence[int]] = None,
+                     mrope_interleaved: bool = False) -> None:
     """vLLM's and SGLang's ``rotary_embedding`` operator: rotates query and key in place from the
     caller's ``cos_sin_cache``.
 
@@ -183,10 +326,27 @@ def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], he
     ``is_neox`` (GPT-NeoX, ``rotate_half``) and (x[2j], x[2j+1]) otherwise (GPT-J, interleaved). Channels
     from rotary_dim to head_size are left alone (partial rotary).
 
+    M-RoPE (with ``mrope_section`` and positions ``[3, tokens]``, as vLLM's ``MRotaryEmbedding``): pair
+    j of token t takes c and s from row ``positions[i, t]`` of ``cos_sin_cache``, where stream i
+    (0 temporal, 1 height, 2 width) is
+
+    - chunked (``mrope_interleaved=False``: Qwen2-VL, Qwen2.5-VL, GLM-4.1V): the section j falls in,
+      i.e. 0 for ``j < t``, 1 for ``t <= j < t + h``, 2 for ``t + h <= j`` with ``mrope_section = [t,
+      h, w]``;
+    - interleaved (``mrope_interleaved=True``: Qwen3-VL, vLLM's ``apply_interleaved_rope``): 1 when
+      ``j % 3 == 1 and j < 3 h``, 2 when ``j % 3 == 2 and j < 3 w``, 0 otherwise (T, H, W, T, H, W,
+      ..., the height slots from 3h on and the width slots from 3w on temporal again; t itself only
+      enters through the sum).
+
+    The rotation is then the 1-D one above, for either ``is_neox``. Tokens whose three positions are
+    equal (text) get plain RoPE's rotation at that position, bit for bit.
+
     Parameters
     ----------
     positions : torch.Tensor
         ``[tokens]`` (or ``[batch, seq]``), int64 or int32: each token's row of ``cos_sin_cache``.
+        With ``mrope_section``: ``[3, tokens]`` (temporal, height, width rows; any strides), or
+        ``[tokens]`` (text only: plain RoPE, as vLLM).
     query : torch.Tensor
         ``[tokens, heads * head_size]`` (e.g. a slice of a fused QKV tensor) or ``[tokens, heads,
         head_size]``; with positions ``[batch, seq]``, ``[batch, seq, heads * head_size]`` or ``[batch,
@@ -202,6 +362,13 @@ def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], he
         bfloat16 (widened to float32, or float64 for float64 data). Only read.
     is_neox : bool
         True: pair channel j with j + rotary_dim/2; False: pair 2j with 2j+1.
+    mrope_section : sequence of 3 ints, optional, keyword-only
+        M-RoPE's ``[temporal, height, width]`` section sizes in pairs (e.g. ``[16, 24, 24]`` for
+        Qwen2-VL, ``[24, 20, 20]`` for Qwen3-VL), each >= 0, summing to rotary_dim/2. None (default):
+        no M-RoPE, positions ``[tokens]`` or ``[batch, seq]`` as above.
+    mrope_interleaved : bool, keyword-only
+        False (default): chunked sections; True: Qwen3-VL's interleaved assignment (needs
+        ``mrope_section``).
 
     Returns
     -------
@@ -215,7 +382,12 @@ def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], he
     ValueError
         A shape, device or position that breaks a rule, naming it (a position outside
         ``[0, max_position)`` on the CPU; on a CUDA device such a token is skipped and reported by
-        ``rotary.torch.check_positions``); query and key are then untouched.
+        ``rotary.torch.check_positions``); query and key are then untouched. For M-RoPE: positions
+        ``[3, tokens]`` without ``mrope_section``; a ``mrope_section`` of other than 3 entries, with
+        a negative entry, or not summing to rotary_dim/2 (the value named); ``mrope_interleaved``
+        without ``mrope_section``. An M-RoPE position outside ``[0, max_position)``, on the CPU in eager
+        mode, names its stream and token; traced (torch.compile) or on a CUDA device, the token is
+        refused (CPU) or skipped and reported (CUDA) as position -1 at its index.
 
     Notes
     -----
@@ -225,6 +397,18 @@ def rotary_embedding(positions: Tensor, query: Tensor, key: Optional[Tensor], he
     (and, for half-precision data, casts the table to the data's dtype first): the results agree to
     within those roundings.
     """
+    if _mrope_checks(positions, query, mrope_section, mrope_interleaved):
+        direct = _direct(positions, query, key, cos_sin_cache)
+        kernel_positions, table = _mrope_table(positions, query, cos_sin_cache, mrope_section, mrope_interleaved)
+        _engine_call(kernel_positions, query, key, head_size, table, is_neox)  # the rest, before anything is read
+        if direct:
+            _mrope_refuse_eagerly(positions, cos_sin_cache)
+            _rotate_engine(kernel_positions, query, key, head_size, table, is_neox)
+        else:
+            torch.ops.rotary.rotary_embedding(kernel_positions, query, key, head_size, table, is_neox)
+        return
+    if mrope_section is not None and isinstance(cos_sin_cache, torch.Tensor) and cos_sin_cache.ndim == 2:
+        _mrope_section_arg(mrope_section, cos_sin_cache.shape[1])  # text-only positions: checked all the same
     if _direct(positions, query, key, cos_sin_cache):
         _rotate_engine(positions, query, key, head_size, cos_sin_cache, is_neox)
     else:
