@@ -481,9 +481,18 @@ void run_validated(const Schedule& schedule, const ApplyArgs& args, std::vector<
 
 }  // namespace
 
+namespace {
+
+// Out of line and cold, so that the folded copy's frame stays off apply's path.
+[[gnu::noinline, gnu::cold]] void apply_with_old_names(const Schedule& schedule, const ApplyArgs& args) {
+  apply(schedule, detail::folded(args));
+}
+
+}  // namespace
+
 void apply(const Schedule& schedule, const ApplyArgs& args) {
-  if (detail::uses_old_names(args)) {
-    apply(schedule, detail::folded(args));
+  if (detail::uses_old_names(args)) [[unlikely]] {
+    apply_with_old_names(schedule, args);
     return;
   }
   std::vector<int64_t> row_index;  // a list table's rows: each position searched once, while validating

@@ -53,9 +53,18 @@ std::shared_ptr<const Table> Rope::table(int64_t rows, AngleMode mode) const {
   return slot;
 }
 
+namespace {
+
+// Out of line and cold, so that the folded copy's frame stays off Rope::apply's path.
+[[gnu::noinline, gnu::cold]] void apply_with_old_names(const Rope& rope, const ApplyArgs& args) {
+  rope.apply(detail::folded(args));
+}
+
+}  // namespace
+
 void Rope::apply(const ApplyArgs& args) const {
-  if (detail::uses_old_names(args)) {
-    apply(detail::folded(args));
+  if (detail::uses_old_names(args)) [[unlikely]] {
+    apply_with_old_names(*this, args);
     return;
   }
   if (args.table != nullptr) {

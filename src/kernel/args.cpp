@@ -96,13 +96,22 @@ TableRows table_rows(const Table& table, const Positions& positions, int64_t seq
                    .row_index = row_index.data()};
 }
 
+// The deprecated ApplyArgs::angles, for callers that come to make_kernel_args directly (out of line
+// and cold: the folded copy's frame stays off the per-call path).
+[[gnu::noinline, gnu::cold]] KernelArgs kernel_args_with_old_names(const Schedule& schedule, const ApplyArgs& args,
+                                                                   const TableRows* table) {
+  return make_kernel_args(schedule, folded(args), table);
+}
+
 KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, const TableRows* table) {
-  // The deprecated ApplyArgs::angles, for callers that come here directly.
-  if (uses_old_names(args)) return make_kernel_args(schedule, folded(args), table);
+  KernelArgs k;  // the one object returned (named return value: built in the caller's slot)
+  if (uses_old_names(args)) [[unlikely]] {
+    k = kernel_args_with_old_names(schedule, args, table);
+    return k;
+  }
   if (args.caller_angles != nullptr && table != nullptr) {
     throw Error("angles and table are both set (give one source of angles)");
   }
-  KernelArgs k;
   k.dtype = args.q.dtype;
   k.batch = args.q.batch();
   k.seq = args.q.seq();
