@@ -16,9 +16,6 @@
 namespace rotary::detail {
 namespace {
 
-template <class T>
-using ValueOf = typename Storage<T>::Value;
-
 // A row of n values of T (src, element stride src_stride) into dst at dst_base + d * dst_stride:
 // the bits when dst has the data's dtype (as the body's copy_bits, or its conversion of a value
 // already in T, which gives those bits), else converted with `scale` (store_converted).

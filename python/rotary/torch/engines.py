@@ -79,6 +79,26 @@ def _heads_view(t: Tensor, name: str, lead: tuple, head_size: int) -> Tensor:
 _LEAD = {1: ("tokens",), 2: ("batch", "seq")}
 
 
+def _positions_and_cache_checks(positions: Tensor, cos_sin_cache: Tensor, head_size: Optional[int]) -> int:
+    """The dtype and shape rules of positions and cos_sin_cache shared by every engine call; returns the
+    rotary_dim (cos_sin_cache's width), checked even, positive and (head_size given) <= head_size."""
+    if positions.dtype not in _POSITION_DTYPES:
+        raise TypeError(f"positions must be an int64 or int32 tensor, got dtype {positions.dtype}")
+    if cos_sin_cache.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"cos_sin_cache dtype must be float32, float64, float16 or bfloat16, got {cos_sin_cache.dtype}")
+    if cos_sin_cache.ndim != 2:
+        raise ValueError(f"cos_sin_cache must have 2 dimensions ([max_position, rotary_dim]: cos half, then sin "
+                         f"half), got {cos_sin_cache.ndim}")
+    rotary_dim = cos_sin_cache.shape[1]
+    if head_size is None:
+        if rotary_dim <= 0 or rotary_dim % 2 != 0:
+            raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even and positive")
+    elif rotary_dim <= 0 or rotary_dim % 2 != 0 or rotary_dim > head_size:
+        raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even, positive and <= "
+                         f"head_size={head_size}")
+    return rotary_dim
+
+
 def _engine_call(positions: Any, query: Any, key: Any, head_size: Any, cos_sin_cache: Any,
                  is_neox: Any) -> tuple[Tensor, Optional[Tensor]]:
     """Checks an engine call (kinds, shapes, dtypes, devices: everything but the positions' values,
@@ -96,17 +116,7 @@ def _engine_call(positions: Any, query: Any, key: Any, head_size: Any, cos_sin_c
         raise TypeError(f"is_neox must be a bool, got {type(is_neox).__name__}")
     if head_size <= 0:
         raise ValueError(f"head_size={head_size} must be positive")
-    if positions.dtype not in _POSITION_DTYPES:
-        raise TypeError(f"positions must be an int64 or int32 tensor, got dtype {positions.dtype}")
-    if cos_sin_cache.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"cos_sin_cache dtype must be float32, float64, float16 or bfloat16, got {cos_sin_cache.dtype}")
-    if cos_sin_cache.ndim != 2:
-        raise ValueError(f"cos_sin_cache must have 2 dimensions ([max_position, rotary_dim]: cos half, then sin "
-                         f"half), got {cos_sin_cache.ndim}")
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim <= 0 or rotary_dim % 2 != 0 or rotary_dim > head_size:
-        raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even, positive and <= "
-                         f"head_size={head_size}")
+    rotary_dim = _positions_and_cache_checks(positions, cos_sin_cache, head_size)
     if positions.ndim not in (1, 2):
         raise ValueError(f"positions must have 1 dimension ([tokens]) or 2 ([batch, seq]), got {positions.ndim}")
     lead_dims = positions.ndim  # [tokens] or [batch, seq], which query's leading dimensions follow
@@ -236,16 +246,7 @@ def _mrope_table(positions: Any, query: Any, cos_sin_cache: Any, mrope_section: 
     for name, t in (("positions", positions), ("query", query), ("cos_sin_cache", cos_sin_cache)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if positions.dtype not in _POSITION_DTYPES:
-        raise TypeError(f"positions must be an int64 or int32 tensor, got dtype {positions.dtype}")
-    if cos_sin_cache.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"cos_sin_cache dtype must be float32, float64, float16 or bfloat16, got {cos_sin_cache.dtype}")
-    if cos_sin_cache.ndim != 2:
-        raise ValueError(f"cos_sin_cache must have 2 dimensions ([max_position, rotary_dim]: cos half, then sin "
-                         f"half), got {cos_sin_cache.ndim}")
-    rotary_dim = cos_sin_cache.shape[1]
-    if rotary_dim <= 0 or rotary_dim % 2 != 0:
-        raise ValueError(f"cos_sin_cache width={rotary_dim} is the rotary_dim, which must be even and positive")
+    rotary_dim = _positions_and_cache_checks(positions, cos_sin_cache, None)
     section = _mrope_section_arg(mrope_section, rotary_dim)
     if positions.ndim != 2 or positions.shape[0] != 3:
         raise ValueError(f"positions shape {tuple(positions.shape)} must be [3, tokens] (temporal, height, width) "
