@@ -672,6 +672,67 @@ TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) {
   }
 }
 
+// Values the composition copies unchanged keep their bits, as apply's pass-through channels and a
+// plain copy do: a signalling NaN in a channel outside the rotated slice (in q, k) and in v reaches
+// q (in place), k_out, and a cache of the data's dtype as it was, on the rows and on the body.
+TEST(FusedRows, UnchangedValuesKeepTheirBitsSignallingNaNsIncluded) {
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const Backend backend : {Backend::reference, Backend::automatic}) {
+      test::StoreCase c;
+      c.schedule = schedule_of(64, 32, Pairing::half);  // channels 32..63 pass through
+      c.dtype = c.cache_dtype = dtype;
+      c.layout = Layout::nhd;
+      c.tokens = 3;
+      c.seed = 5400;
+      test::StoreSetup s(c);
+      const int64_t es = size_of(dtype);
+      const uint32_t snan32 = 0x7f812345u;
+      const uint16_t snan16 = dtype == DType::f16 ? uint16_t{0x7c55} : uint16_t{0x7f95};
+      auto poison = [&](Buffer& b) {  // channel 40 of every head, every element of v
+        for (int64_t i = 40; i < static_cast<int64_t>(b.size()) / es; i += 64) {
+          std::memcpy(b.data() + i * es, dtype == DType::f32 ? static_cast<const void*>(&snan32) : &snan16,
+                      static_cast<size_t>(es));
+        }
+      };
+      poison(s.q);
+      poison(s.k);
+      for (int64_t i = 0; i < static_cast<int64_t>(s.v.size()) / es; ++i) {
+        std::memcpy(s.v.data() + i * es, dtype == DType::f32 ? static_cast<const void*>(&snan32) : &snan16,
+                    static_cast<size_t>(es));
+      }
+      const Buffer q_in = s.q;
+      const Buffer k_in = s.k;
+      RopeStoreArgs args = s.store_args();
+      args.rope.backend = backend;
+      Buffer k_out(s.k.size());
+      args.rope.k_out = s.view(k_out, c.heads_k);
+      rope_store(c.schedule, args);
+      const std::string name = fmt::format("{} {}", to_string(dtype), backend == Backend::reference ? "body" : "rows");
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        for (int64_t h = 0; h < c.heads_k; ++h) {
+          const int64_t at = (t * c.heads_k + h) * 64 + 40;
+          EXPECT_EQ(std::memcmp(k_out.data() + at * es, k_in.data() + at * es, static_cast<size_t>(es)), 0) << name;
+          const int64_t slot = s.slots[static_cast<size_t>(t)];
+          const int64_t row = (slot / c.block_size) * s.k_cache.strides[0] + (slot % c.block_size) * s.k_cache.strides[1] +
+                              h * s.k_cache.strides[2];
+          EXPECT_EQ(std::memcmp(s.k_cache_bytes.data() + (row + 40) * es, k_in.data() + at * es,
+                                static_cast<size_t>(es)), 0) << name << " k_cache";
+          const int64_t v_row = (slot / c.block_size) * s.v_cache.strides[0] +
+                                (slot % c.block_size) * s.v_cache.strides[1] + h * s.v_cache.strides[2];
+          for (int64_t d = 0; d < 64; ++d) {
+            EXPECT_EQ(std::memcmp(s.v_cache_bytes.data() + (v_row + d) * es, s.v.data() + ((t * c.heads_k + h) * 64 + d) * es,
+                                  static_cast<size_t>(es)), 0) << name << " v_cache";
+          }
+        }
+        for (int64_t h = 0; h < c.heads_q; ++h) {
+          const int64_t at = (t * c.heads_q + h) * 64 + 40;
+          EXPECT_EQ(std::memcmp(s.q.data() + at * es, q_in.data() + at * es, static_cast<size_t>(es)), 0) << name << " q";
+        }
+      }
+    }
+  }
+}
+
 // Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
 // apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
 class FusedRowsTargets : public hwy::TestWithParamTarget {};
