@@ -96,6 +96,30 @@ bool representable(int64_t delta, const std::array<int64_t, 4>& stride,
   return false;
 }
 
+// Elements of a non-empty row-major dense view (strides [s1*n1, n2*n3, n3, 1] for shape [n0, n1, n2, n3]),
+// or 0 when the view is empty, not dense, or its element count overflows. Such a view reaches exactly
+// its element count and no two of its elements overlap: the validation of a call's usual tensors
+// (every decode and prefill view a framework hands over) answers from this alone.
+int64_t dense_elements(const TensorView& v) {
+  int64_t inner = 0;
+  int64_t outer = 0;
+  int64_t all = 0;
+  if (v.strides[3] != 1 || v.strides[2] != v.shape[3] || v.shape[0] <= 0 || v.shape[1] <= 0 ||
+      v.shape[2] <= 0 || v.shape[3] <= 0 || __builtin_mul_overflow(v.shape[2], v.shape[3], &inner) ||
+      v.strides[1] != inner || __builtin_mul_overflow(inner, v.shape[1], &outer) || v.strides[0] != outer ||
+      __builtin_mul_overflow(outer, v.shape[0], &all)) {
+    return 0;
+  }
+  return all;
+}
+
+// exceeds_max_view_bytes of a dense view of n elements: its reach is n (the general sum, term by term).
+bool dense_exceeds(int64_t n, DType dtype) {
+  uint64_t bytes = 0;
+  return __builtin_mul_overflow(static_cast<uint64_t>(n), static_cast<uint64_t>(size_of(dtype)), &bytes) ||
+         bytes >= static_cast<uint64_t>(max_view_bytes);
+}
+
 }  // namespace
 
 std::string shape_text(const TensorView& v) {
@@ -103,6 +127,10 @@ std::string shape_text(const TensorView& v) {
 }
 
 void check_view(const TensorView& v, const char* name) {
+  // A dense view of a known dtype with data passes every check below but the span's (the usual case).
+  if (known(v.dtype) && v.data != nullptr) {
+    if (const int64_t n = dense_elements(v); n > 0 && !dense_exceeds(n, v.dtype)) return;
+  }
   if (!known(v.dtype)) {
     if (is_quantised_dtype(v.dtype)) {
       throw Error(fmt::format("{}.dtype={} is a cache dtype (rope_store, rerotate_cache: rotary/fused.hpp); "
@@ -128,6 +156,7 @@ void check_view(const TensorView& v, const char* name) {
 }
 
 bool exceeds_max_view_bytes(const TensorView& v) {
+  if (const int64_t n = dense_elements(v); n > 0) return dense_exceeds(n, v.dtype);
   if (v.is_empty()) return false;
   uint64_t reach = 1;  // elements from the lowest to the highest, inclusive
   for (int d = 0; d < 4; ++d) {
@@ -150,6 +179,7 @@ bool self_overlaps(const TensorView& v) {
 }
 
 bool self_overlaps_checked(const TensorView& v) {
+  if (dense_elements(v) > 0) return false;
   if (v.is_empty()) return false;
   Dims dims = normalise(v);
   // Insertion sort of the (at most 4) dimensions by stride, ascending.
@@ -175,6 +205,15 @@ bool may_overlap(const TensorView& a, const TensorView& b) {
 }
 
 bool may_overlap_checked(const TensorView& a, const TensorView& b) {
+  const int64_t na = dense_elements(a);
+  const int64_t nb = dense_elements(b);
+  if (na > 0 && nb > 0) {  // byte_range of a dense view: [data, data + n * size)
+    const auto lo_a = static_cast<Address>(reinterpret_cast<uintptr_t>(a.data));
+    const auto lo_b = static_cast<Address>(reinterpret_cast<uintptr_t>(b.data));
+    if (lo_a + Address{na} * size_of(a.dtype) <= lo_b || lo_b + Address{nb} * size_of(b.dtype) <= lo_a) {
+      return false;
+    }
+  }
   if (a.is_empty() || b.is_empty()) return false;
   const Range ra = byte_range(a);
   const Range rb = byte_range(b);

@@ -115,6 +115,63 @@ TEST(Aliasing, ExactForEqualStridesAgainstBruteForce) {
   EXPECT_GT(disjoint, 100);
 }
 
+// Row-major dense views (every framework's usual tensor) are answered from their element count
+// alone: the answers must be the brute-force truth, and the general rule's for the same elements
+// (a twin whose unit dimensions carry other strides, which the general rule ignores).
+TEST(Aliasing, DenseViewsAgainstBruteForceAndTheGeneralRule) {
+  using detail::exceeds_max_view_bytes;
+  std::vector<float> buffer(4096);
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int64_t> ext(1, 4);
+  const auto dense = [&](float* data) {
+    TensorView v{.data = data, .dtype = DType::f32, .shape = {ext(rng), ext(rng), ext(rng), ext(rng)}, .strides = {}};
+    v.strides = {v.shape[1] * v.shape[2] * v.shape[3], v.shape[2] * v.shape[3], v.shape[3], 1};
+    return v;
+  };
+  const auto twin = [](TensorView v) {  // the same elements, not dense (when some dimension is 1)
+    for (size_t d = 0; d < 4; ++d) {
+      if (v.shape[d] == 1) v.strides[d] = 7777 + static_cast<int64_t>(d);
+    }
+    return v;
+  };
+  int overlapping = 0, disjoint = 0, twins = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const TensorView a = dense(buffer.data() + 1500);
+    const TensorView b = dense(buffer.data() + 1500 + std::uniform_int_distribution<int64_t>(-300, 300)(rng));
+    const bool truth = brute_overlap(a, b);
+    ASSERT_FALSE(self_overlaps(a)) << "trial " << trial;
+    ASSERT_EQ(may_overlap(a, b), truth) << "trial " << trial;
+    ASSERT_EQ(may_overlap(b, a), truth) << "trial " << trial;
+    const TensorView ta = twin(a);
+    if (ta.strides != a.strides) {
+      ++twins;
+      ASSERT_FALSE(self_overlaps(ta)) << "trial " << trial;
+      ASSERT_EQ(may_overlap(ta, b), truth) << "trial " << trial;
+      ASSERT_EQ(exceeds_max_view_bytes(ta), exceeds_max_view_bytes(a)) << "trial " << trial;
+    }
+    (truth ? overlapping : disjoint)++;
+  }
+  EXPECT_GT(overlapping, 100);
+  EXPECT_GT(disjoint, 100);
+  EXPECT_GT(twins, 1000);
+  // The span bound at its edge, dense and general: 2^58 f32 elements are 2^60 bytes (refused),
+  // one row fewer is not; element counts past int64 are refused without overflow.
+  float* p = buffer.data();
+  const auto view = [&](std::array<int64_t, 4> shape) {
+    TensorView v{.data = p, .dtype = DType::f32, .shape = shape, .strides = {}};
+    v.strides = {shape[1] * shape[2] * shape[3], shape[2] * shape[3], shape[3], 1};
+    return v;
+  };
+  const int64_t k20 = int64_t{1} << 20, k18 = int64_t{1} << 18;
+  EXPECT_TRUE(exceeds_max_view_bytes(view({1, k20, k20, k18})));
+  EXPECT_TRUE(exceeds_max_view_bytes(twin(view({1, k20, k20, k18}))));
+  EXPECT_FALSE(exceeds_max_view_bytes(view({1, k20, k20 - 1, k18})));
+  EXPECT_FALSE(exceeds_max_view_bytes(twin(view({1, k20, k20 - 1, k18}))));
+  const int64_t k31 = int64_t{1} << 31;
+  EXPECT_TRUE(exceeds_max_view_bytes(TensorView{.data = p, .dtype = DType::f32, .shape = {k31, k31, k31, 2},
+                                                .strides = {INT64_MAX, k31 * 2, 2, 1}}));
+}
+
 TEST(Aliasing, ConservativeOtherwiseAndEmptyViews) {
   std::vector<float> buffer(256);
   const TensorView a = TensorView::bshd(buffer.data(), DType::f32, 1, 2, 2, 8);

@@ -28,10 +28,10 @@ KernelPositions kernel_positions(const Positions& p) {
   return out;
 }
 
-// `in` and its output (`out`, or `in` itself when unset), as ApplyArgs says.
-KernelOperand kernel_operand(const TensorView& in, const TensorView& out) {
+// `in` and its output (`out`, or `in` itself when unset), as ApplyArgs says, into `op` (a
+// KernelArgs member, written in place).
+void set_kernel_operand(KernelOperand& op, const TensorView& in, const TensorView& out) {
   const TensorView& target = out.is_set() ? out : in;
-  KernelOperand op;
   op.in = in.data;
   op.out = target.data;
   op.heads = in.heads();
@@ -40,7 +40,6 @@ KernelOperand kernel_operand(const TensorView& in, const TensorView& out) {
     op.out_strides[d] = target.strides[d];
   }
   op.in_place = !out.is_set() || same_view(out, in);
-  return op;
 }
 
 KernelCallerAngles kernel_angles(const CallerAngles& a) {
@@ -126,12 +125,14 @@ KernelArgs make_kernel_args(const Schedule& schedule, const ApplyArgs& args, con
   const bool interleaved = blocks == 1 && schedule.pairing == Pairing::interleaved;
   k.pair_step = interleaved ? 2 : 1;
   k.partner = interleaved ? 1 : k.block_pairs;
-  k.operands[k.operand_count++] = kernel_operand(args.q, args.q_out);
+  set_kernel_operand(k.operands[0], args.q, args.q_out);
   // undo divides out σ: a query's is a key's inverse scale and the other way round.
   k.operands[0].key = args.q_is_key != args.undo;
+  k.operand_count = 1;
   if (args.k.is_set()) {
-    k.operands[k.operand_count++] = kernel_operand(args.k, args.k_out);
+    set_kernel_operand(k.operands[1], args.k, args.k_out);
     k.operands[1].key = !args.undo;
+    k.operand_count = 2;
   }
   // Nothing to do when every operand is empty (then batch * seq, bounded by no view, is not formed).
   const bool any = !args.q.is_empty() || (args.k.is_set() && !args.k.is_empty());
