@@ -309,6 +309,59 @@ TEST(CliFiles, ApplyThenInverseGivesTheInputBack) {
 
 // A model whose code turns pairs by -angle (NanoChat): `apply --config` rotates as the model does,
 // i.e. as rotary's inverse with the same frequencies; --inverse undoes it.
+// --order (the tensors' dimension order) and --numerics (how angles are computed) are the names;
+// --layout and --angles, their old names, still work for one release: the same bits, a note on
+// stderr after the run, and an error (one line, naming the new name) when the two disagree.
+TEST(CliFiles, OrderAndNumericsAreTheNamesAndTheOldOnesStillWork) {
+  TempDir dir;
+  write_bytes(dir / "q.npy", cli::format_npy(tensor("array", "F32", {2, 5, 5, 64}, 13)));  // seq 5 either way
+  HostTensor pos{"array", "I64", {5}, std::vector<unsigned char>(40)};
+  for (int64_t i = 0; i < 5; ++i) { const int64_t v = 90000 + 11 * i; std::memcpy(&pos.data[static_cast<size_t>(i * 8)], &v, 8); }
+  write_bytes(dir / "pos.npy", cli::format_npy(pos));
+  const std::vector<std::string> base = {"apply", "--head-dim", "64", "--base", "500000", "--q", dir / "q.npy",
+                                         "--positions", dir / "pos.npy"};
+  const auto with = [&](std::vector<std::string> extra, const std::string& out) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--out", dir / out});
+    return run(args);
+  };
+  RunResult r = with({"--order", "bhsd", "--numerics", "hf-float32"}, "new.npy");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;
+  r = with({"--layout", "bhsd", "--angles", "hf-float32"}, "old.npy");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("--layout is the old name of --order"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--angles is the old name of --numerics"), std::string::npos) << r.err;
+  r = with({"--order", "bshd", "--numerics", "exact"}, "other.npy");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string renamed = read_bytes(dir / "new.npy");
+  EXPECT_EQ(renamed, read_bytes(dir / "old.npy"));
+  EXPECT_NE(renamed, read_bytes(dir / "other.npy"));  // the options took effect
+  // Both spellings, agreeing: taken; disagreeing: refused, nothing written.
+  r = with({"--order", "bhsd", "--layout", "bhsd"}, "both.npy");
+  EXPECT_EQ(r.status, 0) << r.err;
+  expect_user_error(with({"--order", "bshd", "--layout", "bhsd"}, "bad.npy"),
+                    "--order='bshd' and --layout='bhsd' (its old name) disagree (give --order)");
+  expect_user_error(with({"--numerics", "exact", "--angles", "hf-float32"}, "bad.npy"),
+                    "--numerics='exact' and --angles='hf-float32' (its old name) disagree (give --numerics)");
+  EXPECT_FALSE(fs::exists(dir / "bad.npy"));
+  // Messages name the spelling given.
+  expect_user_error(with({"--order", "sbhd"}, "bad.npy"), "--order='sbhd' must be bshd or bhsd");
+  expect_user_error(with({"--layout", "sbhd"}, "bad.npy"), "--layout='sbhd' must be bshd or bhsd");
+  expect_user_error(with({"--numerics", "float"}, "bad.npy"), "--numerics='float' must be exact or hf-float32");
+  // table takes --numerics too.
+  const RunResult t_new = run({"table", "--head-dim", "8", "--positions", "3,70000", "--numerics", "hf-float32"});
+  const RunResult t_old = run({"table", "--head-dim", "8", "--positions", "3,70000", "--angles", "hf-float32"});
+  const RunResult t_exact = run({"table", "--head-dim", "8", "--positions", "3,70000"});
+  ASSERT_EQ(t_new.status, 0) << t_new.err;
+  ASSERT_EQ(t_old.status, 0) << t_old.err;
+  EXPECT_EQ(t_new.out, t_old.out);
+  EXPECT_NE(t_new.out, t_exact.out);
+  EXPECT_TRUE(t_new.err.empty()) << t_new.err;
+  EXPECT_NE(t_old.err.find("--angles is the old name of --numerics"), std::string::npos) << t_old.err;
+}
+
 TEST(CliFiles, ApplyWithAConfigRotatesTheWayTheModelDoes) {
   TempDir dir;
   write_bytes(dir / "config.json", R"({"model_type": "nanochat", "hidden_size": 128, "num_attention_heads": 2,

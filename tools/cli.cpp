@@ -182,6 +182,23 @@ constexpr const char* hf_float32_help =
     "where torch's float32 pow is not: a few pairs, then up to 2^-21*p*inv_freq rad from transformers' "
     "angle; README, angles=\"hf-float32\")";
 
+// An option renamed so that each word has one meaning (--order: the tensors' dimension order;
+// --numerics: how angles are computed). The old spelling still works for one release, with a note
+// on stderr after a successful run (an error stays one line); both given and different is an
+// error. Returns the spelling given, for messages.
+std::string renamed(const CLI::App& cmd, const char* name, std::string& value, const char* old_name,
+                    const std::string& old_value, std::vector<std::string>& notes) {
+  if (cmd.count(old_name) == 0) return name;
+  if (cmd.count(name) > 0 && value != old_value) {
+    throw Error(fmt::format("{}='{}' and {}='{}' (its old name) disagree (give {})", name, excerpt(value), old_name,
+                            excerpt(old_value), name));
+  }
+  notes.push_back(fmt::format("rotary: note: {} is the old name of {}; it still works for one release\n", old_name,
+                              name));
+  value = old_value;
+  return old_name;
+}
+
 AngleMode parse_angles(const std::string& text, std::string_view option) {
   if (text == "exact") return AngleMode::exact;
   if (text == "hf-float32") return AngleMode::hf_float32;
@@ -342,7 +359,7 @@ struct Commands {
 
   SpecOptions table_spec;
   bool table_json = false;
-  std::string positions_text, table_angles = "exact";
+  std::string positions_text, table_numerics = "exact", table_angles;
   CLI::App* table = nullptr;
 
   CLI::App* presets = nullptr;
@@ -354,7 +371,8 @@ struct Commands {
 
   SpecOptions apply_spec;
   ApplyFileOptions file_options;
-  std::string apply_angles = "exact", apply_offset, apply_threads;
+  std::string apply_numerics = "exact", apply_angles, apply_layout, apply_offset, apply_threads;
+  std::vector<std::string> renamed_notes;  // an old option name used: printed after the command ran
   CLI::App* apply_cmd = nullptr;
 
   ConvertOptions convert_options;
@@ -381,7 +399,8 @@ struct Commands {
     table_spec.attach(*table);
     table->add_option("--positions", positions_text, "positions p0,p1,... each in [0, 2^31)")->required();
     table->add_flag("--json", table_json, "print JSON");
-    table->add_option("--angles", table_angles, hf_float32_help);
+    table->add_option("--numerics", table_numerics, hf_float32_help);
+    table->add_option("--angles", table_angles, "the old name of --numerics (one release)");
   }
 
   void add_doctor() {
@@ -400,7 +419,8 @@ struct Commands {
                           "key tensor file, rotated as keys (xPos scales keys by zeta^-(p-c)/gamma); "
                           "without --q: keys alone");
     apply_cmd->add_option("--tensor", file_options.tensor, "only this tensor of a .safetensors input");
-    apply_cmd->add_option("--layout", file_options.layout, "bshd (default) or bhsd");
+    apply_cmd->add_option("--order", file_options.order, "the tensors' dimension order: bshd (default) or bhsd");
+    apply_cmd->add_option("--layout", apply_layout, "the old name of --order (one release)");
     apply_cmd->add_option("--positions", file_options.positions,
                           ".npy of int32/int64/float32/float64 positions [batch, seq] or [seq], or [streams, batch, seq] or [streams, 1, seq] (M-RoPE)");
     apply_cmd->add_option("--offset", apply_offset, "first position (default 0)");
@@ -410,7 +430,8 @@ struct Commands {
     apply_cmd->add_flag("--undo", file_options.undo,
                         "take back a forward rotation (un-rotate stored keys): turn by -angle and divide out "
                         "the attention factor and xPos's scale");
-    apply_cmd->add_option("--angles", apply_angles, hf_float32_help);
+    apply_cmd->add_option("--numerics", apply_numerics, hf_float32_help);
+    apply_cmd->add_option("--angles", apply_angles, "the old name of --numerics (one release)");
     apply_cmd->add_option("--threads", apply_threads, fmt::format("threads in [0, {}] (0 = all)", max_threads));
     apply_cmd->add_option("--out", file_options.out, "output for --q");
     apply_cmd->add_option("--k-out", file_options.k_out, "output for --k");
@@ -451,7 +472,8 @@ struct Commands {
 
   int run_table(std::ostream& out, std::ostream& err) {
     const Resolved r = table_spec.resolve();
-    const AngleMode mode = parse_angles(table_angles, "--angles");
+    const std::string numerics_option = renamed(*table, "--numerics", table_numerics, "--angles", table_angles, renamed_notes);
+    const AngleMode mode = parse_angles(table_numerics, numerics_option);
     const std::vector<int64_t> positions = parse_int_list(positions_text, "--positions");
     std::optional<Table> t;
     try {
@@ -496,7 +518,9 @@ struct Commands {
 
   int run_apply(std::ostream& out, std::ostream& err) {
     const Resolved r = apply_spec.resolve();
-    file_options.angles = parse_angles(apply_angles, "--angles");
+    file_options.order_option = renamed(*apply_cmd, "--order", file_options.order, "--layout", apply_layout, renamed_notes);
+    file_options.numerics_option = renamed(*apply_cmd, "--numerics", apply_numerics, "--angles", apply_angles, renamed_notes);
+    file_options.numerics = parse_angles(apply_numerics, file_options.numerics_option);
     file_options.config = apply_spec.config_path;
     if (apply_cmd->count("--offset") > 0) file_options.offset = parse_int(apply_offset, "--offset");
     if (apply_cmd->count("--threads") > 0) file_options.threads = parse_int(apply_threads, "--threads");
@@ -522,6 +546,12 @@ struct Commands {
   // Parses and runs; user errors throw rotary::Error.
   int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
     if (!parse_app(app, "rotary", argc, argv, out)) return 0;  // --help
+    const int status = run_parsed(out, err);
+    for (const std::string& note : renamed_notes) err << note;
+    return status;
+  }
+
+  int run_parsed(std::ostream& out, std::ostream& err) {
     if (info->parsed()) return run_info(out, err);
     if (table->parsed()) return run_table(out, err);
     if (presets->parsed()) return run_presets(out);

@@ -376,7 +376,7 @@ void rotate_tensor(const Rope& rope, const ApplyFileOptions& o, const TokenPosit
     // --k holds keys: xPos scales them by ζ^-(p-c)/γ, the queries of --q by ζ^+(p-c)/γ.
     rope.apply(ApplyArgs{.q = view, .positions = block_positions,
                               .direction = o.inverse ? Direction::inverse : Direction::forward,
-                              .numerics = o.angles, .q_is_key = keys, .undo = o.undo,
+                              .numerics = o.numerics, .q_is_key = keys, .undo = o.undo,
                               .threads = static_cast<int>(o.threads)});
     output.write(buffer.data(), static_cast<uint64_t>(bytes));
   });
@@ -408,7 +408,7 @@ ApplyJob plan_job(const Schedule& schedule, const ApplyFileOptions& o, const Tok
     if (!o.tensor.empty() && t.name != o.tensor) continue;
     any = true;
     with_context(fmt::format("{} '{}' {}: ", in.option, excerpt(in.path), tensor_label(t)), [&] {
-      const Geometry g = geometry_of(t, o.layout);
+      const Geometry g = geometry_of(t, o.order);
       check_against_schedule(schedule, g, o.threads);
       positions.check(g, schedule);
       job.rotate.back() = g;
@@ -427,8 +427,8 @@ void check_apply_options(const ApplyFileOptions& o) {
     throw Error("--inverse and --undo cannot both be given (--undo takes back a forward rotation, "
                 "--inverse is its transpose)");
   }
-  if (o.layout != "bshd" && o.layout != "bhsd") {
-    throw Error(fmt::format("--layout='{}' must be bshd or bhsd", excerpt(o.layout)));
+  if (o.order != "bshd" && o.order != "bhsd") {
+    throw Error(fmt::format("{}='{}' must be bshd or bhsd", o.order_option, excerpt(o.order)));
   }
   if (!o.k.empty() && o.k_out.empty()) throw Error("--k-out is required with --k");
   if (o.k.empty() && !o.k_out.empty()) throw Error("--k-out is set but --k is not");
@@ -470,14 +470,14 @@ int run_apply_files(const Schedule& schedule, const ApplyFileOptions& o, std::os
                     {{"--q", o.q}, {"--k", o.k}, {"--positions", o.positions}, {"--config", o.config}});
   const TokenPositions positions =
       o.positions.empty() ? TokenPositions(o.offset.value_or(0)) : TokenPositions(o.positions);
-  if (positions.fractional() && o.angles == AngleMode::hf_float32) {
-    throw Error(fmt::format("--positions '{}' holds fractional positions; --angles=hf-float32 needs whole ones "
-                            "(transformers' float32 table)", excerpt(o.positions)));
+  if (positions.fractional() && o.numerics == AngleMode::hf_float32) {
+    throw Error(fmt::format("--positions '{}' holds fractional positions; {}=hf-float32 needs whole ones "
+                            "(transformers' float32 table)", excerpt(o.positions), o.numerics_option));
   }
-  if (o.undo && o.angles == AngleMode::hf_float32 && schedule.attention_factor != 1.0) {
-    throw Error(fmt::format("--undo with --angles=hf-float32 needs attention_factor 1, not {} (its float32 table "
-                            "holds cos and sin times the factor; --angles=exact divides it out)",
-                            schedule.attention_factor));
+  if (o.undo && o.numerics == AngleMode::hf_float32 && schedule.attention_factor != 1.0) {
+    throw Error(fmt::format("--undo with {0}=hf-float32 needs attention_factor 1, not {1} (its float32 table "
+                            "holds cos and sin times the factor; {0}=exact divides it out)",
+                            o.numerics_option, schedule.attention_factor));
   }
   std::vector<ApplyJob> jobs;
   if (!o.q.empty()) jobs.push_back(plan_job(schedule, o, positions, {"--q", o.q}, {"--out", o.out}));

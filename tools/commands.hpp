@@ -13,12 +13,14 @@
 namespace rotary::cli {
 
 struct ApplyFileOptions {
-  std::string q, k, tensor, layout = "bshd", positions, out, k_out;
+  std::string q, k, tensor, order = "bshd", positions, out, k_out;
+  std::string order_option = "--order";         ///< the spelling given (--layout: its old name), for messages
+  std::string numerics_option = "--numerics";   ///< likewise (--angles)
   std::string config;  ///< the --config the schedule came from: an input, never overwritten
   std::optional<int64_t> offset;
   bool inverse = false;
   bool undo = false;  ///< take back a rotation in the direction `inverse` says (ApplyArgs::undo)
-  AngleMode angles = AngleMode::exact;
+  AngleMode numerics = AngleMode::exact;
   int64_t threads = 0;
 };
 
