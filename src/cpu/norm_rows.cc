@@ -14,9 +14,107 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 namespace {
 
+#if HWY_TARGET != HWY_SCALAR
+namespace hn = hwy::HWY_NAMESPACE;
+using DD = hn::ScalableTag<double>;
+using VD = hn::Vec<DD>;
+constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DD()));
+
+// Channels [c, c + kLanes) of one contiguous head row as doubles: the values Storage<T>::load gives
+// (f32 widened; bf16 its bits above sixteen zero bits, as bf16_to_f32), each exact in double.
+template <class T>
+HWY_INLINE VD LoadAsDouble(const void* row, int64_t c) {
+  const DD dd;
+  const hn::Rebind<float, DD> df;
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::PromoteTo(dd, hn::LoadU(df, static_cast<const float*>(row) + c));
+  } else {
+    const hn::Rebind<uint16_t, DD> d16;
+    const hn::Rebind<uint32_t, DD> d32;
+    const auto wide = hn::PromoteTo(d32, hn::LoadU(d16, static_cast<const uint16_t*>(row) + c));
+    return hn::PromoteTo(dd, hn::BitCast(df, hn::ShiftLeft<16>(wide)));
+  }
+}
+
+// r[i] lane j becomes r[j] lane i. Each round pairs rows 2i and 2i+1 and splits their even and odd
+// lanes (a perfect unshuffle): it rotates the bits of an element's (row | lane) address right by
+// one, so log2(kLanes) rounds swap row and lane.
+HWY_INLINE void Transpose(VD (&r)[kLanes]) {
+  const DD dd;
+  for (int64_t round = 1; round < kLanes; round *= 2) {
+    VD t[kLanes];
+    for (int64_t i = 0; i < kLanes / 2; ++i) {
+      t[i] = hn::ConcatEven(dd, r[2 * i + 1], r[2 * i]);
+      t[i + kLanes / 2] = hn::ConcatOdd(dd, r[2 * i + 1], r[2 * i]);
+    }
+    for (int64_t i = 0; i < kLanes; ++i) r[i] = t[i];
+  }
+}
+
+// The sums of squares of heads [h0, h0 + kGroups * kLanes), each in channel order as square_add
+// takes them, lane g of a vector holding head g of its group: per block of kLanes channels the
+// rows are transposed so that one vector holds one channel of kLanes heads, and each lane's sum
+// takes the block's channels one after another (a multiply, then an add: the body's two roundings;
+// -ffp-contract=off keeps them apart). kGroups independent chains hide the add's latency.
+template <class T, int kGroups>
+void SumSquaresTransposed(const void* base, int64_t head_stride, int64_t h0, int64_t n, double* sums) {
+  const DD dd;
+  using Bits = typename Storage<T>::Bits;
+  const auto row = [&](int64_t h) { return static_cast<const Bits*>(base) + h * head_stride; };
+  VD sum[kGroups];
+  for (int g = 0; g < kGroups; ++g) sum[g] = hn::Zero(dd);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int g = 0; g < kGroups; ++g) {
+      VD r[kLanes];
+      for (int64_t i = 0; i < kLanes; ++i) r[i] = LoadAsDouble<T>(row(h0 + g * kLanes + i), c);
+      Transpose(r);
+      for (int64_t j = 0; j < kLanes; ++j) sum[g] = hn::Add(sum[g], hn::Mul(r[j], r[j]));
+    }
+  }
+  for (int g = 0; g < kGroups; ++g) hn::StoreU(sum[g], dd, sums + g * kLanes);
+  for (int64_t i = 0; i < kGroups * kLanes; ++i) {  // the channels after the last whole block
+    for (int64_t t = c; t < n; ++t) sums[i] = square_add(sums[i], Storage<T>::load(row(h0 + i), t));
+  }
+}
+
+// Head scope, channels contiguous: the factors of heads [0, done), by transposed blocks; returns done.
+template <class T>
+int64_t NormFactorsTransposed(const void* base, int64_t head_stride, int64_t heads, int64_t n, float eps, float* r) {
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BF16>) {
+    return 0;  // f16: the loop below
+  } else {
+    if (kLanes < 2 || n < kLanes) return 0;
+    double sums[4 * kLanes];
+    int64_t h = 0;
+    const auto finish = [&](int64_t count) {
+      for (int64_t i = 0; i < count; ++i) r[h + i] = norm_factor(sums[i], n, eps);
+      h += count;
+    };
+    for (; h + 4 * kLanes <= heads;) {
+      SumSquaresTransposed<T, 4>(base, head_stride, h, n, sums);
+      finish(4 * kLanes);
+    }
+    if (h + 2 * kLanes <= heads) {
+      SumSquaresTransposed<T, 2>(base, head_stride, h, n, sums);
+      finish(2 * kLanes);
+    }
+    if (h + kLanes <= heads) {
+      SumSquaresTransposed<T, 1>(base, head_stride, h, n, sums);
+      finish(kLanes);
+    }
+    return h;
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
 template <class T>
 void NormFactorsImpl(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
                      float eps, float* r) {
+  int64_t first = 0;  // heads before `first` done by the transposed blocks
+#if HWY_TARGET != HWY_SCALAR
+  if (!all_heads && stride == 1) first = NormFactorsTransposed<T>(base, head_stride, heads, n, eps, r);
+#endif
   if (all_heads) {
     double sum = 0;
     for (int64_t h = 0; h < heads; ++h) {
@@ -28,7 +126,7 @@ void NormFactorsImpl(const void* base, int64_t head_stride, int64_t stride, int6
   // Eight heads side by side, each summed in channel order (independent chains: the order of each
   // sum is the body's).
   constexpr int64_t kSide = 8;
-  int64_t h = 0;
+  int64_t h = first;
   for (; h + kSide <= heads; h += kSide) {
     double sum[kSide] = {};
     for (int64_t c = 0; c < n; ++c) {
