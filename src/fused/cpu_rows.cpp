@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "../cpu/cpu.hpp"
@@ -46,20 +47,26 @@ void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DT
 }
 
 // The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
-// float), once per call: n values, or none without a weight.
-std::vector<float> effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n) {
-  std::vector<float> out;
-  if (w.data == nullptr) return out;
-  out.resize(static_cast<size_t>(n));
+// float), once per call: n values (the caller's own f32 weights when they are those values, else
+// formed into `owned`), or null without a weight.
+const float* effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n, std::vector<float>& owned) {
+  if (w.data == nullptr) return nullptr;
+  if (w.dtype == DType::f32 && f.weight_offset == 0.0f) return static_cast<const float*>(w.data);  // load_weight's values
+  owned.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    out[static_cast<size_t>(i)] = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
+    owned[static_cast<size_t>(i)] = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
   }
-  return out;
+  return owned.data();
 }
 
+// Scratch a row is written to in full before it is read: not zeroed (a decode call's rows are most
+// of its bytes).
+using Scratch = std::unique_ptr<unsigned char[]>;
+Scratch scratch(int64_t bytes) { return std::make_unique_for_overwrite<unsigned char[]>(static_cast<size_t>(bytes)); }
+
 // Rows of `heads` heads normalised from src (head stride, element stride) into dst; w: the
-// effective weights (empty: none), [heads][n] for all_heads, else [n].
-void normalise_rows(const FusedKernelArgs& f, DType dtype, const std::vector<float>& w, const float* r,
+// effective weights (null: none), [heads][n] for all_heads, else [n].
+void normalise_rows(const FusedKernelArgs& f, DType dtype, const float* w, const float* r,
                     const void* src, int64_t src_head_stride, int64_t src_stride, void* dst, int64_t dst_head_stride,
                     int64_t dst_stride, int64_t heads, int64_t n) {
   const int64_t es = size_of(dtype);
@@ -69,7 +76,7 @@ void normalise_rows(const FusedKernelArgs& f, DType dtype, const std::vector<flo
                                  .dst = static_cast<unsigned char*>(dst) + h * dst_head_stride * es,
                                  .dst_stride = dst_stride,
                                  .r = f.all_heads ? r[0] : r[h],
-                                 .w = w.empty() ? nullptr : w.data() + (f.all_heads ? h * n : 0),
+                                 .w = w == nullptr ? nullptr : w + (f.all_heads ? h * n : 0),
                                  .gemma = f.gemma,
                                  .n = n});
   }
@@ -87,14 +94,15 @@ void run_rows(const FusedKernelArgs& f, int team) {
   auto run = [&](int64_t first, int64_t last, uint32_t* bits) {
     // Per thread: each operand's normalised input (norm_first) and its rotated row when it does not
     // go straight to the output (norm_after, or an operand not written), [heads][head_dim] in T.
-    std::vector<unsigned char> pre[2];
-    std::vector<unsigned char> post[2];
+    Scratch pre[2];
+    Scratch post[2];
     std::vector<float> factors;
     const int64_t q_weights = f.all_heads ? a.operands[0].heads * hd : hd;
     const int64_t k_weights = f.all_heads && a.operand_count > 1 ? a.operands[1].heads * hd : hd;
-    const std::vector<float> weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights) : std::vector<float>{},
-                                           f.norm ? effective_weights(f, f.k_weight, k_weights) : std::vector<float>{}};
-    std::vector<unsigned char> v_row(f.v.in != nullptr ? static_cast<size_t>(f.v.dim * es) : 0);
+    std::vector<float> owned[2];
+    const float* weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights, owned[0]) : nullptr,
+                               f.norm ? effective_weights(f, f.k_weight, k_weights, owned[1]) : nullptr};
+    const Scratch v_row = f.v.in != nullptr && f.v_norm ? scratch(f.v.dim * es) : nullptr;
     KernelArgs t = a;
     t.error = nullptr;
     bool direct[2] = {false, false};
@@ -107,13 +115,13 @@ void run_rows(const FusedKernelArgs& f, int team) {
       direct[o] = write && !norm_after;
       const int64_t contiguous[4] = {0, 0, hd, 1};  // one token's row in scratch, whatever the token
       if (norm_first) {
-        pre[o].resize(static_cast<size_t>(op.heads * hd * es));
-        mine.in = pre[o].data();
+        pre[o] = scratch(op.heads * hd * es);
+        mine.in = pre[o].get();
         std::copy(contiguous, contiguous + 4, mine.in_strides);
       }
       if (!direct[o]) {
-        post[o].resize(static_cast<size_t>(op.heads * hd * es));
-        mine.out = post[o].data();
+        post[o] = scratch(op.heads * hd * es);
+        mine.out = post[o].get();
         std::copy(contiguous, contiguous + 4, mine.out_strides);
       }
       mine.in_place = !norm_first && direct[o] && op.in_place;
@@ -134,25 +142,25 @@ void run_rows(const FusedKernelArgs& f, int team) {
         const void* in = static_cast<const unsigned char*>(op.in) + head_offsets(op, b, s, 0).in * es;
         norm_factors(a.dtype, in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
         normalise_rows(f, a.dtype, weights[o], factors.data(), in, op.in_strides[2],
-                          op.in_strides[3], pre[o].data(), hd, 1, op.heads, hd);
+                          op.in_strides[3], pre[o].get(), hd, 1, op.heads, hd);
       }
       cpu_apply_tokens(t, token, token + 1);
       for (int o = 0; o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const int64_t out_at = head_offsets(op, b, s, 0).out;
         if (norm_after) {
-          norm_factors(a.dtype, post[o].data(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
-          normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].data(), hd, 1,
-                            post[o].data(), hd, 1, op.heads, hd);
+          norm_factors(a.dtype, post[o].get(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
+          normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].get(), hd, 1,
+                            post[o].get(), hd, 1, op.heads, hd);
           if (o == 0 ? f.write_q : f.write_k) {
             for (int64_t h = 0; h < op.heads; ++h) {
-              put_row<T>(post[o].data() + h * hd * es, 1, op.out, out_at + h * op.out_strides[2], op.out_strides[3],
+              put_row<T>(post[o].get() + h * hd * es, 1, op.out, out_at + h * op.out_strides[2], op.out_strides[3],
                          a.dtype, a.dtype, 1.0f, ScaleOp::divide, hd);
             }
           }
         }
         // The token's final row of this operand: the output, or scratch.
-        const unsigned char* row = direct[o] ? static_cast<const unsigned char*>(op.out) + out_at * es : post[o].data();
+        const unsigned char* row = direct[o] ? static_cast<const unsigned char*>(op.out) + out_at * es : post[o].get();
         const int64_t row_head = direct[o] ? op.out_strides[2] : hd;
         const int64_t row_step = direct[o] ? op.out_strides[3] : 1;
         if (o == 0 && f.q_quantized.out != nullptr) {
@@ -177,12 +185,12 @@ void run_rows(const FusedKernelArgs& f, int team) {
           int64_t src_stride = v.strides[3];
           if (f.v_norm) {  // normalised in place into v_out (or, without one, into scratch for the cache)
             norm_factors(a.dtype, src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
-            normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.data(), .dst_stride = 1,
+            normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.get(), .dst_stride = 1,
                                            .r = factors[0], .n = v.dim});
             if (v.out != nullptr) {
-              put_row<T>(v_row.data(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
+              put_row<T>(v_row.get(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
             }
-            src = v_row.data();
+            src = v_row.get();
             src_stride = 1;
           }
           if (f.has_v_cache && slot >= 0) put_cache_row<T>(src, src_stride, f.v_cache, a.dtype, slot, h, v.dim);
