@@ -664,8 +664,8 @@ TEST(CudaApi, BuildInfoNamesTheArchitecturesAndTheDevice) {
   }
 }
 
-// check_positions' message names the rule of every bit the kernels set, and says so when the
-// word holds bits no kernel sets.
+// check_positions' message names the rule of every bit the kernels set (the fused kernels' slot
+// bit included), and says so when the word holds bits no kernel sets.
 TEST(CudaApi, CheckPositionsNamesEveryFlag) {
   using detail::cuda::positions_message;
   EXPECT_EQ(positions_message(cuda::position_out_of_range),
@@ -679,8 +679,13 @@ TEST(CudaApi, CheckPositionsNamesEveryFlag) {
   EXPECT_EQ(positions_message(cuda::position_out_of_range | cuda::position_not_in_angles),
             "positions: a per-token position was outside [0, 2^31); fractional or not below the rows of the "
             "per_position cos/sin (those tokens were left unrotated)");
-  EXPECT_EQ(positions_message(0x10 | cuda::position_out_of_range),
-            "positions: the error word holds 0x11, bits no kernel sets (was it zeroed before the calls?)");
+  EXPECT_EQ(positions_message(cuda::slot_out_of_range),
+            "slots: a slot was beyond its cache's capacity (those tokens' cache writes were skipped)");
+  EXPECT_EQ(positions_message(cuda::slot_out_of_range | cuda::position_out_of_range),
+            "positions: a per-token position was outside [0, 2^31) (those tokens were left unrotated); slots: a slot "
+            "was beyond its cache's capacity (those tokens' cache writes were skipped)");
+  EXPECT_EQ(positions_message(0x20 | cuda::position_out_of_range),
+            "positions: the error word holds 0x21, bits no kernel sets (was it zeroed before the calls?)");
   EXPECT_ROTARY_ERROR(cuda::check_positions(nullptr, nullptr), "error is null");
 }
 #endif

@@ -1,5 +1,8 @@
 // The fused operations of rotary/fused.hpp (rope_store, qk_norm_rope, rerotate_cache) for
-// rotary.torch (python/rotary/torch/fused.py). That layer hands over torch CPU tensors already in
+// rotary.torch (python/rotary/torch/fused.py), on the CPU, or (a build with the CUDA kernels) on a
+// CUDA device through rotary::cuda's fused calls when q (k_cache) is a CUDA tensor, queued on torch's
+// current stream with the device's error word (rotary.torch.check_positions raises for it). That
+// layer hands over torch tensors (all on one device) already in
 // the library's order: activations [batch, seq, heads, dim], caches [num_blocks, block_size, heads,
 // dim] (an HND cache as its permuted view), slots, scales, weights and positions contiguous. Here
 // each tensor becomes the library's view (pointer, dtype, shape, strides, read from the tensor:
@@ -169,6 +172,35 @@ AngleMode angle_mode_of(const std::string& angles) {
   throw py::value_error("angles='" + angles + "' must be 'exact' or 'hf-float32'");
 }
 
+// The CUDA device of a torch tensor, or none for a CPU tensor (rotary.torch checked that every tensor
+// of the call is on q's device).
+std::optional<int> cuda_device_of(const py::object& tensor) {
+  if (!tensor.attr("is_cuda").cast<bool>()) return std::nullopt;
+  return tensor.attr("device").attr("index").cast<int>();
+}
+
+#if ROTARY_PY_CUDA
+// The rows of the Rope's device table a CUDA call reads: sequential positions only (rows the host
+// knows without reading the device; per-token positions are computed on the device, the same bits,
+// so nothing is read back and the call stays capturable in a CUDA graph); 0: none.
+int64_t device_table_rows(const ApplyArgs& rope) {
+  const Positions& p = rope.positions;
+  const int64_t seq = rope.q.seq();
+  if (rope.caller_angles != nullptr || p.kind != Positions::Kind::sequential || rope.q.batch() <= 0 || seq <= 0) {
+    return 0;
+  }
+  if (p.offset < 0 || p.offset >= max_position_limit || p.offset > max_position_limit - seq) return 0;
+  return p.offset + seq;
+}
+#endif
+
+#if !ROTARY_PY_CUDA
+// A CUDA call without CUDA kernels in this build (rotary.torch says so first; this is the guard).
+[[noreturn]] void no_cuda_kernels(int device) {
+  throw py::value_error("q is on cuda:" + std::to_string(device) + ", but this build of rotary has no CUDA kernels");
+}
+#endif
+
 }  // namespace
 
 void bind_fused(py::module_& m, FusedHooks hooks) {
@@ -206,9 +238,20 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
     const AngleMode numerics = angle_mode_of(angles);
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;
+    args.rope.caller_angles = caller ? &*caller : nullptr;
+    if (const std::optional<int> device = cuda_device_of(q)) {
+#if ROTARY_PY_CUDA
+      hooks.on_device(rope, *device, device_table_rows(args.rope), numerics, [&](const DeviceCall& d) {
+        py::gil_scoped_release release;
+        cuda::rope_store(schedule, args, d.stream, {.table = d.table, .error = d.error});
+      });
+      return;
+#else
+      no_cuda_kernels(*device);
+#endif
+    }
     const std::shared_ptr<const Table> table =
         caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
-    args.rope.caller_angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
@@ -256,9 +299,20 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
     const AngleMode numerics = angle_mode_of(angles);
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;
+    args.rope.caller_angles = caller ? &*caller : nullptr;
+    if (const std::optional<int> device = cuda_device_of(q)) {
+#if ROTARY_PY_CUDA
+      hooks.on_device(rope, *device, device_table_rows(args.rope), numerics, [&](const DeviceCall& d) {
+        py::gil_scoped_release release;
+        cuda::qk_norm_rope(schedule, args, d.stream, {.table = d.table, .error = d.error});
+      });
+      return;
+#else
+      no_cuda_kernels(*device);
+#endif
+    }
     const std::shared_ptr<const Table> table =
         caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
-    args.rope.caller_angles = caller ? &*caller : nullptr;
     args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);
@@ -278,11 +332,23 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.mode = RerotateMode::raw;
       args.positions = positions_of(positions, streams, 0);
     }
+    args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
+    if (const std::optional<int> device = cuda_device_of(k_cache)) {
+#if ROTARY_PY_CUDA
+      // Exact angles computed on the device (the CUDA rerotate_cache takes no table yet).
+      hooks.on_device(rope, *device, 0, AngleMode::exact, [&](const DeviceCall& d) {
+        py::gil_scoped_release release;
+        cuda::rerotate_cache(schedule, args, d.stream, {.error = d.error});
+      });
+      return;
+#else
+      no_cuda_kernels(*device);
+#endif
+    }
     const std::shared_ptr<const Table> table =
         args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, AngleMode::exact)
                                        : nullptr;
     args.table = table.get();
-    args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
     py::gil_scoped_release release;
     rerotate_cache(schedule, args);
   });

@@ -1295,7 +1295,20 @@ PYBIND11_MODULE(_rotary, m) {
   bind_fused(m, {[](py::handle r) -> const Schedule& { return r.cast<const PyRope&>().schedule(); },
                  [](py::handle r, int64_t rows, AngleMode mode) {
                    return r.cast<const PyRope&>().cache(rows, mode);
-                 }});
+                 }
+#if ROTARY_PY_CUDA
+                 , [](py::handle r, int device, int64_t rows, AngleMode mode,
+                      const std::function<void(const DeviceCall&)>& call) {
+                   // As apply_cuda: the device current, torch's stream, the device's error word, the
+                   // Rope's device table (sequential positions: rows the host knows), one launch.
+                   const DeviceGuard guard(device);
+                   DeviceCall d{.stream = current_stream(device)};
+                   d.error = error_word(device, d.stream);
+                   if (rows > 0) d.table = r.cast<const PyRope&>().device_cache(device, rows, mode, d.stream);
+                   call(d);
+                 }
+#endif
+                 });
   m.def("pairing_permutation", [](const py::object& head_dim, const py::object& rotary_dim, const py::object& from,
                                   const py::object& to) {
     return pairing_permutation(int_arg(head_dim, "head_dim"), int_arg(rotary_dim, "rotary_dim"),

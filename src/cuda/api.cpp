@@ -27,8 +27,8 @@ void check(int status, const char* what) {
 
 std::string positions_message(uint32_t bits) {
   using namespace rotary::cuda;
-  const uint32_t known =
-      position_out_of_range | position_not_in_table | position_not_in_angles | position_beyond_xpos_reach;
+  const uint32_t known = position_out_of_range | position_not_in_table | position_not_in_angles |
+                         position_beyond_xpos_reach | slot_out_of_range;
   if ((bits & ~known) != 0) {
     return fmt::format("positions: the error word holds {:#x}, bits no kernel sets (was it zeroed "
                        "before the calls?)", bits);
@@ -41,7 +41,12 @@ std::string positions_message(uint32_t bits) {
   add(position_not_in_table, "fractional or not a row of the table");
   add(position_not_in_angles, "fractional or not below the rows of the per_position cos/sin");
   add(position_beyond_xpos_reach, "further from xpos_center than xPos's reach (rotary::xpos_reach)");
-  return "positions: a per-token position was " + rules + " (those tokens were left unrotated)";
+  std::string message = rules.empty() ? "" : "positions: a per-token position was " + rules + " (those tokens were left unrotated)";
+  if ((bits & slot_out_of_range) != 0) {  // the fused kernels' (slots on the device only)
+    message += std::string(message.empty() ? "" : "; ") +
+               "slots: a slot was beyond its cache's capacity (those tokens' cache writes were skipped)";
+  }
+  return message;
 }
 
 }  // namespace rotary::detail::cuda

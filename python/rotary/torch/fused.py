@@ -18,8 +18,13 @@ a quantiser: see ``rotary/fused.hpp``), so fusing never changes a model's output
 traces it without a graph break; in eager mode the kernel is called directly. The operators take
 the Rope by its handle (``Rope._handle``), as ``rotary.torch``'s others.
 
-Devices: the CPU. A CUDA tensor gets a ValueError naming it (the fused CUDA kernels are not part of
-this build of the bindings).
+Devices: the CPU, and CUDA when the extension is built with rotary's CUDA kernels (``rotary._rotary.cuda``):
+every tensor of a call on one device (positions, slots, scales, weights and ``cos_sin_cache`` too).
+On CUDA a call is queued on torch's current stream without a host synchronisation (capturable in a
+CUDA graph after a first call on the device): the kernels skip a token whose position is unusable or
+whose slot is beyond the cache, and ``rotary.torch.check_positions(device)`` raises for them; slots
+are not checked for duplicates there (which token writes a shared slot is then undefined), as the
+CPU checks them.
 
 Conventions where engines differ: the scale divides (``x / scale``: vLLM, SGLang) unless
 ``scale_mode="multiply"`` (``x * scale``: FlashInfer, TensorRT-LLM), the two giving different bits;
@@ -164,12 +169,23 @@ def _offset(offset: Any, positions: Any) -> int:
     return offset
 
 
-def _cpu_only(op: str, **tensors: Optional[Tensor]) -> None:
-    """The fused kernels bound here run on the CPU: a tensor on another device is named before
-    anything is written."""
+def _one_device(op: str, **tensors: Optional[Tensor]) -> None:
+    """Every tensor of the call on the first one's device, a device with fused kernels: the CPU, or
+    CUDA in a build with the CUDA kernels (queued on torch's current stream; a position or slot the
+    kernels skip is raised by ``rotary.torch.check_positions(device)``). Named before anything is
+    written."""
+    first_name, first = next((n, t) for n, t in tensors.items() if t is not None)
     for name, t in tensors.items():
-        if t is not None and t.device.type != "cpu":
-            raise ValueError(f"{name} is on {t.device}, but rotary::{op} runs on the CPU only in this build")
+        if t is None:
+            continue
+        if t.device.type == "cuda" and not _rotary.cuda:
+            raise ValueError(f"{name} is on {t.device}, but {_rotary.no_cuda_kernels}")
+        if t.device.type not in ("cpu", "cuda"):
+            kinds = "CPU and CUDA tensors" if _rotary.cuda else "CPU tensors"
+            raise ValueError(f"{name} is on {t.device}, but rotary::{op} runs on {kinds} only")
+        if t.device != first.device:
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device} (rotary::{op} takes "
+                             "every tensor on one device)")
 
 
 def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
@@ -216,7 +232,7 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
                        scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles):
-    _cpu_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
+    _one_device("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
               k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
     if q_out is not None and q_out.dtype not in _QUANTISED_DTYPES:
@@ -371,7 +387,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
                          rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode,
                          cos_sin_cache, angles):
-    _cpu_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
+    _one_device("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
               cos_sin_cache=cos_sin_cache)
     r = _rope_of_handle(rope)
@@ -511,7 +527,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
 # ---- rerotate_cache --------------------------------------------------------------------------------
 
 def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode):
-    _cpu_only("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
+    _one_device("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
     r = _rope_of_handle(rope)
     slots = _indices(slots, "slots")
     delta_streams = 1
