@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu/cpu.hpp"
 #include "math/half.hpp"
+#include "math/quant.hpp"
 #include "rotary/apply.hpp"
 #include "rotary/fused.hpp"
 #include "rotary/rerotate.hpp"
@@ -765,6 +767,59 @@ TEST(FusedRows, UnchangedValuesKeepTheirBitsSignallingNaNsIncluded) {
 
 // Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
 // apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
+// The vector cache-row encoder (src/cpu/quant_rows.cc) gives math/quant.hpp's codes (themselves
+// checked against an oracle in test_fused_quant.cpp) on every Highway target: f32 inputs over every
+// binade (a stride through all 2^32 bit patterns, and random ones), every f16 and bf16 pattern,
+// both scale directions, rows whose length leaves a tail.
+class QuantRowsTargets : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(QuantRowsTargets);
+
+TEST_P(QuantRowsTargets, EveryCodeIsQuantHpps) {
+  std::vector<uint32_t> f32_bits;
+  for (uint64_t b = 0; b <= 0xffffffffull; b += 4093) f32_bits.push_back(static_cast<uint32_t>(b));
+  std::mt19937 rng(91);
+  for (int i = 0; i < 100000; ++i) f32_bits.push_back(static_cast<uint32_t>(rng()));
+  for (const float v : {0.0f, -0.0f, 448.0f, -448.0f, 464.0f, 57344.0f, 61440.0f, 126.5f, 127.0f, 127.5f, -127.5f,
+                        0x1p-9f, 0x1p-10f, 0x1.8p-10f, 0x1p-16f, 0x1p-17f}) {
+    f32_bits.push_back(detail::float_bits(v));
+  }
+  f32_bits.push_back(3);  // an odd length: a tail on every target
+  std::vector<uint16_t> half_bits(65536 + 5);
+  std::iota(half_bits.begin(), half_bits.begin() + 65536, uint16_t{0});
+  for (const DType data : {DType::f32, DType::f16, DType::bf16}) {
+    const void* src = data == DType::f32 ? static_cast<const void*>(f32_bits.data()) : half_bits.data();
+    const auto n = static_cast<int64_t>(data == DType::f32 ? f32_bits.size() : half_bits.size());
+    for (const DType code : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8}) {
+      for (const auto& [scale, op] : {std::pair{1.0f, detail::ScaleOp::divide}, std::pair{0.37f, detail::ScaleOp::divide},
+                                      std::pair{0.37f, detail::ScaleOp::multiply}}) {
+        std::vector<uint8_t> got(static_cast<size_t>(n), 0xAA);
+        detail::quantise_row(data, src, code, got.data(), n, scale, op);
+        int64_t wrong = 0;
+        int64_t first = -1;
+        for (int64_t i = 0; i < n; ++i) {
+          float v;
+          if (data == DType::f32) {
+            v = detail::float_from_bits(f32_bits[static_cast<size_t>(i)]);
+          } else {
+            const uint16_t h = half_bits[static_cast<size_t>(i)];
+            v = data == DType::f16 ? detail::f16_to_f32(h) : detail::bf16_to_f32(h);
+          }
+          const float x = detail::scale_for_code(v, scale, op);
+          const uint8_t want = code == DType::i8 ? static_cast<uint8_t>(detail::float_to_i8(x))
+                                                 : detail::float_to_fp8(x, code == DType::fp8_e4m3 ? detail::kE4M3
+                                                                                                  : detail::kE5M2);
+          if (got[static_cast<size_t>(i)] != want) {
+            if (first < 0) first = i;
+            ++wrong;
+          }
+        }
+        EXPECT_EQ(wrong, 0) << to_string(data) << " -> " << to_string(code) << " scale " << scale << " op "
+                            << static_cast<int>(op) << ": first at " << first;
+      }
+    }
+  }
+}
+
 class FusedRowsTargets : public hwy::TestWithParamTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(FusedRowsTargets);
 

@@ -150,6 +150,13 @@ void norm_factors(DType dtype, const void* base, int64_t head_stride, int64_t st
                   bool all_heads, float eps, float* r);
 void normalise_row(DType dtype, const NormRow& row);
 
+enum class ScaleOp : int32_t;  // math/quant.hpp
+
+/// The fused operations' quantised cache rows (src/cpu/quant_rows.cc, per Highway target): n
+/// contiguous values of `data` (f32, f16, bf16) scaled (divide or multiply by `scale`) and encoded
+/// as `code` (fp8_e4m3, fp8_e5m2, i8) into dst, n contiguous bytes: math/quant.hpp's codes.
+void quantise_row(DType data, const void* src, DType code, void* dst, int64_t n, float scale, ScaleOp op);
+
 /// The name of the Highway target HWY_DYNAMIC_DISPATCH runs on this machine ("AVX2", "AVX3", ...).
 const char* dispatched_target();
 

@@ -48,34 +48,31 @@ ROTARY_HD inline uint32_t round_half_even(float x) {
   const uint32_t whole = m >> shift;
   const uint32_t rest = m & ((uint32_t{1} << shift) - 1);
   const uint32_t half = uint32_t{1} << (shift - 1);
-  return whole + ((rest > half || (rest == half && (whole & 1) != 0)) ? 1u : 0u);
+  // Up when above the half, or at it with whole odd: without a branch (the data decide it).
+  return whole + ((static_cast<uint32_t>(rest > half) | (static_cast<uint32_t>(rest == half) & whole)) & 1u);
 }
 
 /// x (a float) as the fp8 code of `format`: nearest, ties to even, saturating to ±max (an infinity
-/// too: CUDA's __NV_SATFINITE), NaN -> the format's NaN with x's sign.
+/// too: CUDA's __NV_SATFINITE), NaN -> the format's NaN with x's sign. Without a data-dependent
+/// branch (a cache row's loop vectorises): the magnitude saturated as bits (NaN and infinity above
+/// max's bits), its code formed, NaN selected last.
 ROTARY_HD inline uint8_t float_to_fp8(float x, const Fp8Format& f) {
   const uint32_t bits = float_bits(x);
-  const auto sign = static_cast<uint8_t>((bits >> 24) & 0x80);
-  const float a = float_from_bits(bits & 0x7fffffff);
-  if (!(a == a)) return static_cast<uint8_t>(sign | f.nan_code);
-  if (a >= f.max_value) return static_cast<uint8_t>(sign | f.max_code);
+  const uint32_t sign = (bits >> 24) & 0x80;
+  const uint32_t magnitude = bits & 0x7fffffff;
+  const uint32_t max_bits = float_bits(f.max_value);
+  const uint32_t a = magnitude < max_bits ? magnitude : max_bits;  // ±max is a code: saturation
   // The quantum (code step) at a's binade; below the normal range, the subnormals' fixed one.
-  int e = static_cast<int>((bits >> 23) & 0xff) - 127;
-  if (e < f.min_exponent) e = f.min_exponent;
-  const int quantum_exponent = e - f.mantissa_bits;
+  int e = static_cast<int>(a >> 23) - 127;
+  e = e < f.min_exponent ? f.min_exponent : e;
   // a / quantum < 2^(mantissa_bits + 1): exact (a power of two), then an exact integer rounding.
-  const uint32_t n = round_half_even(a * pow2f(-quantum_exponent));
-  // n * quantum: n < 2^(m+1) with n = 2^(m+1) the next binade's first value (the code arithmetic
-  // below carries into the exponent field on its own).
-  const uint32_t subnormal_or_normal = n;  // code magnitude = (e - min_exponent) << m + n, see below
-  uint32_t code;
-  if (e == f.min_exponent) {
-    code = subnormal_or_normal;  // exponent field 0 for n < 2^m, 1 (the first normal binade) from 2^m
-  } else {
-    // n in [2^m, 2^(m+1)]: exponent field e + bias, mantissa n - 2^m (a carry moves to e + 1).
-    code = (static_cast<uint32_t>(e + f.bias) << f.mantissa_bits) + (n - (uint32_t{1} << f.mantissa_bits));
-  }
-  if (code > f.max_code) code = f.max_code;  // rounded up past the largest finite value
+  const uint32_t n = round_half_even(float_from_bits(a) * pow2f(f.mantissa_bits - e));
+  // Code magnitude: exponent field e + bias and mantissa n - 2^m, i.e. ((e + bias - 1) << m) + n;
+  // at min_exponent (e + bias = 1) that is n itself, the subnormals (n < 2^m) and the first normal
+  // binade (n from 2^m); n = 2^(m+1), rounded up to the next binade, carries into the exponent.
+  uint32_t code = (static_cast<uint32_t>(e + f.bias - 1) << f.mantissa_bits) + n;
+  code = code > f.max_code ? f.max_code : code;  // rounded up past the largest finite value
+  code = magnitude > 0x7f800000u ? f.nan_code : code;
   return static_cast<uint8_t>(sign | code);
 }
 

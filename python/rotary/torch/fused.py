@@ -173,17 +173,23 @@ def _one_device(op: str, **tensors: Optional[Tensor]) -> None:
     """Every tensor of the call on the first one's device, a device with fused kernels: the CPU, or
     CUDA in a build with the CUDA kernels (queued on torch's current stream; a position or slot the
     kernels skip is raised by ``rotary.torch.check_positions(device)``). Named before anything is
-    written."""
-    first_name, first = next((n, t) for n, t in tensors.items() if t is not None)
+    written. (Per call: is_cuda, is_cpu and get_device, not Tensor.device, which builds an object.)"""
+    first_name, first, first_index = None, None, 0
     for name, t in tensors.items():
         if t is None:
             continue
-        if t.device.type == "cuda" and not _rotary.cuda:
-            raise ValueError(f"{name} is on {t.device}, but {_rotary.no_cuda_kernels}")
-        if t.device.type not in ("cpu", "cuda"):
+        if t.is_cuda:
+            if not _rotary.cuda:
+                raise ValueError(f"{name} is on {t.device}, but {_rotary.no_cuda_kernels}")
+            index = t.get_device()
+        elif t.is_cpu:
+            index = -1
+        else:
             kinds = "CPU and CUDA tensors" if _rotary.cuda else "CPU tensors"
             raise ValueError(f"{name} is on {t.device}, but rotary::{op} runs on {kinds} only")
-        if t.device != first.device:
+        if first is None:
+            first_name, first, first_index = name, t, index
+        elif index != first_index:
             raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device} (rotary::{op} takes "
                              "every tensor on one device)")
 
