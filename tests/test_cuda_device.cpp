@@ -35,6 +35,7 @@
 #include "cuda/rope_body.hpp"
 #include "kernel/args.hpp"
 #include "rotary/cuda.hpp"
+#include "rotary/fused.hpp"
 #include "rotary/rotary_cuda.h"
 #include "support/cuda_calls.hpp"
 #include "support/oracle.hpp"
@@ -716,6 +717,158 @@ TEST(CudaDevice, CAbiOnDeviceMemory) {
         << rotary_last_error();
     const std::string difference = first_difference(c, got, want);
     ASSERT_TRUE(difference.empty()) << difference;
+  }
+}
+
+// ---- The fused operations on a device (rotary/fused.hpp, cuda.hpp): the CPU's bytes ----
+
+// A host buffer and its device copy: up(), then the call on device pointers, then down().
+struct Mirror {
+  std::vector<unsigned char> host;
+  DeviceMemory device;
+  explicit Mirror(std::vector<unsigned char> bytes) : host(std::move(bytes)), device(std::max<size_t>(host.size(), 1)) {
+    cuda_ok(cudaMemcpy(device.get(), host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy (up)");
+  }
+  std::vector<unsigned char> down() const {
+    std::vector<unsigned char> out(host.size());
+    cuda_ok(cudaMemcpy(out.data(), device.get(), out.size(), cudaMemcpyDeviceToHost), "cudaMemcpy (down)");
+    return out;
+  }
+  void* d() const { return device.get(); }
+  void* h() { return host.data(); }
+};
+
+// n bf16 values of N(0, 1)-like magnitude (finite: the bytes compare exactly).
+std::vector<unsigned char> bf16_values(int64_t n, std::mt19937_64& rng) {
+  std::vector<unsigned char> out(static_cast<size_t>(2 * n));
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    const float v = normal(rng);
+    std::memcpy(&bits, &v, 4);
+    const auto b = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(&out[static_cast<size_t>(2 * i)], &b, 2);
+  }
+  return out;
+}
+
+template <class T>
+std::vector<unsigned char> bytes_of(const std::vector<T>& v) {
+  std::vector<unsigned char> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+TEST(CudaDevice, FusedOperationsMatchTheCpuByteForByte) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 128, .base = 500000.0, .schedule = ScheduleType::llama3,
+                                               .factor = 8.0, .original_max_position = 8192, .low_freq_factor = 1.0,
+                                               .high_freq_factor = 4.0});
+  const int64_t tokens = 37, hq = 8, hk = 2, d = 128, blocks = 8, block = 16;
+  std::mt19937_64 rng(25);
+  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
+  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 200000);
+    slots[static_cast<size_t>(t)] = t == 5 ? -1 : order[static_cast<size_t>(t)];
+  }
+  const float scale = 0.07f;
+  for (const DType cache : {DType::bf16, DType::fp8_e4m3, DType::i8}) {
+    SCOPED_TRACE(to_string(cache));
+    const int64_t cache_bytes = blocks * block * hk * d * size_of(cache);
+    Mirror q(bf16_values(tokens * hq * d, rng)), k(bf16_values(tokens * hk * d, rng)), v(bf16_values(tokens * hk * d, rng));
+    Mirror kc(std::vector<unsigned char>(static_cast<size_t>(cache_bytes), 0xA5));
+    Mirror vc(std::vector<unsigned char>(static_cast<size_t>(cache_bytes), 0x5A));
+    Mirror pos(bytes_of(positions)), sl(bytes_of(slots)), sc(bytes_of(std::vector<float>{scale}));
+    const auto args = [&](bool on_device) {
+      const auto at = [&](Mirror& m) { return on_device ? m.d() : m.h(); };
+      RopeStoreArgs a;
+      a.rope = ApplyArgs{.q = TensorView::bshd(at(q), DType::bf16, 1, tokens, hq, d),
+                         .k = TensorView::bshd(at(k), DType::bf16, 1, tokens, hk, d),
+                         .positions = Positions::per_token(std::span(static_cast<const int64_t*>(at(pos)),
+                                                                     static_cast<size_t>(tokens)))};
+      a.cache.slots = Slots{.data = at(sl), .is_i64 = true, .count = tokens};
+      a.cache.k_cache = CacheView::nhd(at(kc), cache, blocks, block, hk, d);
+      a.cache.v_cache = CacheView::nhd(at(vc), cache, blocks, block, hk, d);
+      a.cache.v = TensorView::bshd(at(v), DType::bf16, 1, tokens, hk, d);
+      if (is_quantised_dtype(cache)) {
+        a.cache.k_quant = CacheQuant{.scale = static_cast<const float*>(at(sc))};
+        a.cache.v_quant = a.cache.k_quant;
+      }
+      return a;
+    };
+    const ErrorWord error;
+    cuda::rope_store(schedule, args(true), nullptr, {.error = error.get()});
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    rope_store(schedule, args(false));
+    EXPECT_EQ(error.read(), 0u);
+    EXPECT_TRUE(q.down() == q.host) << "q";
+    EXPECT_TRUE(kc.down() == kc.host) << "k_cache";
+    EXPECT_TRUE(vc.down() == vc.host) << "v_cache";
+
+    // rerotate_cache by per-slot deltas on the caches just written (exact angles on both).
+    std::vector<int64_t> delta(static_cast<size_t>(tokens));
+    for (auto& x : delta) x = static_cast<int64_t>(rng() % 2001) - 1000;
+    Mirror dl(bytes_of(delta));
+    const auto re = [&](bool on_device) {
+      RerotateCacheArgs r{.cache = args(on_device).cache.k_cache, .slots = Slots{.data = on_device ? sl.d() : sl.h(),
+                                                                               .is_i64 = true, .count = tokens}};
+      r.delta = static_cast<const int64_t*>(on_device ? dl.d() : dl.h());
+      if (is_quantised_dtype(cache)) r.quant = CacheQuant{.scale = static_cast<const float*>(on_device ? sc.d() : sc.h())};
+      return r;
+    };
+    cuda::rerotate_cache(schedule, re(true), nullptr, {.error = error.get()});
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    rerotate_cache(schedule, re(false));
+    EXPECT_TRUE(kc.down() == kc.host) << "rerotated k_cache";
+
+    // qk_norm_rope with the cache write, through the C ABI on the device.
+    Mirror qw(bf16_values(d, rng)), kw(bf16_values(d, rng));
+    rotary_spec spec{};
+    spec.head_dim = 128;
+    spec.base = 500000.0;
+    rotary_schedule* made = nullptr;
+    ASSERT_EQ(rotary_schedule_from_spec(&spec, -1, &made), ROTARY_OK) << rotary_last_error();
+    const CSchedule plain(made, &rotary_schedule_free);
+    const auto norm_c = [&](bool on_device, rotary_cache_write& write, rotary_positions& p) {
+      const auto at = [&](Mirror& m) { return on_device ? m.d() : m.h(); };
+      rotary_qk_norm_rope_args a{};
+      EXPECT_EQ(rotary_tensor_bshd(at(q), ROTARY_BF16, 1, tokens, hq, d, &a.rope.q), ROTARY_OK);
+      EXPECT_EQ(rotary_tensor_bshd(at(k), ROTARY_BF16, 1, tokens, hk, d, &a.rope.k), ROTARY_OK);
+      p = rotary_positions{};
+      p.kind = ROTARY_POSITIONS_I64;
+      p.data = at(pos);
+      p.count = tokens;
+      p.streams = 1;
+      a.positions = &p;
+      a.q_weight = rotary_norm_weight{at(qw), ROTARY_BF16, d};
+      a.k_weight = rotary_norm_weight{at(kw), ROTARY_BF16, d};
+      write = rotary_cache_write{};
+      write.slots = rotary_slots{ROTARY_SLOTS_I64, at(sl), tokens};
+      EXPECT_EQ(rotary_cache_view_nhd(at(kc), cache == DType::bf16 ? ROTARY_BF16 : cache == DType::i8 ? ROTARY_I8
+                                                                                                  : ROTARY_FP8_E4M3,
+                                      blocks, block, hk, d, 0, 0, &write.k_cache),
+                ROTARY_OK);
+      if (is_quantised_dtype(cache)) write.k_quant = rotary_cache_quant{static_cast<const float*>(at(sc)), 1,
+                                                                        ROTARY_SCALE_DIVIDE};
+      a.store = &write;
+      return a;
+    };
+    rotary_cache_write dw, hw;
+    rotary_positions dp, hp;
+    const rotary_qk_norm_rope_args on_device = norm_c(true, dw, dp);
+    rotary_cuda_fused_options options{};
+    options.error = error.get();
+    ASSERT_EQ(rotary_cuda_qk_norm_rope(plain.get(), &on_device, nullptr, &options), ROTARY_OK) << rotary_last_error();
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    const rotary_qk_norm_rope_args on_host = norm_c(false, hw, hp);
+    ASSERT_EQ(rotary_qk_norm_rope(plain.get(), &on_host), ROTARY_OK) << rotary_last_error();
+    EXPECT_EQ(error.read(), 0u);
+    EXPECT_TRUE(q.down() == q.host) << "normed q";
+    EXPECT_TRUE(k.down() == k.host) << "normed k";
+    EXPECT_TRUE(kc.down() == kc.host) << "k_cache after qk_norm_rope";
   }
 }
 

@@ -107,8 +107,9 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
 // ---- Fused operations (rotary/fused.hpp) on a device ----
 // The kernels (src/cuda/fused.cu) run src/fused/body.hpp one token per block, the block's threads
 // filling the token's angle row, then one head (item) per thread: the grid tests/test_fused_emulation
-// plays on the host, bit-identical to the CPU there. Not yet run on a device by the tests (no device
-// test of the fused kernels yet).
+// plays on the host, bit-identical to the CPU there. On a device: CudaDevice.FusedOperationsMatchTheCpu-
+// ByteForByte (tests/test_cuda_device.cpp, the C++ calls and the C ABI's) and
+// python/tests/test_torch_fused_cuda.py, both run by scripts/gpu-check (not yet on a GPU).
 
 /// Bit a fused kernel ors into FusedOptions::error for a token whose slot is beyond a cache's
 /// capacity (the token's cache writes are skipped; q and k_out are still written).

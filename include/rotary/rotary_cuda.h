@@ -82,6 +82,38 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
                       const rotary_positions* positions, struct CUstream_st* stream,
                       const rotary_cuda_options* options);
 
+/** The bit the fused kernels or into rotary_cuda_fused_options.error for a token whose slot is beyond a
+ *  cache's capacity (its cache writes skipped; q and k_out still written), when the slots were not
+ *  checked on the host (rotary::cuda::slot_out_of_range). */
+#define ROTARY_CUDA_SLOT_OUT_OF_RANGE 16u
+
+/** What the fused calls on a device take besides their arguments. Zero-initialised: exact angles, no
+ *  error word, slots in device memory only. */
+typedef struct rotary_cuda_fused_options {
+  /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope; the
+   *  re-rotation takes exact angles only). The args' host table must be NULL. */
+  const rotary_cuda_table* table;
+  /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE. */
+  uint32_t* error;
+  /** A host copy of the call's slots (same kind and count): checked on the host (range, duplicates)
+   *  before anything is queued, as rotary_rope_store checks them. NULL: the kernels skip and flag an
+   *  out-of-range slot, and duplicates are not detected (the form a CUDA graph captures). */
+  const rotary_slots* host_slots;
+} rotary_cuda_fused_options;
+
+/** rotary_rope_store, rotary_qk_norm_rope and rotary_rerotate_cache on a CUDA device: every pointer
+ *  of args (tensors, caches, slots, scales, weights, deltas, per-token positions) in device memory,
+ *  the kernels queued on `stream` (no synchronisation, no allocation). Bit-identical to the CPU calls
+ *  (the same per-token body). Checked first, on the host, by their rules but for values in device
+ *  memory (positions, and slots without options.host_slots, are checked by the kernels; scales'
+ *  values are not read). options NULL: the defaults. threads and backend are not used. */
+int rotary_cuda_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args,
+                           struct CUstream_st* stream, const rotary_cuda_fused_options* options);
+int rotary_cuda_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args,
+                             struct CUstream_st* stream, const rotary_cuda_fused_options* options);
+int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args,
+                               struct CUstream_st* stream, const rotary_cuda_fused_options* options);
+
 /** The opt-in check of per-token positions: waits for `stream`, reads the error word (device
  *  memory, rotary_cuda_options.error) and clears it. Fails (ROTARY_ERROR_INVALID_ARGUMENT) naming
  *  what the skipped tokens' positions broke when it was set, or with ROTARY_ERROR_CUDA.

@@ -459,6 +459,61 @@ rotary::ApplyArgs rotary::detail::c_abi::apply_args(bool rotates_backward, const
   return args;
 }
 
+// The fused calls' arguments (shared with the CUDA C ABI, src/cuda/c_api.cpp).
+rotary::RopeStoreArgs rotary::detail::c_abi::rope_store_args(const rotary_schedule& s, const rotary_rope_store_args& a) {
+  RopeStoreArgs store;
+  store.rope = apply_args(s.rotates_backward, a.rope, a.positions);
+  store.cache = to_cache_write(a.cache);
+  store.q_quantized = to_view(a.q_quantized, "q_quantized");
+  store.q_quant = to_quant(a.q_quant, "q_quant");
+  return store;
+}
+
+rotary::QkNormRopeArgs rotary::detail::c_abi::qk_norm_rope_args(const rotary_schedule& s,
+                                                                const rotary_qk_norm_rope_args& a, CacheWrite& write) {
+  QkNormRopeArgs norm;
+  norm.rope = apply_args(s.rotates_backward, a.rope, a.positions);
+  norm.q_weight = to_weight(a.q_weight, "q_weight");
+  norm.k_weight = to_weight(a.k_weight, "k_weight");
+  norm.eps = a.eps == 0.0f ? QkNormRopeArgs{}.eps : a.eps;
+  norm.weight_offset = a.weight_offset;
+  norm.order = to_choice(a.order, {NormOrder::norm_then_rope, NormOrder::rope_then_norm}, "order",
+                         "ROTARY_NORM_THEN_ROPE or ROTARY_ROPE_THEN_NORM");
+  norm.rounding = to_choice(a.rounding, {NormRounding::llama, NormRounding::gemma}, "rounding",
+                            "ROTARY_NORM_ROUNDING_LLAMA or ROTARY_NORM_ROUNDING_GEMMA");
+  norm.scope = to_choice(a.scope, {NormScope::head, NormScope::all_heads}, "scope",
+                         "ROTARY_NORM_SCOPE_HEAD or ROTARY_NORM_SCOPE_ALL_HEADS");
+  norm.v_norm = to_flag(a.v_norm, "v_norm", "1 norms v");
+  norm.v = to_view(a.v, "v");
+  norm.v_out = to_view(a.v_out, "v_out");
+  if (a.store != nullptr) {
+    write = to_cache_write(*a.store);
+    norm.store = &write;
+  }
+  return norm;
+}
+
+rotary::RerotateCacheArgs rotary::detail::c_abi::rerotate_cache_args(const rotary_schedule& s,
+                                                                     const rotary_rerotate_cache_args& a) {
+  RerotateCacheArgs re;
+  re.cache = to_cache(a.cache, "cache");
+  re.out = to_cache(a.out, "out");
+  re.slots = to_slots(a.slots);
+  re.mode = to_choice(a.mode, {RerotateMode::delta, RerotateMode::raw}, "mode",
+                      "ROTARY_REROTATE_DELTA or ROTARY_REROTATE_RAW");
+  re.delta = a.delta;
+  re.delta_streams = a.delta_streams == 0 ? 1 : a.delta_streams;
+  if (a.positions != nullptr) re.positions = to_positions(*a.positions);
+  re.table = a.table == nullptr ? nullptr : &a.table->table;
+  // A model whose code turns pairs by -angle has rotary's inverse as its forward (as rotary_apply).
+  const bool inverse = to_flag(a.inverse, "inverse", "1: keys rotated inverse") != s.rotates_backward;
+  re.rotated = inverse ? Direction::inverse : Direction::forward;
+  re.quant = to_quant(a.quant, "quant");
+  re.threads = a.threads;
+  re.backend = to_backend(a.backend);
+  return re;
+}
+
 extern "C" {
 
 const char* rotary_last_error(void) { return t_error; }
@@ -700,65 +755,22 @@ int rotary_cache_view_hnd(void* data, rotary_dtype dtype, int64_t num_blocks, in
 int rotary_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args) {
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
-    const rotary_rope_store_args& a = require(args, "args");
-    rotary::RopeStoreArgs store;
-    store.rope = rotary::detail::c_abi::apply_args(s.rotates_backward, a.rope, a.positions);
-    store.cache = to_cache_write(a.cache);
-    store.q_quantized = to_view(a.q_quantized, "q_quantized");
-    store.q_quant = to_quant(a.q_quant, "q_quant");
-    rotary::rope_store(s.schedule, store);
+    rotary::rope_store(s.schedule, rotary::detail::c_abi::rope_store_args(s, require(args, "args")));
   });
 }
 
 int rotary_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args) {
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
-    const rotary_qk_norm_rope_args& a = require(args, "args");
-    rotary::QkNormRopeArgs norm;
-    norm.rope = rotary::detail::c_abi::apply_args(s.rotates_backward, a.rope, a.positions);
-    norm.q_weight = to_weight(a.q_weight, "q_weight");
-    norm.k_weight = to_weight(a.k_weight, "k_weight");
-    norm.eps = a.eps == 0.0f ? rotary::QkNormRopeArgs{}.eps : a.eps;
-    norm.weight_offset = a.weight_offset;
-    norm.order = to_choice(a.order, {rotary::NormOrder::norm_then_rope, rotary::NormOrder::rope_then_norm}, "order",
-                           "ROTARY_NORM_THEN_ROPE or ROTARY_ROPE_THEN_NORM");
-    norm.rounding = to_choice(a.rounding, {rotary::NormRounding::llama, rotary::NormRounding::gemma}, "rounding",
-                              "ROTARY_NORM_ROUNDING_LLAMA or ROTARY_NORM_ROUNDING_GEMMA");
-    norm.scope = to_choice(a.scope, {rotary::NormScope::head, rotary::NormScope::all_heads}, "scope",
-                           "ROTARY_NORM_SCOPE_HEAD or ROTARY_NORM_SCOPE_ALL_HEADS");
-    norm.v_norm = to_flag(a.v_norm, "v_norm", "1 norms v");
-    norm.v = to_view(a.v, "v");
-    norm.v_out = to_view(a.v_out, "v_out");
     rotary::CacheWrite write;
-    if (a.store != nullptr) {
-      write = to_cache_write(*a.store);
-      norm.store = &write;
-    }
-    rotary::qk_norm_rope(s.schedule, norm);
+    rotary::qk_norm_rope(s.schedule, rotary::detail::c_abi::qk_norm_rope_args(s, require(args, "args"), write));
   });
 }
 
 int rotary_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args) {
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
-    const rotary_rerotate_cache_args& a = require(args, "args");
-    rotary::RerotateCacheArgs re;
-    re.cache = to_cache(a.cache, "cache");
-    re.out = to_cache(a.out, "out");
-    re.slots = to_slots(a.slots);
-    re.mode = to_choice(a.mode, {rotary::RerotateMode::delta, rotary::RerotateMode::raw}, "mode",
-                        "ROTARY_REROTATE_DELTA or ROTARY_REROTATE_RAW");
-    re.delta = a.delta;
-    re.delta_streams = a.delta_streams == 0 ? 1 : a.delta_streams;
-    if (a.positions != nullptr) re.positions = to_positions(*a.positions);
-    re.table = a.table == nullptr ? nullptr : &a.table->table;
-    // A model whose code turns pairs by -angle has rotary's inverse as its forward (as rotary_apply).
-    const bool inverse = to_flag(a.inverse, "inverse", "1: keys rotated inverse") != s.rotates_backward;
-    re.rotated = inverse ? rotary::Direction::inverse : rotary::Direction::forward;
-    re.quant = to_quant(a.quant, "quant");
-    re.threads = a.threads;
-    re.backend = to_backend(a.backend);
-    rotary::rerotate_cache(s.schedule, re);
+    rotary::rerotate_cache(s.schedule, rotary::detail::c_abi::rerotate_cache_args(s, require(args, "args")));
   });
 }
 

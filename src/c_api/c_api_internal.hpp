@@ -10,6 +10,7 @@
 
 #include "rotary/apply.hpp"
 #include "rotary/error.hpp"
+#include "rotary/fused.hpp"
 #include "rotary/rotary.h"
 #include "rotary/rope.hpp"
 #include "rotary/schedule.hpp"
@@ -66,5 +67,12 @@ const T& require(const T* pointer, const char* name) {
 /// pairs by -angle (rotary_schedule::rotates_backward). Throws rotary::Error for what the C
 /// encoding gets wrong (enum values, flags, NULL arrays); the call's rules are rotary::validate's.
 ApplyArgs apply_args(bool rotates_backward, const rotary_apply_args& args, const rotary_positions* positions);
+
+/// The fused calls' arguments from their C structs (rotary_rope_store and the CUDA C ABI's). `write`:
+/// where qk_norm_rope_args puts its store's CacheWrite (the result points to it).
+RopeStoreArgs rope_store_args(const rotary_schedule& schedule, const rotary_rope_store_args& args);
+QkNormRopeArgs qk_norm_rope_args(const rotary_schedule& schedule, const rotary_qk_norm_rope_args& args,
+                                 CacheWrite& write);
+RerotateCacheArgs rerotate_cache_args(const rotary_schedule& schedule, const rotary_rerotate_cache_args& args);
 
 }  // namespace rotary::detail::c_abi

@@ -4,6 +4,8 @@
 // adds (NULL pointers, a host table where a device table belongs).
 #include "rotary/rotary_cuda.h"
 
+#include <fmt/format.h>
+
 #include "../c_api/c_api_internal.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/error.hpp"
@@ -20,7 +22,8 @@ using rotary::detail::c_abi::require;
 static_assert(ROTARY_ERROR_CUDA == ROTARY_ERROR_INTERNAL + 1, "a status of its own");
 static_assert(ROTARY_CUDA_POSITION_OUT_OF_RANGE == rotary::cuda::position_out_of_range &&
               ROTARY_CUDA_POSITION_NOT_IN_TABLE == rotary::cuda::position_not_in_table &&
-              ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH == rotary::cuda::position_beyond_xpos_reach);
+              ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH == rotary::cuda::position_beyond_xpos_reach &&
+              ROTARY_CUDA_SLOT_OUT_OF_RANGE == rotary::cuda::slot_out_of_range);
 
 // rotary.h's guard, with the CUDA runtime's failures (rotary::cuda::RuntimeError) as
 // ROTARY_ERROR_CUDA.
@@ -35,6 +38,30 @@ int guarded(Body&& body) noexcept {
     }
   });
   return cuda_status != ROTARY_OK ? cuda_status : status;
+}
+
+// The fused calls' options: a device table, the error word, and the host copy of the slots (kept in
+// `slots`, which the result points to).
+rotary::cuda::FusedOptions fused_options(const rotary_cuda_fused_options* options, rotary::Slots& slots) {
+  const rotary_cuda_fused_options o = options != nullptr ? *options : rotary_cuda_fused_options{};
+  rotary::cuda::FusedOptions out{.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error};
+  if (o.host_slots != nullptr) {
+    if (o.host_slots->kind != ROTARY_SLOTS_I64 && o.host_slots->kind != ROTARY_SLOTS_I32) {
+      throw Error(fmt::format("options.host_slots.kind={} is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32",
+                              static_cast<int>(o.host_slots->kind)));
+    }
+    slots = rotary::Slots{.data = o.host_slots->data, .is_i64 = o.host_slots->kind == ROTARY_SLOTS_I64,
+                          .count = o.host_slots->count};
+    out.host_slots = &slots;
+  }
+  return out;
+}
+
+// A host table belongs in options.table (as rotary_cuda_apply says).
+void refuse_host_table(const rotary_table* table) {
+  if (table != nullptr) {
+    throw Error("args.rope.table is a host table: give its rotary_cuda_table_create copy in options.table");
+  }
 }
 
 }  // namespace
@@ -63,6 +90,43 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
     const rotary_cuda_options o = options != nullptr ? *options : rotary_cuda_options{};
     rotary::cuda::apply(s.schedule, rotary::detail::c_abi::apply_args(s.rotates_backward, a, positions), stream,
                         {.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error});
+  });
+}
+
+int rotary_cuda_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args, CUstream_st* stream,
+                           const rotary_cuda_fused_options* options) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_rope_store_args& a = require(args, "args");
+    refuse_host_table(a.rope.table);
+    rotary::Slots slots;
+    const rotary::cuda::FusedOptions o = fused_options(options, slots);
+    rotary::cuda::rope_store(s.schedule, rotary::detail::c_abi::rope_store_args(s, a), stream, o);
+  });
+}
+
+int rotary_cuda_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args,
+                             CUstream_st* stream, const rotary_cuda_fused_options* options) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_qk_norm_rope_args& a = require(args, "args");
+    refuse_host_table(a.rope.table);
+    rotary::Slots slots;
+    const rotary::cuda::FusedOptions o = fused_options(options, slots);
+    rotary::CacheWrite write;
+    rotary::cuda::qk_norm_rope(s.schedule, rotary::detail::c_abi::qk_norm_rope_args(s, a, write), stream, o);
+  });
+}
+
+int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args,
+                               CUstream_st* stream, const rotary_cuda_fused_options* options) {
+  return guarded([&] {
+    const rotary_schedule& s = require(schedule, "schedule");
+    const rotary_rerotate_cache_args& a = require(args, "args");
+    if (a.table != nullptr) throw Error("args.table is a host table: the re-rotation on a device takes exact angles");
+    rotary::Slots slots;
+    const rotary::cuda::FusedOptions o = fused_options(options, slots);
+    rotary::cuda::rerotate_cache(s.schedule, rotary::detail::c_abi::rerotate_cache_args(s, a), stream, o);
   });
 }
 

@@ -122,6 +122,74 @@ static void table_errors(const rotary_schedule* schedule) {
   rotary_cuda_table_free(NULL);
 }
 
+/* The fused calls on a device: their host checks, named as rotary_rope_store and the others name
+ * them, and the C encoding's own (a host table, the host copy of the slots). */
+static void fused_errors(const rotary_schedule* schedule, const rotary_table* host_table) {
+  rotary_rope_store_args store;
+  rotary_qk_norm_rope_args norm;
+  rotary_rerotate_cache_args re;
+  rotary_cuda_fused_options options;
+  rotary_slots host;
+  const int64_t repeated[6] = {4, 9, 4, -1, 0, 1};
+  memset(&store, 0, sizeof store);
+  memset(&norm, 0, sizeof norm);
+  memset(&re, 0, sizeof re);
+  memset(&options, 0, sizeof options);
+  CHECK(rotary_tensor_bshd(device_pointer(0), ROTARY_BF16, 2, 3, 4, 128, &store.rope.q) == ROTARY_OK);
+  CHECK(rotary_tensor_bshd(device_pointer(1u << 20), ROTARY_BF16, 2, 3, 2, 128, &store.rope.k) == ROTARY_OK);
+  CHECK(rotary_cache_view_nhd(device_pointer(1u << 22), ROTARY_FP8_E4M3, 4, 16, 2, 128, 0, 0, &store.cache.k_cache) ==
+        ROTARY_OK);
+  store.cache.slots.kind = ROTARY_SLOTS_I64;
+  store.cache.slots.data = device_pointer(1u << 24);
+  store.cache.slots.count = 6;
+
+  EXPECT_ERROR(rotary_cuda_rope_store(NULL, &store, NULL, NULL), "schedule is NULL");
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, NULL, NULL, NULL), "args is NULL");
+  store.rope.table = host_table;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options),
+               "args.rope.table is a host table: give its rotary_cuda_table_create copy in options.table");
+  store.rope.table = NULL;
+  /* rotary_rope_store's rules, named as it names them. */
+  store.cache.k_cache.heads = 3;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, NULL), "k_cache.heads=3");
+  store.cache.k_cache.heads = 2;
+  store.cache.slots.count = 5;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, NULL), "slots has 5 entries");
+  store.cache.slots.count = 6;
+  /* The host copy of the slots: checked as rotary_rope_store checks them. */
+  host.kind = ROTARY_SLOTS_I64;
+  host.data = repeated;
+  host.count = 6;
+  options.host_slots = &host;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options), "slots[2]=4 repeats slots[0]");
+  host.kind = (rotary_slot_kind)5;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options),
+               "options.host_slots.kind=5 is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32");
+  options.host_slots = NULL;
+
+  norm.rope = store.rope;
+  norm.q_weight.data = device_pointer(1u << 26);
+  norm.q_weight.dtype = ROTARY_BF16;
+  norm.q_weight.count = 64;
+  EXPECT_ERROR(rotary_cuda_qk_norm_rope(NULL, &norm, NULL, NULL), "schedule is NULL");
+  EXPECT_ERROR(rotary_cuda_qk_norm_rope(schedule, &norm, NULL, NULL), "q_weight");
+  norm.q_weight.count = 128;
+  norm.order = (rotary_norm_order)3;
+  EXPECT_ERROR(rotary_cuda_qk_norm_rope(schedule, &norm, NULL, NULL), "order=3");
+
+  re.cache = store.cache.k_cache;
+  re.slots = store.cache.slots;
+  re.delta = (const int64_t*)device_pointer(1u << 27);
+  EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, NULL, NULL, NULL), "args is NULL");
+  re.table = host_table;
+  EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, &re, NULL, NULL),
+               "args.table is a host table: the re-rotation on a device takes exact angles");
+  re.table = NULL;
+  re.mode = (rotary_rerotate_mode)4;
+  EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, &re, NULL, NULL), "mode=4");
+  CHECK(ROTARY_CUDA_SLOT_OUT_OF_RANGE == 16u);
+}
+
 int main(void) {
   rotary_spec spec;
   rotary_schedule* schedule = NULL;
@@ -136,6 +204,7 @@ int main(void) {
   }
   apply_errors(schedule, host_table);
   table_errors(schedule);
+  fused_errors(schedule, host_table);
   EXPECT_ERROR(rotary_cuda_check_positions(NULL, NULL),
                "error is NULL (give the rotary_cuda_options.error of the calls to check)");
   rotary_table_free(host_table);
