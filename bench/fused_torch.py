@@ -78,6 +78,17 @@ def rows(device, reps, iters_prefill, iters_decode):
     run = timer(device)
     rope = Rope.from_preset("llama-3.1-8b")
     out = []
+
+    def time_row(sides, shape, moved, rope, q, k, positions):
+        """The row's third side (prefill: a copy of the bytes it moves, read and written; decode: a plain
+        apply_rope_ of its q and k), then the medians of all three."""
+        if shape == "prefill":
+            src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
+            dst = torch.empty_like(src)
+            sides["copy"] = lambda: dst.copy_(src)
+        else:
+            sides["plain"] = lambda: apply_rope_(rope, q, k, positions=positions)
+        return medians(sides, reps, iters_prefill if shape == "prefill" else iters_decode, run)
     for cache_dtype in (torch.bfloat16, torch.float8_e4m3fn):
         scale = None if cache_dtype == torch.bfloat16 else torch.tensor([0.05], device=device)
         for shape, tokens in (("prefill", 4096), ("decode", 1)):
@@ -95,15 +106,8 @@ def rows(device, reps, iters_prefill, iters_decode):
                                                  v_scale=scale),
                      "unfused": unfused}
             moved = 2 * q.nbytes + k.nbytes + v.nbytes + 2 * tokens * KV_HEADS * D * kc.element_size()
-            if shape == "prefill":
-                src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
-                dst = torch.empty_like(src)
-                sides["copy"] = lambda: dst.copy_(src)
-            else:
-                sides["plain"] = lambda: apply_rope_(rope, q, k, positions=positions)
-            iters = iters_prefill if shape == "prefill" else iters_decode
             out.append(dict(op="rope_store", shape=shape, cache=str(cache_dtype).replace("torch.", ""), bytes=moved,
-                            **medians(sides, reps, iters, run)))
+                            **time_row(sides, shape, moved, rope, q, k, positions)))
     for shape, tokens in (("prefill", 4096), ("decode", 1)):
         q, k, _, _, _, _, positions = case(tokens, torch.bfloat16, device)
         qw = torch.rand(D, device=device).to(torch.bfloat16) + 0.5
@@ -121,14 +125,8 @@ def rows(device, reps, iters_prefill, iters_decode):
 
         sides = {"fused": lambda: qk_norm_rope(rope, q, k, qw, kw, eps=1e-6, positions=positions), "unfused": unfused}
         moved = 2 * (q.nbytes + k.nbytes)
-        if shape == "prefill":
-            src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
-            dst = torch.empty_like(src)
-            sides["copy"] = lambda: dst.copy_(src)
-        else:
-            sides["plain"] = lambda: apply_rope_(rope, q, k, positions=positions)
-        iters = iters_prefill if shape == "prefill" else iters_decode
-        out.append(dict(op="qk_norm_rope", shape=shape, cache="-", bytes=moved, **medians(sides, reps, iters, run)))
+        out.append(dict(op="qk_norm_rope", shape=shape, cache="-", bytes=moved,
+                        **time_row(sides, shape, moved, rope, q, k, positions)))
     return out
 
 
