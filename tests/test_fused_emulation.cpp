@@ -1,6 +1,7 @@
 // The fused operations' CUDA work split played on the host: per token, the angle row filled by
 // `threads` threads (fused_angles with thread/threads, as a block's threads fill shared memory),
-// the all-heads norms, then one item (head) per thread in an order unlike the CPU loop's. The body
+// the all-heads norms, then one item (head) per warp, its norm factor then its 32 lanes, in an order
+// unlike the CPU loop's. The body
 // is src/fused/body.hpp, the one the CPU runs: the results must equal rotary::rope_store's and
 // qk_norm_rope's bit for bit (CPU == CUDA without a GPU).
 #include <gtest/gtest.h>
@@ -25,7 +26,11 @@ void emulate_grid(const detail::FusedKernelArgs& f, int threads) {
     if (detail::token_error(f.rope, token) != 0) continue;
     float token_r[2];
     detail::fused_token_norms<T>(f, pairs, shared.data(), token, token_r);
-    for (int64_t item = items - 1; item >= 0; --item) detail::fused_item<T>(f, pairs, shared.data(), token, item, token_r);
+    // A warp per item: the factor first (its first thread), then its 32 lanes, here in reverse.
+    for (int64_t item = items - 1; item >= 0; --item) {
+      const float r = detail::fused_item_factor<T>(f, pairs, shared.data(), token, item, token_r);
+      for (int64_t lane = 31; lane >= 0; --lane) detail::fused_item<T>(f, pairs, shared.data(), token, item, r, lane, 32);
+    }
   }
 }
 

@@ -3,8 +3,9 @@
 // tests/test_fused_emulation.cpp plays it on the host: one block per token (blocks looping over
 // tokens), the block's threads filling the token's angle row in shared memory (fused_angles with
 // thread/threads), thread 0 the all-heads norms, then one item (a head of q, k, v or k_pass) per
-// thread. Every element of an item is written by that thread alone, so the order is free and the
-// bits are the CPU's. Compiled as apply.cu is (-fmad=false, no fast math). The host side
+// warp: its first thread the item's norm factor, its 32 threads the item's pairs and channels lane
+// by lane. Every element is written by one thread alone, so the order is free and the bits are the
+// CPU's. Compiled as apply.cu is (-fmad=false, no fast math). The host side
 // (validation, kernel arguments) is src/cuda/api.cpp's.
 #include <cuda_runtime.h>
 
@@ -63,7 +64,16 @@ __global__ void __launch_bounds__(kFusedThreads)
     if (usable && thread == 0) fused_token_norms<T>(f, pairs, cells, token, token_r);
     __syncthreads();
     if (usable) {
-      for (int64_t item = thread; item < items; item += threads) fused_item<T>(f, pairs, cells, token, item, token_r);
+      // A warp per item: its first thread forms the item's norm factor (in channel order, as the
+      // CPU), then the warp's threads take the item's pairs and channels lane by lane (neighbouring
+      // channels: coalesced). The block's threads are whole warps (block_of).
+      const int lane = thread % 32;
+      for (int64_t item = thread / 32; item < items; item += threads / 32) {
+        float r = 1.0f;
+        if (lane == 0) r = fused_item_factor<T>(f, pairs, cells, token, item, token_r);
+        r = __shfl_sync(0xffffffffu, r, 0);
+        fused_item<T>(f, pairs, cells, token, item, r, lane, 32);
+      }
     }
     __syncthreads();
   }
@@ -128,7 +138,7 @@ void launch_fused_as(const Full& full, const FusedKernelArgs& f, cudaStream_t st
   params.args.rope.inv_freq_hf32 = nullptr;
   const int64_t pairs = std::max<int64_t>(f.rope.rotary_dim / 2, 1);
   const size_t shared = static_cast<size_t>(pairs) * sizeof(AngleCell<Value>);
-  fused_kernel<T, kPairs><<<grid_of(f.rope.tokens), block_of(std::max(fused_items(f), pairs)), shared, stream>>>(params);
+  fused_kernel<T, kPairs><<<grid_of(f.rope.tokens), block_of(std::max(fused_items(f) * 32, pairs)), shared, stream>>>(params);
   check(static_cast<int>(cudaGetLastError()), "fused kernel launch");
 }
 

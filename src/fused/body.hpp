@@ -8,8 +8,9 @@
 //   outputs: q_out / k_out / v_out in T; caches converted from the T value (quantised: scale in
 //   float32, one rounding to the code, math/quant.hpp).
 // Work split: per token, the angle row once (fused_angles: a thread per pair on a device), the
-// all-heads norms (fused_token_norms), then items, one per head of q, k, v and k_pass
-// (fused_item: a thread per item on a device). Every element of an item is written by it alone.
+// all-heads norms (fused_token_norms), then items, one per head of q, k, v and k_pass: each item's
+// norm factor (fused_item_factor: a warp's first thread on a device), then its elements
+// (fused_item: the warp's threads, lane by lane). Every element is written by one thread alone.
 #pragma once
 
 #include <cstdint>
@@ -345,12 +346,40 @@ ROTARY_HD inline float v_norm_factor(const FusedKernelArgs& f, int64_t token, in
   return norm_factor(sum, f.v.dim, f.eps);
 }
 
-/// Item `item` of token `token` (its positions usable): one head of q, k, v or k_pass, all its
-/// outputs. token_r[o]: the all_heads norm factor of operand o (all_heads scope), else unused.
+/// The norm factor item `item` of token `token` multiplies by: a head of q or k, its head_norm (or
+/// token_r[o], the all_heads factor of operand o); a head of v, its v_norm_factor; else 1. Formed
+/// from the item's inputs alone, before any of its outputs is written (fused_item).
+template <class T>
+ROTARY_HD inline float fused_item_factor(const FusedKernelArgs& f, const PairArrays& pairs,
+                                         const AngleCell<typename Storage<T>::Value>* cells, int64_t token,
+                                         int64_t item, const float* token_r) {
+  using Value = typename Storage<T>::Value;
+  if constexpr (sizeof(Value) == sizeof(float)) {
+    const KernelArgs& a = f.rope;
+    const int64_t q_heads = a.operands[0].heads;
+    const int64_t k_heads = a.operand_count > 1 ? a.operands[1].heads : 0;
+    if (item < q_heads + k_heads) {
+      if (!f.norm) return 1.0f;
+      const int o = item < q_heads ? 0 : 1;
+      return f.all_heads ? token_r[o] : head_norm<T>(f, pairs, cells, token, o, o == 0 ? item : item - q_heads);
+    }
+    const int64_t rest = item - q_heads - k_heads;
+    if (f.v.in != nullptr && rest < f.v.heads && f.v_norm) return v_norm_factor<T>(f, token, rest);
+  } else {
+    static_cast<void>(f), static_cast<void>(pairs), static_cast<void>(cells), static_cast<void>(token);
+    static_cast<void>(item), static_cast<void>(token_r);
+  }
+  return 1.0f;
+}
+
+/// Item `item` of token `token` (its positions usable): one head of q, k, v or k_pass, its outputs
+/// of pairs (and of channels outside the rotated slice, of v's and k_pass's channels) lane, lane +
+/// lanes, ...: lanes threads share an item, each element written by one of them (a warp on a
+/// device: neighbouring channels, coalesced). r: fused_item_factor's, formed before any lane writes.
 template <class T>
 ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pairs,
                                  const AngleCell<typename Storage<T>::Value>* cells, int64_t token, int64_t item,
-                                 const float* token_r) {
+                                 float r, int64_t lane = 0, int64_t lanes = 1) {
   using Value = typename Storage<T>::Value;
   const KernelArgs& a = f.rope;
   const int64_t b = token / a.seq;
@@ -362,10 +391,6 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
     const int o = item < q_heads ? 0 : 1;
     const int64_t h = o == 0 ? item : item - q_heads;
     const KernelOperand& op = a.operands[o];
-    float r = 1.0f;
-    if constexpr (sizeof(Value) == sizeof(float)) {
-      if (f.norm) r = f.all_heads ? token_r[o] : head_norm<T>(f, pairs, cells, token, o, h);
-    }
     const bool write = o == 0 ? f.write_q : f.write_k;
     const HeadOffsets at = head_offsets(op, b, s, h);
     const OperandHead<T> head{f, pairs, cells, token, o, h, r, f.norm};
@@ -400,7 +425,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
     // Both channels of a pair are read before either is written (in place is safe); a head's norm
     // factor was formed from its inputs before any write.
     const int64_t pair_count = a.rotary_dim / 2;
-    for (int64_t j = 0; j < pair_count; ++j) {
+    for (int64_t j = lane; j < pair_count; j += lanes) {
       Value first;
       Value second;
       head.pair_values(j, first, second);
@@ -409,7 +434,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
       emit(ch.b, second);
     }
     const int64_t passthrough = a.head_dim - a.rotary_dim;
-    for (int64_t k = 0; k < passthrough; ++k) {
+    for (int64_t k = lane; k < passthrough; k += lanes) {
       const int64_t c = passthrough_channel(a, k);
       emit(c, head.channel_value(c), !f.norm);
     }
@@ -418,13 +443,9 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
   int64_t rest = item - q_heads - k_heads;
   if (f.v.in != nullptr && rest < f.v.heads) {
     const int64_t h = rest;
-    float r = 1.0f;
-    if constexpr (sizeof(Value) == sizeof(float)) {
-      if (f.v_norm) r = v_norm_factor<T>(f, token, h);
-    }
     const int64_t base = b * f.v.strides[0] + s * f.v.strides[1] + h * f.v.strides[2];
     const bool copied = !f.v_norm;  // v unchanged: v_out and a cache of the data's dtype take its bits
-    for (int64_t c = 0; c < f.v.dim; ++c) {
+    for (int64_t c = lane; c < f.v.dim; c += lanes) {
       const int64_t at = base + c * f.v.strides[3];
       Value v = Storage<T>::load(f.v.in, at);
       if constexpr (sizeof(Value) == sizeof(float)) {
@@ -451,7 +472,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
   if (f.has_k_pass && rest < f.k_pass.heads && slot >= 0) {
     const int64_t h = rest;
     const int64_t base = b * f.k_pass.strides[0] + s * f.k_pass.strides[1] + h * f.k_pass.strides[2];
-    for (int64_t c = 0; c < f.k_pass.dim; ++c) {
+    for (int64_t c = lane; c < f.k_pass.dim; c += lanes) {
       const int64_t at = base + c * f.k_pass.strides[3];
       if (f.k_pass_cache.dtype == f.rope.dtype) {  // copied unchanged: its bits
         copy_bits<T>(f.k_pass.in, at, f.k_pass_cache.data, cache_index(f.k_pass_cache, slot, h, c));

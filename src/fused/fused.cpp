@@ -575,7 +575,10 @@ void run_fused(const FusedKernelArgs& f, int threads) {
       if (token_error(local.rope, token) != 0) continue;
       float token_r[2];
       fused_token_norms<T>(local, pairs, cells.data(), token, token_r);
-      for (int64_t item = 0; item < items; ++item) fused_item<T>(local, pairs, cells.data(), token, item, token_r);
+      for (int64_t item = 0; item < items; ++item) {
+        fused_item<T>(local, pairs, cells.data(), token, item,
+                      fused_item_factor<T>(local, pairs, cells.data(), token, item, token_r));
+      }
     }
   }
   if (f.rope.error != nullptr) *f.rope.error |= error;
