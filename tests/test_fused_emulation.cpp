@@ -6,8 +6,14 @@
 // qk_norm_rope's bit for bit (CPU == CUDA without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "fused/body.hpp"
 #include "fused/fused_args.hpp"
 #include "kernel/args.hpp"
 #include "support/fused_cases.hpp"
@@ -79,6 +85,54 @@ TEST(FusedEmulation, QkNormRopeGridEqualsTheCpu) {
       EXPECT_TRUE(cpu.q == gpu.q);
       EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes);
       EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes);
+    }
+  }
+}
+
+// rerotate_cache's split: per slot the angle row, then a warp per head, its 32 lanes (in reverse).
+TEST(FusedEmulation, RerotateCacheGridEqualsTheCpu) {
+  const Schedule schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 96, .base = 500000.0});
+  std::mt19937 rng(77);
+  for (const DType dtype : {DType::bf16, DType::fp8_e4m3}) {
+    for (const bool out_of_place : {false, true}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + (out_of_place ? " out of place" : " in place"));
+      const int64_t blocks = 6, block = 16, heads = 3, d = 128, count = 40;
+      const int64_t es = size_of(dtype);
+      std::vector<unsigned char> cpu_in(static_cast<size_t>(blocks * block * heads * d * es));
+      for (auto& byte : cpu_in) byte = static_cast<unsigned char>(rng() % 0x70);  // finite codes and values
+      std::vector<unsigned char> gpu_in = cpu_in, cpu_out(cpu_in.size(), 0x11), gpu_out(cpu_in.size(), 0x11);
+      std::vector<int64_t> slots(static_cast<size_t>(count)), delta(static_cast<size_t>(count));
+      std::vector<int64_t> all(static_cast<size_t>(blocks * block));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t i = 0; i < count; ++i) {
+        slots[static_cast<size_t>(i)] = i == 7 ? -1 : all[static_cast<size_t>(i)];
+        delta[static_cast<size_t>(i)] = static_cast<int64_t>(rng() % 3001) - 1500;
+      }
+      const float scale = 0.11f;
+      const auto args = [&](std::vector<unsigned char>& in, std::vector<unsigned char>& out) {
+        RerotateCacheArgs a{.cache = CacheView::nhd(in.data(), dtype, blocks, block, heads, d),
+                            .slots = Slots::of(std::span<const int64_t>(slots))};
+        if (out_of_place) a.out = CacheView::nhd(out.data(), dtype, blocks, block, heads, d);
+        a.delta = delta.data();
+        if (is_quantised_dtype(dtype)) a.quant = CacheQuant{.scale = &scale};
+        return a;
+      };
+      rerotate_cache(schedule, args(cpu_in, cpu_out));
+      const RerotateCacheArgs gpu = args(gpu_in, gpu_out);
+      detail::validate_rerotate_cache(schedule, gpu, true);
+      const detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, gpu, nullptr);
+      const detail::PairArrays pairs = detail::pair_arrays(r.rope);
+      std::vector<detail::AngleCell<float>> cells(static_cast<size_t>(r.rope.rotary_dim / 2));
+      for (int64_t i = r.count - 1; i >= 0; --i) {  // blocks in any order
+        if (slots[static_cast<size_t>(i)] < 0) continue;
+        for (int64_t j = 0; j < r.rope.rotary_dim / 2; ++j) cells[static_cast<size_t>(j)] = detail::rerotate_angle(r, pairs, i, j);
+        for (int64_t h = r.heads - 1; h >= 0; --h) {
+          for (int64_t lane = 31; lane >= 0; --lane) detail::rerotate_item(r, pairs, cells.data(), i, h, lane, 32);
+        }
+      }
+      EXPECT_TRUE(cpu_in == gpu_in);
+      EXPECT_TRUE(cpu_out == gpu_out);
     }
   }
 }

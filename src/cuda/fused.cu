@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kFusedThreads)
     if (slot >= 0) {  // a whole block agrees: the __syncthreads below are reached by all or none
       for (int64_t j = thread; j < pair_count; j += threads) cells[j] = rerotate_angle(r, pairs, i, j);
       __syncthreads();
-      for (int64_t h = thread; h < r.heads; h += threads) rerotate_item(r, pairs, cells, i, h);
+      for (int64_t h = thread / 32; h < r.heads; h += threads / 32) rerotate_item(r, pairs, cells, i, h, thread % 32, 32);
       __syncthreads();
     }
   }
@@ -175,7 +175,7 @@ void launch_rerotate(const RerotateKernelArgs& r, CUstream_st* stream) {
   const int64_t pairs = std::max<int64_t>(r.rope.rotary_dim / 2, 1);
   const size_t shared = static_cast<size_t>(pairs) * sizeof(AngleCell<float>);
   rerotate_kernel<static_cast<int>(rotary::cuda::max_pairs)>
-      <<<grid_of(r.count), block_of(std::max(r.heads, pairs)), shared, stream>>>(*params);
+      <<<grid_of(r.count), block_of(std::max(r.heads * 32, pairs)), shared, stream>>>(*params);
   check(static_cast<int>(cudaGetLastError()), "rerotate_cache kernel launch");
 }
 

@@ -530,7 +530,7 @@ ROTARY_HD inline AngleCell<float> rerotate_angle(const RerotateKernelArgs& r, co
 /// Head h of token i's slot (>= 0): read, dequantise, turn, quantise, write. Both channels of a pair
 /// are read before either is written.
 ROTARY_HD inline void rerotate_item(const RerotateKernelArgs& r, const PairArrays& pairs, const AngleCell<float>* cells,
-                                    int64_t i, int64_t h) {
+                                    int64_t i, int64_t h, int64_t lane = 0, int64_t lanes = 1) {
   const int64_t slot = r.slots_i64 ? static_cast<const int64_t*>(r.slots)[i]
                                    : static_cast<int64_t>(static_cast<const int32_t*>(r.slots)[i]);
   if (slot < 0) return;
@@ -538,7 +538,7 @@ ROTARY_HD inline void rerotate_item(const RerotateKernelArgs& r, const PairArray
   const float in_scale = cache_scale(r.in, h);
   const int64_t pairs_count = a.rotary_dim / 2;
   const bool moved = r.out.data != r.in.data || cache_index(r.out, slot, h, 0) != cache_index(r.in, slot, h, 0);
-  for (int64_t j = 0; j < pairs_count; ++j) {
+  for (int64_t j = lane; j < pairs_count; j += lanes) {  // lanes threads share the head, as fused_item
     const PairChannels ch = pair_channels(a, j);
     const float x = load_dequantised(r.in.data, cache_index(r.in, slot, h, ch.a), r.in.dtype, in_scale, r.in.op);
     const float y = load_dequantised(r.in.data, cache_index(r.in, slot, h, ch.b), r.in.dtype, in_scale, r.in.op);
@@ -553,7 +553,7 @@ ROTARY_HD inline void rerotate_item(const RerotateKernelArgs& r, const PairArray
   // Out of place: the pass-through channels copied bit for bit (out has the cache's dtype and scale).
   const int64_t passthrough = a.head_dim - a.rotary_dim;
   const int64_t bytes = r.in.dtype == DType::f32 ? 4 : r.in.dtype == DType::f16 || r.in.dtype == DType::bf16 ? 2 : 1;
-  for (int64_t k = 0; k < passthrough; ++k) {
+  for (int64_t k = lane; k < passthrough; k += lanes) {
     const int64_t c = passthrough_channel(a, k);
     const auto* from = static_cast<const unsigned char*>(r.in.data) + cache_index(r.in, slot, h, c) * bytes;
     auto* to = static_cast<unsigned char*>(r.out.data) + cache_index(r.out, slot, h, c) * bytes;
