@@ -25,12 +25,11 @@ then ``apply_rotary_pos_emb``) when they import.
 """
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 import rotary
 from rotary import _rotary
 from rotary.torch import rotary_embedding
-from test_torch_engines import UNIT, exact_case, rotary_contract, vllm_cos_sin_cache
+from test_torch_engines import UNIT, _call_and_check_untouched, exact_case, rotary_contract, vllm_cos_sin_cache
 
 OP = torch.ops.rotary.rotary_embedding.default
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -413,20 +412,6 @@ BAD_TYPES = {
 }
 
 
-def _call_and_check_untouched(args, mode=False):
-    tensors = {n: t for n, t in args.items() if isinstance(t, torch.Tensor) and t.device.type != "meta"}
-    originals = {n: t.detach().clone() for n, t in tensors.items()}
-    try:
-        if mode:
-            with FlopCounterMode(display=False):  # through the operator, as when traced
-                rotary_embedding(**args)
-        else:
-            rotary_embedding(**args)
-    finally:
-        for n, t in tensors.items():
-            assert torch.equal(t.detach(), originals[n]), f"{n} was written"
-
-
 @pytest.mark.parametrize("mode", [False, True], ids=["eager", "operator"])
 @pytest.mark.parametrize("case", BAD_VALUES.values(), ids=BAD_VALUES.keys())
 def test_bad_values_raise_value_error_naming_the_value(case, mode):
@@ -434,14 +419,14 @@ def test_bad_values_raise_value_error_naming_the_value(case, mode):
     if mode and message.startswith(r"^positions\["):  # traced: the kernel refuses the token, as position -1
         message = r"positions\[1\]=-1"
     with pytest.raises(ValueError, match=message):
-        _call_and_check_untouched(_args(**change), mode)
+        _call_and_check_untouched(rotary_embedding, _args(**change), mode)
 
 
 @pytest.mark.parametrize("case", BAD_TYPES.values(), ids=BAD_TYPES.keys())
 def test_wrong_kinds_raise_type_error_naming_the_argument(case):
     change, message = case
     with pytest.raises(TypeError, match=message):
-        _call_and_check_untouched(_args(**change))
+        _call_and_check_untouched(rotary_embedding, _args(**change))
 
 
 def test_the_1d_and_batch_calls_are_as_before_without_a_section():
