@@ -106,7 +106,7 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
 
 // ---- Fused operations (rotary/fused.hpp) on a device ----
 // The kernels (src/cuda/fused.cu) run src/fused/body.hpp one token per block, the block's threads
-// filling the token's angle row, then one head (item) per thread: the grid tests/test_fused_emulation
+// filling the token's angle row, then one head (item) per warp: the grid tests/test_fused_emulation
 // plays on the host, bit-identical to the CPU there. On a device: CudaDevice.FusedOperationsMatchTheCpu-
 // ByteForByte (tests/test_cuda_device.cpp, the C++ calls and the C ABI's) and
 // python/tests/test_torch_fused_cuda.py, both run by scripts/gpu-check (not yet on a GPU).
@@ -161,8 +161,9 @@ struct BuildInfo {
 BuildInfo build_info();
 
 /// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
-/// (Options::error) and clears it; throws rotary::Error naming what the skipped tokens' positions
-/// broke when it was set (one rule per position_* bit), RuntimeError when a CUDA call fails (an
+/// (Options::error, FusedOptions::error) and clears it; throws rotary::Error naming what the skipped
+/// tokens' positions broke when it was set (one rule per position_* bit; slot_out_of_range: a slot
+/// beyond its cache, whose writes were skipped), RuntimeError when a CUDA call fails (an
 /// earlier asynchronous error on the stream shows here too). Synchronises, so not for a captured
 /// graph.
 void check_positions(uint32_t* error, Stream stream);

@@ -115,8 +115,9 @@ int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rer
                                struct CUstream_st* stream, const rotary_cuda_fused_options* options);
 
 /** The opt-in check of per-token positions: waits for `stream`, reads the error word (device
- *  memory, rotary_cuda_options.error) and clears it. Fails (ROTARY_ERROR_INVALID_ARGUMENT) naming
- *  what the skipped tokens' positions broke when it was set, or with ROTARY_ERROR_CUDA.
+ *  memory, rotary_cuda_options.error or rotary_cuda_fused_options.error) and clears it. Fails
+ *  (ROTARY_ERROR_INVALID_ARGUMENT) naming what the skipped tokens' positions broke (and
+ *  ROTARY_CUDA_SLOT_OUT_OF_RANGE: a slot beyond its cache) when it was set, or with ROTARY_ERROR_CUDA.
  *  Synchronises: not for a captured graph. */
 int rotary_cuda_check_positions(uint32_t* error, struct CUstream_st* stream);
 

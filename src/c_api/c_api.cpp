@@ -372,15 +372,21 @@ rotary::CacheView to_cache(const rotary_cache_view& c, const char* name) {
   return view;
 }
 
-rotary::Slots to_slots(const rotary_slots& c) {
-  if (c.count < 0) throw Error(fmt::format("slots.count={} must be >= 0", c.count));
-  if (c.data == nullptr && c.count != 0) throw Error(fmt::format("slots.data is NULL but slots.count={}", c.count));
+}  // namespace
+
+rotary::Slots rotary::detail::c_abi::to_slots(const rotary_slots& c, const char* name) {
+  if (c.count < 0) throw Error(fmt::format("{}.count={} must be >= 0", name, c.count));
+  if (c.data == nullptr && c.count != 0) throw Error(fmt::format("{}.data is NULL but {}.count={}", name, name, c.count));
   switch (raw(c.kind)) {
     case ROTARY_SLOTS_I64: return rotary::Slots{c.data, true, c.count};
     case ROTARY_SLOTS_I32: return rotary::Slots{c.data, false, c.count};
   }
-  throw Error(fmt::format("slots.kind={} is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32", raw(c.kind)));
+  throw Error(fmt::format("{}.kind={} is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32", name, raw(c.kind)));
 }
+
+namespace {
+
+using rotary::detail::c_abi::to_slots;
 
 rotary::CacheQuant to_quant(const rotary_cache_quant& c, const char* name) {
   rotary::CacheQuant quant;

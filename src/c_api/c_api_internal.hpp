@@ -68,6 +68,9 @@ const T& require(const T* pointer, const char* name) {
 /// encoding gets wrong (enum values, flags, NULL arrays); the call's rules are rotary::validate's.
 ApplyArgs apply_args(bool rotates_backward, const rotary_apply_args& args, const rotary_positions* positions);
 
+/// A rotary_slots as rotary::Slots (count, data and kind checked; messages name `name`).
+Slots to_slots(const rotary_slots& slots, const char* name = "slots");
+
 /// The fused calls' arguments from their C structs (rotary_rope_store and the CUDA C ABI's). `write`:
 /// where qk_norm_rope_args puts its store's CacheWrite (the result points to it).
 RopeStoreArgs rope_store_args(const rotary_schedule& schedule, const rotary_rope_store_args& args);

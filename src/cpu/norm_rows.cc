@@ -84,7 +84,9 @@ int64_t NormFactorsTransposed(const void* base, int64_t head_stride, int64_t hea
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BF16>) {
     return 0;  // f16: the loop below
   } else {
-    if (kLanes < 2 || n < kLanes) return 0;
+    // kLanes is the most lanes a vector may have; a scalable target (SVE, RVV) may have fewer: the
+    // loop below then.
+    if (kLanes < 2 || n < kLanes || static_cast<int64_t>(hn::Lanes(DD())) != kLanes) return 0;
     double sums[4 * kLanes];
     int64_t h = 0;
     const auto finish = [&](int64_t count) {

@@ -4,8 +4,6 @@
 // adds (NULL pointers, a host table where a device table belongs).
 #include "rotary/rotary_cuda.h"
 
-#include <fmt/format.h>
-
 #include "../c_api/c_api_internal.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/error.hpp"
@@ -46,12 +44,7 @@ rotary::cuda::FusedOptions fused_options(const rotary_cuda_fused_options* option
   const rotary_cuda_fused_options o = options != nullptr ? *options : rotary_cuda_fused_options{};
   rotary::cuda::FusedOptions out{.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error};
   if (o.host_slots != nullptr) {
-    if (o.host_slots->kind != ROTARY_SLOTS_I64 && o.host_slots->kind != ROTARY_SLOTS_I32) {
-      throw Error(fmt::format("options.host_slots.kind={} is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32",
-                              static_cast<int>(o.host_slots->kind)));
-    }
-    slots = rotary::Slots{.data = o.host_slots->data, .is_i64 = o.host_slots->kind == ROTARY_SLOTS_I64,
-                          .count = o.host_slots->count};
+    slots = rotary::detail::c_abi::to_slots(*o.host_slots, "options.host_slots");
     out.host_slots = &slots;
   }
   return out;

@@ -115,7 +115,8 @@ void fill_params(FusedParams<Args, static_cast<int>(rotary::cuda::max_pairs)>& p
   }
 }
 
-// The block: items (or heads) and pairs rounded up to a warp, at most kFusedThreads; the grid: a
+// The block: the work (a warp per item or head, or a thread per pair) rounded up to a warp, at most
+// kFusedThreads; the grid: a
 // block per token, at most 65535 * 16 blocks (the kernels loop over the rest).
 dim3 block_of(int64_t work) {
   return dim3(static_cast<unsigned>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, kFusedThreads)));

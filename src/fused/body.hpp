@@ -1,5 +1,6 @@
 // Internal: the fused operations' per-token body (rotary/fused.hpp), written once as ROTARY_HD code
-// over plain data, so that the CPU's loop (src/fused/fused.cpp), the CUDA kernels
+// over plain data, so that the CPU's reference loop (src/fused/fused.cpp: Backend::reference and
+// f64; the CPU's vectorised rows, src/fused/cpu_rows.cpp, are tested equal to it), the CUDA kernels
 // (src/cuda/fused.cu) and their host emulation (tests) run the same arithmetic: CPU == CUDA bit
 // for bit. The rotation is apply's (kernel/angles.hpp, kernel/pairs.hpp, math/rotate.hpp); the
 // rounding points are the compositions' (fused.hpp):
@@ -408,11 +409,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
       if (o == 0 && f.q_quantized.out != nullptr) {
         const KernelFlat& qq = f.q_quantized;
         const int64_t i = b * qq.strides[0] + s * qq.strides[1] + h * qq.strides[2] + ch * qq.strides[3];
-        if (copied && qq.dtype == a.dtype) {
-          copy_bits<T>(op.in, from, qq.out, i);
-        } else {
-          store_converted(qq.out, i, qq.dtype, v, cache_scale(f.q_scale, h), f.q_scale.op);
-        }
+        store_converted(qq.out, i, qq.dtype, v, cache_scale(f.q_scale, h), f.q_scale.op);  // a quantised dtype
       }
       if (o == 1 && slot >= 0) {
         if (copied && f.k_cache.dtype == a.dtype) {
@@ -444,20 +441,14 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
   if (f.v.in != nullptr && rest < f.v.heads) {
     const int64_t h = rest;
     const int64_t base = b * f.v.strides[0] + s * f.v.strides[1] + h * f.v.strides[2];
-    const bool copied = !f.v_norm;  // v unchanged: v_out and a cache of the data's dtype take its bits
+    const bool copied = !f.v_norm;  // v unchanged: a cache of the data's dtype takes its bits
     for (int64_t c = lane; c < f.v.dim; c += lanes) {
       const int64_t at = base + c * f.v.strides[3];
       Value v = Storage<T>::load(f.v.in, at);
       if constexpr (sizeof(Value) == sizeof(float)) {
         if (f.v_norm) v = normalise<T>(f, v, r, KernelWeight{}, 0);
       }
-      if (f.v.out != nullptr) {
-        if (copied) {
-          copy_bits<T>(f.v.in, at, f.v.out, at);
-        } else {
-          Storage<T>::store(f.v.out, at, v);
-        }
-      }
+      if (f.v.out != nullptr) Storage<T>::store(f.v.out, at, v);  // v_out: v_norm's output (validate)
       if (f.has_v_cache && slot >= 0) {
         if (copied && f.v_cache.dtype == f.rope.dtype) {
           copy_bits<T>(f.v.in, at, f.v_cache.data, cache_index(f.v_cache, slot, h, c));

@@ -34,32 +34,11 @@ void put_row(const void* src, int64_t src_stride, void* dst, int64_t dst_base, i
     }
     return;
   }
-  // A quantised cache: contiguous rows by the vector encoder (src/cpu/quant_rows.cc), others by
-  // store_converted's steps with its switches taken once per row.
+  // A quantised cache: contiguous rows by the vector encoder (src/cpu/quant_rows.cc, quant.hpp's
+  // codes), others value by value.
   if (is_quantised_dtype(dst_dtype) && src_stride == 1 && dst_stride == 1) {
     quantise_row(data_dtype, src, dst_dtype, static_cast<uint8_t*>(dst) + dst_base, n, scale, op);
     return;
-  }
-  const auto codes = [&](auto encode) {
-    auto* to = static_cast<uint8_t*>(dst) + dst_base;
-    const auto each = [&](auto scaled) {
-      if (src_stride == 1 && dst_stride == 1) {
-        for (int64_t d = 0; d < n; ++d) to[d] = encode(scaled(Storage<T>::load(src, d)));
-      } else {
-        for (int64_t d = 0; d < n; ++d) to[d * dst_stride] = encode(scaled(Storage<T>::load(src, d * src_stride)));
-      }
-    };
-    if (op == ScaleOp::divide) {
-      each([scale](float v) { return div_rn(v, scale); });
-    } else {
-      each([scale](float v) { return mul_rn(v, scale); });
-    }
-  };
-  switch (dst_dtype) {
-    case DType::fp8_e4m3: codes([](float v) { return float_to_fp8(v, kE4M3); }); return;
-    case DType::fp8_e5m2: codes([](float v) { return float_to_fp8(v, kE5M2); }); return;
-    case DType::i8: codes([](float v) { return static_cast<uint8_t>(float_to_i8(v)); }); return;
-    default: break;
   }
   for (int64_t d = 0; d < n; ++d) {
     store_converted(dst, dst_base + d * dst_stride, dst_dtype, Storage<T>::load(src, d * src_stride), scale, op);
@@ -74,7 +53,7 @@ void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DT
 }
 
 // The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
-// float), once per call: n values (the caller's own f32 weights when they are those values, else
+// float), once per call and thread: n values (the caller's own f32 weights when they are those values, else
 // formed into `owned`), or null without a weight.
 const float* effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n, std::vector<float>& owned) {
   if (w.data == nullptr) return nullptr;

@@ -1,5 +1,7 @@
-// The fused operations (rotary/fused.hpp): validation, the kernel arguments, and the CPU loop over
-// the ROTARY_HD body of src/fused/body.hpp (one OpenMP loop over tokens; the body per token).
+// The fused operations (rotary/fused.hpp): validation, the kernel arguments, the CPU entry points
+// (the vectorised rows of src/fused/cpu_rows.cpp; for Backend::reference and f64, one OpenMP loop
+// over tokens running the ROTARY_HD body of src/fused/body.hpp per token), and rerotate_cache's
+// loop over the body.
 #include "rotary/fused.hpp"
 
 #include <omp.h>
