@@ -138,7 +138,7 @@ def main():
     a = p.parse_args()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
-    result = rows(device, a.reps, 20 if cuda else 1, 200 if cuda else 20)
+    result = rows(device, a.reps, 20 if cuda else 1, 200)
     for r in result:
         r["fused/unfused"] = r["fused"] / r["unfused"]
         if "copy" in r:
