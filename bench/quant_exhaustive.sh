@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every one of the 2^32 floats encoded by math/quant.hpp as it is now and as it was before the
 # encoder lost its data-dependent branches (532175c^): fp8 e4m3, fp8 e5m2 and int8 codes must agree
-# (bench/record-issue25-2core.md). About two minutes on one core. Usage: bench/quant_exhaustive.sh
+# (bench/record-issue25-2core.md). Needs the repository's history (not a shallow clone or a tarball).
+# About two minutes on one core. Usage: bench/quant_exhaustive.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)

@@ -765,8 +765,6 @@ TEST(FusedRows, UnchangedValuesKeepTheirBitsSignallingNaNsIncluded) {
   }
 }
 
-// Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
-// apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
 // The vector cache-row encoder (src/cpu/quant_rows.cc) gives math/quant.hpp's codes (themselves
 // checked against an oracle in test_fused_quant.cpp) on every Highway target: f32 inputs over every
 // binade (a stride through all 2^32 bit patterns, and random ones), every f16 and bf16 pattern,
@@ -820,16 +818,19 @@ TEST_P(QuantRowsTargets, EveryCodeIsQuantHpps) {
   }
 }
 
+// Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
+// apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
 class FusedRowsTargets : public hwy::TestWithParamTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(FusedRowsTargets);
 
 TEST_P(FusedRowsTargets, RopeStoreAndQkNormRopeEqualTheBody) {
   int seed = 5300;
+  int round = 0;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     test::StoreCase store;
     store.schedule = schedule_of(96, 64, Pairing::interleaved, 16);
     store.dtype = dtype;
-    store.cache_dtype = seed % 2 == 0 ? dtype : DType::fp8_e4m3;
+    store.cache_dtype = round++ % 2 == 0 ? dtype : DType::fp8_e4m3;  // f16 data into an fp8 cache
     store.scaled = is_quantised_dtype(store.cache_dtype);
     store.tokens = 5;
     store.seed = ++seed;

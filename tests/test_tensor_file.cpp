@@ -307,8 +307,6 @@ TEST(CliFiles, ApplyThenInverseGivesTheInputBack) {
   EXPECT_NE(out.tensors[0].data, st.tensors[0].data);
 }
 
-// A model whose code turns pairs by -angle (NanoChat): `apply --config` rotates as the model does,
-// i.e. as rotary's inverse with the same frequencies; --inverse undoes it.
 // --order (the tensors' dimension order) and --numerics (how angles are computed) are the names;
 // --layout and --angles, their old names, still work for one release: the same bits, a note on
 // stderr after the run, and an error (one line, naming the new name) when the two disagree.
@@ -362,6 +360,8 @@ TEST(CliFiles, OrderAndNumericsAreTheNamesAndTheOldOnesStillWork) {
   EXPECT_NE(t_old.err.find("--angles is the old name of --numerics"), std::string::npos) << t_old.err;
 }
 
+// A model whose code turns pairs by -angle (NanoChat): `apply --config` rotates as the model does,
+// i.e. as rotary's inverse with the same frequencies; --inverse undoes it.
 TEST(CliFiles, ApplyWithAConfigRotatesTheWayTheModelDoes) {
   TempDir dir;
   write_bytes(dir / "config.json", R"({"model_type": "nanochat", "hidden_size": 128, "num_attention_heads": 2,

@@ -180,7 +180,7 @@ struct SpecOptions {
 constexpr const char* hf_float32_help =
     "exact (default) or hf-float32 (transformers' float32 pipeline, but for base^(2j/d) correctly rounded "
     "where torch's float32 pow is not: a few pairs, then up to 2^-21*p*inv_freq rad from transformers' "
-    "angle; README, angles=\"hf-float32\")";
+    "angle; README, numerics=\"hf-float32\")";
 
 // An option renamed so that each word has one meaning (--order: the tensors' dimension order;
 // --numerics: how angles are computed). The old spelling still works for one release, with a note

@@ -213,7 +213,7 @@ def _config_source(path_or_dict: Any) -> tuple[Optional[str], Optional[str]]:
 _ORDERS = ("bshd", "bhsd", "thd")
 
 # A former keyword -> (its new name, what it names). "layout" is the channel layout (Rope.layout:
-# half, interleaved, block_half); "angles" the caller's cos/sin (ApplyArgs::angles).
+# half, interleaved, block_half); "angles" the caller's cos/sin (ApplyArgs::caller_angles).
 _FORMER_KEYWORDS = {"layout": ("order", "the tensor order"), "angles": ("numerics", "the angle numerics")}
 
 

@@ -196,8 +196,9 @@ int64_t device_table_rows(const ApplyArgs& rope) {
 
 #if !ROTARY_PY_CUDA
 // A CUDA call without CUDA kernels in this build (rotary.torch says so first; this is the guard).
-[[noreturn]] void no_cuda_kernels(int device) {
-  throw py::value_error("q is on cuda:" + std::to_string(device) + ", but this build of rotary has no CUDA kernels");
+[[noreturn]] void no_cuda_kernels(const char* name, int device) {
+  throw py::value_error(std::string(name) + " is on cuda:" + std::to_string(device) +
+                        ", but this build of rotary has no CUDA kernels");
 }
 #endif
 
@@ -247,7 +248,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       });
       return;
 #else
-      no_cuda_kernels(*device);
+      no_cuda_kernels("q", *device);
 #endif
     }
     const std::shared_ptr<const Table> table =
@@ -308,7 +309,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       });
       return;
 #else
-      no_cuda_kernels(*device);
+      no_cuda_kernels("q", *device);
 #endif
     }
     const std::shared_ptr<const Table> table =
@@ -342,7 +343,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       });
       return;
 #else
-      no_cuda_kernels(*device);
+      no_cuda_kernels("k_cache", *device);
 #endif
     }
     const std::shared_ptr<const Table> table =

@@ -212,10 +212,11 @@ def _in_call_words(e: ValueError, cache: str = "") -> ValueError:
 
 
 def _direct(*tensors: Optional[Tensor]) -> bool:
-    """Call the kernel directly: eager mode, plain CPU tensors, nothing tracing (as rotary.torch's).
-    Any other device goes through the operator, which names it (a meta tensor among real ones too)."""
+    """Call the kernel directly: eager mode, plain CPU or CUDA tensors, nothing tracing (as
+    rotary.torch's). Any other device goes through the operator, which names it (a meta tensor among
+    real ones too)."""
     for t in tensors:
-        if t is not None and (type(t) is not Tensor or not t.is_cpu):
+        if t is not None and (type(t) is not Tensor or not (t.is_cpu or t.is_cuda)):
             return False
     return not _is_compiling() and _dispatch_modes() == 0
 
