@@ -818,6 +818,65 @@ TEST_P(QuantRowsTargets, EveryCodeIsQuantHpps) {
   }
 }
 
+// The norms' sums of squares (src/cpu/norm_rows.cc) are the body's in-order double sums bit for
+// bit on every target. A bf16 row takes a vector-order sum only where that sum is exact, which
+// depends on how far apart its exponents are: rows whose nonzero values span 0 to 24 binades (as
+// outlier channels do), subnormals beside normals, zeros, infinities and NaNs, head and all-heads
+// scope, lengths with and without a tail. The expected sums are the loop written out here.
+class NormSumsTargets : public hwy::TestWithParamTarget {};
+HWY_TARGET_INSTANTIATE_TEST_SUITE_P(NormSumsTargets);
+
+TEST_P(NormSumsTargets, SumsOfSquaresAreTheInOrderSumsWhateverTheExponentSpread) {
+  std::mt19937 rng(4242);
+  const auto same = [](double a, double b) {
+    return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+  };
+  int64_t compared = 0;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    const int64_t es = size_of(dtype);
+    for (const int64_t n : {64, 98, 128, 256}) {
+      for (int spread = 0; spread <= 24; ++spread) {
+        for (const int kind : {0, 1, 2}) {  // 0: normals, 1: with zeros and subnormals, 2: with an inf or NaN
+          const int64_t heads = 9, head_stride = n + 3;
+          std::vector<unsigned char> data(static_cast<size_t>(heads * head_stride * es));
+          std::uniform_int_distribution<int> binade(0, spread);
+          std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+          std::vector<float> values(static_cast<size_t>(heads * head_stride));
+          for (int64_t i = 0; i < heads * head_stride; ++i) {
+            const int lowest = dtype == DType::f16 ? -11 : -8;  // binades within every dtype's range
+            float v = std::ldexp(mantissa(rng), binade(rng) + lowest) * (rng() % 2 == 0 ? 1.0f : -1.0f);
+            const float subnormal = dtype == DType::f32 ? 0x1p-140f : dtype == DType::f16 ? 0x1p-24f : 0x1p-133f;
+            if (kind == 1 && rng() % 13 == 0) v = rng() % 2 == 0 ? 0.0f : subnormal;
+            if (kind == 2 && rng() % 97 == 0) v = rng() % 2 == 0 ? INFINITY : NAN;
+            test::store_value(dtype, data.data(), i, v);
+            values[static_cast<size_t>(i)] = test::load_value(dtype, data.data(), i);  // the value as stored
+          }
+          for (const bool all_heads : {false, true}) {
+            std::vector<double> want(static_cast<size_t>(heads), 0.0), got(static_cast<size_t>(heads), -1.0);
+            for (int64_t h = 0; h < heads; ++h) {
+              double sum = all_heads && h > 0 ? want[0] : 0.0;
+              for (int64_t c = 0; c < n; ++c) {
+                const auto x = static_cast<double>(values[static_cast<size_t>(h * head_stride + c)]);
+                sum = sum + x * x;
+              }
+              want[static_cast<size_t>(all_heads ? 0 : h)] = sum;
+            }
+            detail::square_sums(dtype, data.data(), head_stride, 1, heads, n, all_heads, got.data());
+            for (int64_t h = 0; h < (all_heads ? 1 : heads); ++h) {
+              ++compared;
+              EXPECT_TRUE(same(got[static_cast<size_t>(h)], want[static_cast<size_t>(h)]))
+                  << to_string(dtype) << " n " << n << " spread " << spread << " kind " << kind
+                  << (all_heads ? " all heads" : " head ") << h << ": " << got[static_cast<size_t>(h)] << " vs "
+                  << want[static_cast<size_t>(h)];
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 3 * 4 * 25 * 3 * 10);
+}
+
 // Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is
 // apply's kernel of that target, the norms and stores plain loops; every target gives the body's bits.
 class FusedRowsTargets : public hwy::TestWithParamTarget {};

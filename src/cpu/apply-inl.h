@@ -15,6 +15,7 @@
 
 #include "hwy/highway.h"
 #include "rotary/angle.hpp"
+#include "src/cpu/bf16_lanes-inl.h"
 #include "src/cpu/cpu.hpp"
 #include "src/math/half.hpp"
 #include "src/math/exact_angle.hpp"
@@ -79,9 +80,6 @@ HWY_INLINE void RotatePairsScalar(const T* in, T* out, const RowArgs& args, int6
 // the scalar target) every pair takes RotatePairsScalar, whose fma is emulated exactly.
 #if HWY_NATIVE_FMA && HWY_TARGET != HWY_SCALAR
 #define ROTARY_VECTOR_BODY 1
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the bfloat16 lane tricks below assume a little-endian target"
-#endif
 // f16 <-> f32 in hardware, nearest even (F16C on x86): only where Highway uses the instruction.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
 #define ROTARY_VECTOR_F16 1
@@ -89,11 +87,15 @@ HWY_INLINE void RotatePairsScalar(const T* in, T* out, const RowArgs& args, int6
 #define ROTARY_VECTOR_F16 0
 #endif
 
-using DF = hn::ScalableTag<float>;
-using VF = hn::Vec<DF>;
-using DU = hn::RebindToUnsigned<DF>;        // u32 lanes, one per float
-using VU = hn::Vec<DU>;
-using DU16 = hn::Repartition<uint16_t, DF>; // the same bytes as 2L u16 lanes
+using bf16_lanes::DF;  // bf16_lanes-inl.h: f32 lanes, u32 lanes (DU), their bytes as u16 (DU16)
+using bf16_lanes::VF;
+using bf16_lanes::DU;
+using bf16_lanes::VU;
+using bf16_lanes::DU16;
+using bf16_lanes::Bf16Even;
+using bf16_lanes::Bf16Odd;
+using bf16_lanes::PackBf16;
+using bf16_lanes::LoadBf16Words;
 using DH = hn::Rebind<hwy::float16_t, DF>;  // L binary16 values (half a vector)
 
 // rotate_minus, lane by lane: MulSub(x, m, q) = fma(x, m, -q), NegMulAdd(w, n, p) = fma(-w, n, p).
@@ -103,24 +105,6 @@ HWY_INLINE VF RotMinus(VF x, VF m, VF w, VF n) {
   return hn::IfThenElse(hn::Ge(hn::Abs(p), hn::Abs(q)), hn::MulSub(x, m, q), hn::NegMulAdd(w, n, p));
 }
 
-// bfloat16 in u32 lanes. On a little-endian machine element 2j of a bf16 array is the low half
-// of u32 lane j and element 2j+1 the high half, so widening is a shift or a mask (no cross-lane
-// moves), and narrowing rounds each float at bit 16 and packs the two halves with one Or:
-//   memory  [e0 o0 e1 o1 ...]  ->  even = [e0 e1 ...] (f32), odd = [o0 o1 ...] (f32)
-HWY_INLINE VF Bf16Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
-HWY_INLINE VF Bf16Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xffff0000u))); }
-// float bits + 0x7fff + lsb: nearest even at bit 16 (a carry into the exponent gives inf, as it
-// must). NaNs here come from bf16 inputs or from arithmetic, so their low 16 bits are zero and
-// they stay NaN (detail::f32_to_bf16 agrees on them; a NaN with low payload bits cannot arise).
-HWY_INLINE VU RoundAtBit16(VF v) {
-  const DU du;
-  const VU u = hn::BitCast(du, v);
-  return hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
-}
-HWY_INLINE VU PackBf16(VF even, VF odd) {
-  return hn::Or(hn::ShiftRight<16>(RoundAtBit16(even)),
-                hn::And(RoundAtBit16(odd), hn::Set(DU(), 0xffff0000u)));
-}
 // A vector store; kStream: non-temporal (the destination must be aligned to the vector's size),
 // which writes a whole line without reading it first (RowArgs::stream).
 template <bool kStream, class D>
@@ -132,7 +116,6 @@ HWY_INLINE void Put(hn::VFromD<D> v, D d, hn::TFromD<D>* p) {
   }
 }
 
-HWY_INLINE VU LoadBf16Words(const uint16_t* p) { return hn::BitCast(DU(), hn::LoadU(DU16(), p)); }
 template <bool kStream>
 HWY_INLINE void StoreBf16Words(VU w, uint16_t* p) { Put<kStream>(hn::BitCast(DU16(), w), DU16(), p); }
 

@@ -149,6 +149,10 @@ struct NormRow {
 void norm_factors(DType dtype, const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n,
                   bool all_heads, float eps, float* r);
 void normalise_row(DType dtype, const NormRow& row);
+/// The sums of squares norm_factors takes (double, each the body's square_add in channel order, or
+/// the same double in another order where that sum is exact): sums[h], or sums[0] (all_heads).
+void square_sums(DType dtype, const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n,
+                 bool all_heads, double* sums);
 
 enum class ScaleOp : int32_t;  // math/quant.hpp
 

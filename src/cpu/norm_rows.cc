@@ -7,6 +7,7 @@
 #define HWY_TARGET_INCLUDE "src/cpu/norm_rows.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "src/cpu/bf16_lanes-inl.h"
 #include "src/cpu/cpu.hpp"
 #include "src/fused/body.hpp"
 
@@ -51,97 +52,248 @@ HWY_INLINE void Transpose(VD (&r)[kLanes]) {
   }
 }
 
-// The sums of squares of heads [h0, h0 + kGroups * kLanes), each in channel order as square_add
-// takes them, lane g of a vector holding head g of its group: per block of kLanes channels the
-// rows are transposed so that one vector holds one channel of kLanes heads, and each lane's sum
-// takes the block's channels one after another (a multiply, then an add: the body's two roundings;
-// -ffp-contract=off keeps them apart). kGroups independent chains hide the add's latency.
+// The sums of squares of rows[0, kGroups * kLanes) (each a contiguous head row), each in channel
+// order as square_add takes them, lane g of a vector holding row g of its group: per block of
+// kLanes channels the rows are transposed so that one vector holds one channel of kLanes rows, and
+// each lane's sum takes the block's channels one after another (a multiply, then an add: the body's
+// two roundings; -ffp-contract=off keeps them apart). kGroups independent chains hide the add's
+// latency.
 template <class T, int kGroups>
-void SumSquaresTransposed(const void* base, int64_t head_stride, int64_t h0, int64_t n, double* sums) {
+void SumSquaresTransposed(const void* const* rows, int64_t n, double* sums) {
   const DD dd;
-  using Bits = typename Storage<T>::Bits;
-  const auto row = [&](int64_t h) { return static_cast<const Bits*>(base) + h * head_stride; };
   VD sum[kGroups];
   for (int g = 0; g < kGroups; ++g) sum[g] = hn::Zero(dd);
   int64_t c = 0;
   for (; c + kLanes <= n; c += kLanes) {
     for (int g = 0; g < kGroups; ++g) {
       VD r[kLanes];
-      for (int64_t i = 0; i < kLanes; ++i) r[i] = LoadAsDouble<T>(row(h0 + g * kLanes + i), c);
+      for (int64_t i = 0; i < kLanes; ++i) r[i] = LoadAsDouble<T>(rows[g * kLanes + i], c);
       Transpose(r);
       for (int64_t j = 0; j < kLanes; ++j) sum[g] = hn::Add(sum[g], hn::Mul(r[j], r[j]));
     }
   }
   for (int g = 0; g < kGroups; ++g) hn::StoreU(sum[g], dd, sums + g * kLanes);
   for (int64_t i = 0; i < kGroups * kLanes; ++i) {  // the channels after the last whole block
-    for (int64_t t = c; t < n; ++t) sums[i] = square_add(sums[i], Storage<T>::load(row(h0 + i), t));
+    for (int64_t t = c; t < n; ++t) sums[i] = square_add(sums[i], Storage<T>::load(rows[i], t));
   }
 }
 
-// Head scope, channels contiguous: the factors of heads [0, done), by transposed blocks; returns done.
+// The in-order sums of rows[0, done) (contiguous rows), by transposed blocks; returns done.
 template <class T>
-int64_t NormFactorsTransposed(const void* base, int64_t head_stride, int64_t heads, int64_t n, float eps, float* r) {
+int64_t SumsTransposed(const void* const* rows, int64_t count, int64_t n, double* sums) {
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BF16>) {
-    return 0;  // f16: the loop below
+    return 0;  // f16: InOrderSums' loop
   } else {
-    // kLanes is the most lanes a vector may have; a scalable target (SVE, RVV) may have fewer: the
-    // loop below then.
+    // kLanes is the most lanes a vector may have; a scalable target (SVE, RVV) may have fewer:
+    // InOrderSums' loop then.
     if (kLanes < 2 || n < kLanes || static_cast<int64_t>(hn::Lanes(DD())) != kLanes) return 0;
-    double sums[4 * kLanes];
-    int64_t h = 0;
-    const auto finish = [&](int64_t count) {
-      for (int64_t i = 0; i < count; ++i) r[h + i] = norm_factor(sums[i], n, eps);
-      h += count;
-    };
-    for (; h + 4 * kLanes <= heads;) {
-      SumSquaresTransposed<T, 4>(base, head_stride, h, n, sums);
-      finish(4 * kLanes);
+    int64_t i = 0;
+    for (; i + 4 * kLanes <= count; i += 4 * kLanes) SumSquaresTransposed<T, 4>(rows + i, n, sums + i);
+    if (i + 2 * kLanes <= count) {
+      SumSquaresTransposed<T, 2>(rows + i, n, sums + i);
+      i += 2 * kLanes;
     }
-    if (h + 2 * kLanes <= heads) {
-      SumSquaresTransposed<T, 2>(base, head_stride, h, n, sums);
-      finish(2 * kLanes);
+    if (i + kLanes <= count) {
+      SumSquaresTransposed<T, 1>(rows + i, n, sums + i);
+      i += kLanes;
     }
-    if (h + kLanes <= heads) {
-      SumSquaresTransposed<T, 1>(base, head_stride, h, n, sums);
-      finish(kLanes);
-    }
-    return h;
+    return i;
   }
 }
+
+// r[i] = norm_factor(sums[i], n, eps), lane by lane: each step is one correctly rounded operation
+// (a double division, a rounding to float, a float addition, a double square root and division),
+// the scalar function's bits.
+void FactorsFromSums(const double* sums, int64_t count, int64_t n, float eps, float* r) {
+  const DD dd;
+  const hn::Rebind<float, DD> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  int64_t i = 0;
+  for (; i + L <= count; i += L) {
+    const auto mean = hn::DemoteTo(df, hn::Div(hn::LoadU(dd, sums + i), hn::Set(dd, static_cast<double>(n))));
+    const VD v = hn::PromoteTo(dd, hn::Add(mean, hn::Set(df, eps)));
+    hn::StoreU(hn::DemoteTo(df, hn::Div(hn::Set(dd, 1.0), hn::Sqrt(v))), df, r + i);
+  }
+  for (; i < count; ++i) r[i] = norm_factor(sums[i], n, eps);
+}
+
+// ---- bf16: sums of squares that are exact, so the same in any order ----
+//
+// A bf16 value is M 2^q with M an integer below 2^8 and q = max(E, 1) - 134 (E its exponent field),
+// so its square is an integer below 2^16 times 2^(2q). If the nonzero values summed have exponent
+// fields (at least 1) in [lo, hi], every square is an integer multiple of u = 2^(2(lo - 134)), and
+// count of them sum to less than count 2^(16 + 2(hi - lo)) u. When that is at most 2^53 u, every
+// partial sum of every order is a double exactly, so the body's in-order sum (square_add) and the
+// sum of any other order are the same double. Rows spanning more (outliers, subnormals beside
+// normals) or holding an infinity or NaN (hi = 255) take the in-order sums.
+inline bool ExactBf16Sum(uint32_t lo, uint32_t hi, int64_t count) {
+  if (hi == 255) return false;  // an infinity or NaN
+  int64_t log2_count = 0;
+  while ((int64_t{1} << log2_count) < count) ++log2_count;
+  return 16 + 2 * static_cast<int64_t>(hi - lo) + log2_count <= 53;
+}
+
+// The running sum of one or more bf16 rows' squares (in an order of its own) and the exponent
+// fields [lo, hi] of their nonzero values (magnitude bits: the largest, and the smallest nonzero as
+// magnitude - 1, which wraps zero to the top).
+struct Bf16SquareSum {
+  using DD = hn::Repartition<double, bf16_lanes::DF>;
+  using DH = hn::Half<bf16_lanes::DF>;
+  using VD = hn::Vec<DD>;
+  using DU16 = bf16_lanes::DU16;
+  VD acc[4];
+  hn::Vec<DU16> top, bottom;  // max magnitude; min (magnitude - 1)
+  double tail = 0;
+  uint32_t tail_top = 0, tail_bottom = 0xffff;
+
+  Bf16SquareSum() : top(hn::Zero(DU16())), bottom(hn::Set(DU16(), 0xffff)) {
+    for (auto& a : acc) a = hn::Zero(DD());
+  }
+  void Add(const uint16_t* row, int64_t n) {
+    const DU16 d16;
+    const DD dd;
+    const DH dh;
+    const auto magnitude_bits = hn::Set(d16, 0x7fff);
+    const auto one = hn::Set(d16, 1);
+    const int64_t step = static_cast<int64_t>(hn::Lanes(d16));
+    int64_t c = 0;
+    for (; c + step <= n; c += step) {
+      const auto w16 = hn::LoadU(d16, row + c);
+      const auto m = hn::And(w16, magnitude_bits);
+      top = hn::Max(top, m);
+      bottom = hn::Min(bottom, hn::Sub(m, one));
+      const auto w = hn::BitCast(bf16_lanes::DU(), w16);
+      const auto even = bf16_lanes::Bf16Even(w), odd = bf16_lanes::Bf16Odd(w);
+      const VD x0 = hn::PromoteTo(dd, hn::LowerHalf(dh, even)), x1 = hn::PromoteTo(dd, hn::UpperHalf(dh, even));
+      const VD x2 = hn::PromoteTo(dd, hn::LowerHalf(dh, odd)), x3 = hn::PromoteTo(dd, hn::UpperHalf(dh, odd));
+      acc[0] = hn::MulAdd(x0, x0, acc[0]);  // exact products and sums: one rounding or two, the same
+      acc[1] = hn::MulAdd(x1, x1, acc[1]);
+      acc[2] = hn::MulAdd(x2, x2, acc[2]);
+      acc[3] = hn::MulAdd(x3, x3, acc[3]);
+    }
+    for (; c < n; ++c) {
+      const uint32_t m = row[c] & 0x7fffu;
+      tail_top = std::max(tail_top, m);
+      tail_bottom = std::min(tail_bottom, (m - 1) & 0xffffu);
+      tail = square_add(tail, bf16_to_f32(row[c]));
+    }
+  }
+  // The sum if it is exact (count values in all), else false.
+  bool Finish(int64_t count, double* sum) const {
+    const DU16 d16;
+    const uint32_t max_m = std::max<uint32_t>(hn::GetLane(hn::MaxOfLanes(d16, top)), tail_top);
+    const uint32_t min_m = std::min<uint32_t>(hn::GetLane(hn::MinOfLanes(d16, bottom)), tail_bottom);
+    const uint32_t hi = std::max<uint32_t>(max_m >> 7, 1);
+    const uint32_t lo = min_m == 0xffff ? hi : std::max<uint32_t>((min_m + 1) >> 7, 1);
+    if (max_m == 0) {
+      *sum = 0;
+      return true;
+    }
+    if (!ExactBf16Sum(lo, hi, count)) return false;
+    const DD dd;
+    *sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3])))) + tail;
+    return true;
+  }
+};
+
 #endif  // HWY_TARGET != HWY_SCALAR
+
+// The in-order sums of `count` rows (rows[i]: a row's first element, element stride `stride`).
+template <class T>
+void InOrderSums(const void* const* rows, int64_t count, int64_t stride, int64_t n, double* sums) {
+  int64_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if (stride == 1) i = SumsTransposed<T>(rows, count, n, sums);
+#endif
+  // Eight rows side by side, each summed in channel order (independent chains: the order of each
+  // sum is the body's).
+  constexpr int64_t kSide = 8;
+  for (; i + kSide <= count; i += kSide) {
+    double sum[kSide] = {};
+    for (int64_t c = 0; c < n; ++c) {
+      for (int64_t g = 0; g < kSide; ++g) sum[g] = square_add(sum[g], Storage<T>::load(rows[i + g], c * stride));
+    }
+    for (int64_t g = 0; g < kSide; ++g) sums[i + g] = sum[g];
+  }
+  for (; i < count; ++i) {
+    double sum = 0;
+    for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(rows[i], c * stride));
+    sums[i] = sum;
+  }
+}
+
+// The sums of squares of `heads` rows (row h at base + h * head_stride, element stride `stride`),
+// each as the body sums it (square_add in channel order): sums[h]; all_heads: one over them all,
+// head after head, sums[0]. A bf16 sum that is exact (Bf16SquareSum) is taken in the vector's
+// order; the others (and every sum of other dtypes) in order.
+template <class T>
+void SquareSumsImpl(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
+                    double* sums) {
+  using Bits = typename Storage<T>::Bits;
+  const auto row = [&](int64_t h) { return static_cast<const Bits*>(base) + h * head_stride; };
+  if (all_heads) {
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, BF16>) {
+      if (stride == 1) {
+        Bf16SquareSum sum;
+        for (int64_t h = 0; h < heads; ++h) sum.Add(row(h), n);
+        if (sum.Finish(heads * n, &sums[0])) return;
+      }
+    }
+#endif
+    double sum = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(row(h), c * stride));
+    }
+    sums[0] = sum;
+    return;
+  }
+  constexpr int64_t kChunk = 64;  // rows summed in order, gathered per chunk of heads
+  const void* rows[kChunk];
+  int64_t which[kChunk];
+  double in_order[kChunk];
+  for (int64_t h0 = 0; h0 < heads; h0 += kChunk) {
+    const int64_t count = std::min(kChunk, heads - h0);
+    int64_t left = 0;
+    for (int64_t i = 0; i < count; ++i) {
+#if HWY_TARGET != HWY_SCALAR
+      if constexpr (std::is_same_v<T, BF16>) {
+        if (stride == 1) {
+          Bf16SquareSum sum;
+          sum.Add(row(h0 + i), n);
+          if (sum.Finish(n, &sums[h0 + i])) continue;
+        }
+      }
+#endif
+      rows[left] = row(h0 + i);
+      which[left++] = h0 + i;
+    }
+    InOrderSums<T>(rows, left, stride, n, in_order);
+    for (int64_t j = 0; j < left; ++j) sums[which[j]] = in_order[j];
+  }
+}
 
 template <class T>
 void NormFactorsImpl(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
                      float eps, float* r) {
-  int64_t first = 0;  // heads before `first` done by the transposed blocks
-#if HWY_TARGET != HWY_SCALAR
-  if (!all_heads && stride == 1) first = NormFactorsTransposed<T>(base, head_stride, heads, n, eps, r);
-#endif
+  const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
   if (all_heads) {
-    double sum = 0;
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
-    }
+    double sum;
+    SquareSumsImpl<T>(base, head_stride, stride, heads, n, true, &sum);
     r[0] = norm_factor(sum, heads * n, eps);
     return;
   }
-  // Eight heads side by side, each summed in channel order (independent chains: the order of each
-  // sum is the body's).
-  constexpr int64_t kSide = 8;
-  int64_t h = first;
-  for (; h + kSide <= heads; h += kSide) {
-    double sum[kSide] = {};
-    for (int64_t c = 0; c < n; ++c) {
-      for (int64_t g = 0; g < kSide; ++g) {
-        sum[g] = square_add(sum[g], Storage<T>::load(base, (h + g) * head_stride + c * stride));
-      }
-    }
-    for (int64_t g = 0; g < kSide; ++g) r[h + g] = norm_factor(sum[g], n, eps);
-  }
-  for (; h < heads; ++h) {
-    double sum = 0;
-    for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(base, h * head_stride + c * stride));
-    r[h] = norm_factor(sum, n, eps);
+  constexpr int64_t kChunk = 64;
+  double sums[kChunk];
+  for (int64_t h0 = 0; h0 < heads; h0 += kChunk) {
+    const int64_t count = std::min(kChunk, heads - h0);
+    SquareSumsImpl<T>(static_cast<const unsigned char*>(base) + h0 * head_stride * es, head_stride, stride, count, n,
+                      false, sums);
+#if HWY_TARGET != HWY_SCALAR
+    FactorsFromSums(sums, count, n, eps, r + h0);
+#else
+    for (int64_t i = 0; i < count; ++i) r[h0 + i] = norm_factor(sums[i], n, eps);
+#endif
   }
 }
 
@@ -165,9 +317,48 @@ void NormaliseRow(const void* src, int64_t src_stride, void* dst, int64_t dst_st
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// bf16, contiguous: NormaliseRow's steps lane by lane, 2L values a step as u32 words (even and odd
+// elements, bf16_lanes-inl.h); returns the values done.
+template <bool kWeight, bool kGemma>
+int64_t NormaliseBf16Vectors(const uint16_t* src, uint16_t* dst, float r, const float* w, int64_t n) {
+  namespace b = bf16_lanes;
+  const b::DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const b::VF vr = hn::Set(df, r);
+  int64_t c = 0;
+  for (; c + 2 * L <= n; c += 2 * L) {
+    const b::VU words = b::LoadBf16Words(src + c);
+    b::VF even = hn::Mul(b::Bf16Even(words), vr);
+    b::VF odd = hn::Mul(b::Bf16Odd(words), vr);
+    if constexpr (kWeight) {
+      const b::VF w0 = hn::LoadU(df, w + c), w1 = hn::LoadU(df, w + c + L);
+      if constexpr (!kGemma) {
+        even = b::RoundToBf16(even);
+        odd = b::RoundToBf16(odd);
+      }
+      even = hn::Mul(even, hn::ConcatEven(df, w1, w0));
+      odd = hn::Mul(odd, hn::ConcatOdd(df, w1, w0));
+    }
+    hn::StoreU(hn::BitCast(b::DU16(), b::PackBf16(even, odd)), b::DU16(), dst + c);
+  }
+  return c;
+}
+#endif
+
 template <class T, bool kWeight, bool kGemma>
 void NormaliseRowAnyStride(const NormRow& row) {
   if (row.src_stride == 1 && row.dst_stride == 1) {
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (std::is_same_v<T, BF16>) {
+      const auto* src = static_cast<const uint16_t*>(row.src);
+      auto* dst = static_cast<uint16_t*>(row.dst);
+      const int64_t done = NormaliseBf16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
+      NormaliseRow<T, kWeight, kGemma, true>(src + done, 1, dst + done, 1, row.r, kWeight ? row.w + done : row.w,
+                                             row.n - done);
+      return;
+    }
+#endif
     NormaliseRow<T, kWeight, kGemma, true>(row.src, 1, row.dst, 1, row.r, row.w, row.n);
   } else {
     NormaliseRow<T, kWeight, kGemma, false>(row.src, row.src_stride, row.dst, row.dst_stride, row.r, row.w, row.n);
@@ -199,6 +390,18 @@ void NormFactorsBF16(const void* base, int64_t head_stride, int64_t stride, int6
                      float eps, float* r) {
   NormFactorsImpl<BF16>(base, head_stride, stride, heads, n, all_heads, eps, r);
 }
+void SquareSumsF32(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
+                   double* sums) {
+  SquareSumsImpl<float>(base, head_stride, stride, heads, n, all_heads, sums);
+}
+void SquareSumsF16(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
+                   double* sums) {
+  SquareSumsImpl<F16>(base, head_stride, stride, heads, n, all_heads, sums);
+}
+void SquareSumsBF16(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
+                    double* sums) {
+  SquareSumsImpl<BF16>(base, head_stride, stride, heads, n, all_heads, sums);
+}
 void NormaliseRowF32(const NormRow& row) { NormaliseRowImpl<float>(row); }
 void NormaliseRowF16(const NormRow& row) { NormaliseRowImpl<F16>(row); }
 void NormaliseRowBF16(const NormRow& row) { NormaliseRowImpl<BF16>(row); }
@@ -211,6 +414,9 @@ namespace rotary::detail {
 HWY_EXPORT(NormFactorsF32);
 HWY_EXPORT(NormFactorsF16);
 HWY_EXPORT(NormFactorsBF16);
+HWY_EXPORT(SquareSumsF32);
+HWY_EXPORT(SquareSumsF16);
+HWY_EXPORT(SquareSumsBF16);
 HWY_EXPORT(NormaliseRowF32);
 HWY_EXPORT(NormaliseRowF16);
 HWY_EXPORT(NormaliseRowBF16);
@@ -221,6 +427,15 @@ void norm_factors(DType dtype, const void* base, int64_t head_stride, int64_t st
     case DType::f16: HWY_DYNAMIC_DISPATCH(NormFactorsF16)(base, head_stride, stride, heads, n, all_heads, eps, r); break;
     case DType::bf16: HWY_DYNAMIC_DISPATCH(NormFactorsBF16)(base, head_stride, stride, heads, n, all_heads, eps, r); break;
     default: HWY_DYNAMIC_DISPATCH(NormFactorsF32)(base, head_stride, stride, heads, n, all_heads, eps, r); break;
+  }
+}
+
+void square_sums(DType dtype, const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n,
+                 bool all_heads, double* sums) {
+  switch (dtype) {
+    case DType::f16: HWY_DYNAMIC_DISPATCH(SquareSumsF16)(base, head_stride, stride, heads, n, all_heads, sums); break;
+    case DType::bf16: HWY_DYNAMIC_DISPATCH(SquareSumsBF16)(base, head_stride, stride, heads, n, all_heads, sums); break;
+    default: HWY_DYNAMIC_DISPATCH(SquareSumsF32)(base, head_stride, stride, heads, n, all_heads, sums); break;
   }
 }
 
