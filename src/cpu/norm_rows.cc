@@ -1,8 +1,9 @@
 // The fused operations' norm rows (src/fused/cpu_rows.cpp) compiled once per Highway target and
-// dispatched at run time: plain loops over the body's own scalar steps (src/fused/body.hpp:
-// square_add, norm_factor, the rounding points of normalise), which each target's compiler
-// vectorises as wide as it can. No step is reassociated (-ffp-contract=off, no fast-math): every
-// target gives the body's bits (tests/test_fused.cpp, FusedRowsTargets).
+// dispatched at run time, the body's own steps (src/fused/body.hpp: square_add, norm_factor, the
+// rounding points of normalise) bit for bit: in-order sums of squares by transposed blocks of heads,
+// bf16 sums in vector order where they are exact, factors and bf16 rows lane by lane, the rest plain
+// loops the compiler vectorises. No step is reassociated (-ffp-contract=off, no fast-math): every
+// target gives the body's bits (tests/test_fused.cpp, FusedRowsTargets, NormSumsTargets).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/norm_rows.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
