@@ -110,8 +110,11 @@ def rows(device, reps, iters_prefill, iters_decode):
                             **time_row(sides, shape, moved, rope, q, k, positions)))
     for shape, tokens in (("prefill", 4096), ("decode", 1)):
         q, k, _, _, _, _, positions = case(tokens, torch.bfloat16, device)
-        qw = torch.rand(D, device=device).to(torch.bfloat16) + 0.5
-        kw = torch.rand(D, device=device).to(torch.bfloat16) + 0.5
+        # Weights of 1: every side runs in place call after call, and a weight != 1 would shrink or grow
+        # q and k each time until they are subnormal or infinite (the CPU's subnormal arithmetic is
+        # many times slower: the rows would time that). The kernels' work does not depend on the value.
+        qw = torch.ones(D, device=device, dtype=torch.bfloat16)
+        kw = torch.ones(D, device=device, dtype=torch.bfloat16)
 
         def rms(x, w):
             y = x.float()

@@ -2,12 +2,14 @@
 // rotary.torch (python/rotary/torch/fused.py), on the CPU, or (a build with the CUDA kernels) on a
 // CUDA device through rotary::cuda's fused calls when q (k_cache) is a CUDA tensor, queued on torch's
 // current stream with the device's error word (rotary.torch.check_positions raises for it). That
-// layer hands over torch tensors (all on one device) already in
-// the library's order: activations [batch, seq, heads, dim], caches [num_blocks, block_size, heads,
-// dim] (an HND cache as its permuted view), slots, scales, weights and positions contiguous. Here
-// each tensor becomes the library's view (pointer, dtype, shape, strides, read from the tensor:
-// torch's float8 dtypes have no DLPack code), and every rule is the library's own validate, run by
-// the operation before it writes anything (rotary::Error: ValueError in Python).
+// layer hands over torch tensors, all on one device: activations [batch, seq, heads, dim] or packed
+// [tokens, heads, dim] (one batch row), caches [num_blocks, block_size, heads, dim] (an HND cache as
+// its permuted view) or a token pool [slots, heads, dim] (blocks of one slot), slots, scales,
+// weights and positions contiguous; a tensor of another shape, dtype or layout is a TypeError or
+// ValueError here (rotary.torch's eager fast path then takes the general one, which converts or
+// names it). Each tensor becomes the library's view (pointer, dtype, shape, strides, read from the
+// tensor: torch's float8 dtypes have no DLPack code), and every rule is the library's own validate,
+// run by the operation before it writes anything (rotary::Error: ValueError in Python).
 #include "fused.hpp"
 
 #include <pybind11/numpy.h>
@@ -38,25 +40,67 @@ struct Borrowed {
   int64_t numel = 0;
 };
 
+// Attribute names looked up on every tensor of a call, made once (interned): a decode step's cost is
+// mostly this layer's attribute reads.
+struct Names {
+  py::handle shape = py::str("shape").release();
+  py::handle stride = py::str("stride").release();
+  py::handle data_ptr = py::str("data_ptr").release();
+  py::handle dtype = py::str("dtype").release();
+};
+const Names& names() {
+  static const Names n;
+  return n;
+}
+
+// torch's dtype objects this layer takes, by identity (what `tensor.dtype` returns), with their names.
+struct TorchDtype {
+  py::handle object;
+  std::optional<DType> dtype;  ///< none: an index dtype (slots, positions), no value dtype
+  const char* name;
+};
+const std::array<TorchDtype, 9>& torch_dtypes() {
+  static const std::array<TorchDtype, 9> dtypes = [] {
+    const py::module_ torch = py::module_::import("torch");
+    const auto get = [&](const char* attr) { return py::object(torch.attr(attr)).release(); };
+    return std::array<TorchDtype, 9>{{{get("float32"), DType::f32, "torch.float32"},
+                                      {get("float64"), DType::f64, "torch.float64"},
+                                      {get("float16"), DType::f16, "torch.float16"},
+                                      {get("bfloat16"), DType::bf16, "torch.bfloat16"},
+                                      {get("float8_e4m3fn"), DType::fp8_e4m3, "torch.float8_e4m3fn"},
+                                      {get("float8_e5m2"), DType::fp8_e5m2, "torch.float8_e5m2"},
+                                      {get("int8"), DType::i8, "torch.int8"},
+                                      {get("int64"), std::nullopt, "torch.int64"},
+                                      {get("int32"), std::nullopt, "torch.int32"}}};
+  }();
+  return dtypes;
+}
+
+// The torch dtype's name ("torch.bfloat16"), or its repr when this layer does not take it.
+std::string dtype_name(py::handle tensor) {
+  const py::object dtype = tensor.attr(names().dtype);
+  for (const TorchDtype& d : torch_dtypes()) {
+    if (dtype.ptr() == d.object.ptr()) return d.name;
+  }
+  return py::str(dtype);
+}
+
 DType dtype_of(py::handle tensor, const char* name) {
-  const std::string dtype = py::str(tensor.attr("dtype"));
-  if (dtype == "torch.float32") return DType::f32;
-  if (dtype == "torch.float64") return DType::f64;
-  if (dtype == "torch.float16") return DType::f16;
-  if (dtype == "torch.bfloat16") return DType::bf16;
-  if (dtype == "torch.float8_e4m3fn") return DType::fp8_e4m3;
-  if (dtype == "torch.float8_e5m2") return DType::fp8_e5m2;
-  if (dtype == "torch.int8") return DType::i8;
+  const py::object dtype = tensor.attr(names().dtype);
+  for (const TorchDtype& d : torch_dtypes()) {
+    if (dtype.ptr() == d.object.ptr() && d.dtype) return *d.dtype;
+  }
   throw py::type_error(std::string(name) + " dtype must be float32, float64, float16, bfloat16, float8_e4m3fn, "
-                       "float8_e5m2 or int8, got " + dtype);
+                       "float8_e5m2 or int8, got " + std::string(py::str(dtype)));
 }
 
 // A torch tensor of at most 4 dimensions as pointer, shape and strides (elements); with `typed`, its
 // dtype too (a value dtype: data, caches, weights).
 Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
+  const Names& n = names();
   Borrowed b;
-  const py::tuple shape = tensor.attr("shape");
-  const py::tuple strides = tensor.attr("stride")();
+  const py::tuple shape = tensor.attr(n.shape);
+  const py::tuple strides = tensor.attr(n.stride)();
   b.ndim = static_cast<int64_t>(shape.size());
   if (b.ndim > 4) throw py::value_error(std::string(name) + " has " + std::to_string(b.ndim) + " dimensions");
   b.numel = 1;
@@ -65,28 +109,67 @@ Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
     b.strides[d] = strides[d].cast<int64_t>();
     b.numel *= b.shape[d];
   }
-  b.data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
+  b.data = reinterpret_cast<void*>(tensor.attr(n.data_ptr)().cast<uintptr_t>());
   if (typed) b.dtype = dtype_of(tensor, name);
   return b;
 }
 
+// Whether b's elements are its numel consecutive ones in row-major order (size-1 dimensions' strides
+// do not matter).
+bool row_major(const Borrowed& b) {
+  int64_t expected = 1;
+  for (int64_t d = b.ndim - 1; d >= 0; --d) {
+    if (b.shape[d] != 1 && b.strides[d] != expected) return false;
+    expected *= b.shape[d];
+  }
+  return true;
+}
+
+// b with a leading dimension of one inserted at `at` (stride: the element count after it, any value
+// would do for a dimension of one).
+Borrowed with_unit_dim(Borrowed b, int64_t at) {
+  for (int64_t d = b.ndim; d > at; --d) {
+    b.shape[d] = b.shape[d - 1];
+    b.strides[d] = b.strides[d - 1];
+  }
+  b.shape[at] = 1;
+  b.strides[at] = at + 1 < b.ndim + 1 ? b.shape[at + 1] * b.strides[at + 1] : 1;
+  ++b.ndim;
+  return b;
+}
+
+// [batch, seq, heads, dim], or packed [tokens, heads, dim] as one batch row.
 TensorView view_of(const py::object& tensor, const char* name) {
   if (tensor.is_none()) return TensorView{};
-  const Borrowed b = borrow(tensor, name);
+  Borrowed b = borrow(tensor, name);
+  if (b.ndim == 3) b = with_unit_dim(b, 0);
+  if (b.ndim != 4) {
+    throw py::value_error(std::string(name) + " must have 3 or 4 dimensions, got " + std::to_string(b.ndim));
+  }
   return TensorView{.data = b.data, .dtype = b.dtype, .shape = b.shape, .strides = b.strides};
 }
 
-// [num_blocks, block_size, heads, dim] (any strides) as a CacheView.
+// [num_blocks, block_size, heads, dim] (any strides), or a token pool [slots, heads, dim] (blocks of
+// one slot), as a CacheView.
 CacheView cache_of(const py::object& tensor, const char* name) {
   if (tensor.is_none()) return CacheView{};
-  const Borrowed b = borrow(tensor, name);
+  Borrowed b = borrow(tensor, name);
+  if (b.ndim == 3) b = with_unit_dim(b, 1);
+  if (b.ndim != 4) {
+    throw py::value_error(std::string(name) + " must have 3 or 4 dimensions, got " + std::to_string(b.ndim));
+  }
   return CacheView{.data = b.data, .dtype = b.dtype, .block_size = b.shape[1], .num_blocks = b.shape[0],
                    .heads = b.shape[2], .head_dim = b.shape[3], .strides = b.strides};
 }
 
+// Contiguous int64 or int32 [tokens].
 Slots slots_of(const py::object& tensor) {
   const Borrowed b = borrow(tensor, "slots", false);
-  const std::string dtype = py::str(tensor.attr("dtype"));
+  const std::string dtype = dtype_name(tensor);
+  if (dtype != "torch.int64" && dtype != "torch.int32") {
+    throw py::type_error("slots must be an int64 or int32 tensor, got dtype " + dtype);
+  }
+  if (b.ndim != 1 || !row_major(b)) throw py::value_error("slots must be a contiguous [tokens] tensor");
   return Slots{.data = b.data, .is_i64 = dtype == "torch.int64", .count = b.numel};
 }
 
@@ -94,6 +177,9 @@ Slots slots_of(const py::object& tensor) {
 CacheQuant quant_of(const py::object& scale, ScaleMode mode) {
   if (scale.is_none()) return CacheQuant{.mode = mode};
   const Borrowed b = borrow(scale, "scale");
+  if (b.dtype != DType::f32 || b.ndim > 1 || !row_major(b)) {
+    throw py::type_error("a scale must be a contiguous float32 tensor of 0 or 1 dimension");
+  }
   return CacheQuant{.scale = static_cast<const float*>(b.data), .count = b.numel, .mode = mode};
 }
 
@@ -106,8 +192,9 @@ ScaleMode scale_mode_of(const std::string& mode) {
 // Contiguous per-token positions ([tokens] or [streams, tokens]), or sequential from offset.
 Positions positions_of(const py::object& positions, int streams, int64_t offset) {
   if (positions.is_none()) return Positions::sequential(offset);
-  const std::string dtype = py::str(positions.attr("dtype"));
+  const std::string dtype = dtype_name(positions);
   const Borrowed b = borrow(positions, "positions", false);
+  if (!row_major(b)) throw py::value_error("positions must be contiguous");
   const auto n = static_cast<size_t>(b.numel);
   if (dtype == "torch.int64") return Positions::per_token(std::span(static_cast<const int64_t*>(b.data), n), streams);
   if (dtype == "torch.int32") return Positions::per_token(std::span(static_cast<const int32_t*>(b.data), n), streams);
@@ -119,6 +206,7 @@ Positions positions_of(const py::object& positions, int streams, int64_t offset)
 NormWeight weight_of(const py::object& weight, const char* name) {
   if (weight.is_none()) return NormWeight{};
   const Borrowed b = borrow(weight, name);
+  if (!row_major(b)) throw py::value_error(std::string(name) + " must be contiguous");
   return NormWeight{.data = b.data, .dtype = b.dtype, .count = b.numel};
 }
 
@@ -175,7 +263,8 @@ AngleMode angle_mode_of(const std::string& angles) {
 // The CUDA device of a torch tensor, or none for a CPU tensor (rotary.torch checked that every tensor
 // of the call is on q's device).
 std::optional<int> cuda_device_of(const py::object& tensor) {
-  if (!tensor.attr("is_cuda").cast<bool>()) return std::nullopt;
+  static const py::handle is_cuda = py::str("is_cuda").release();
+  if (!tensor.attr(is_cuda).cast<bool>()) return std::nullopt;
   return tensor.attr("device").attr("index").cast<int>();
 }
 

@@ -553,20 +553,114 @@ def _untouched(fn, args, mode=False):
             assert torch.equal(bits(t.detach()), before[n]), f"{n} was written"
 
 
+def _scales_as(args, scales):
+    """The call's float scales as float32 tensors (scales="tensor": a call the eager fast path takes,
+    so a bad value raises there first, then on the general path, which names it)."""
+    if scales == "tensor":
+        for name in ("k_scale", "v_scale"):
+            if type(args.get(name)) is float:
+                args[name] = torch.tensor([args[name]])
+    return args
+
+
+@pytest.mark.parametrize("scales", ["float", "tensor"])
 @pytest.mark.parametrize("through_operator", [False, True], ids=["direct", "operator"])
 @pytest.mark.parametrize("case", STORE_BAD_TYPES.values(), ids=STORE_BAD_TYPES.keys())
-def test_rope_store_wrong_kinds_raise_type_error_naming_the_argument(case, through_operator):
+def test_rope_store_wrong_kinds_raise_type_error_naming_the_argument(case, through_operator, scales):
     change, message = case
     with pytest.raises(TypeError, match=message):
-        _untouched(rope_store, _store_args(**change), through_operator)
+        _untouched(rope_store, _scales_as(_store_args(**change), scales), through_operator)
 
 
+@pytest.mark.parametrize("scales", ["float", "tensor"])
 @pytest.mark.parametrize("through_operator", [False, True], ids=["direct", "operator"])
 @pytest.mark.parametrize("case", STORE_BAD_VALUES.values(), ids=STORE_BAD_VALUES.keys())
-def test_rope_store_bad_values_raise_value_error_and_write_nothing(case, through_operator):
+def test_rope_store_bad_values_raise_value_error_and_write_nothing(case, through_operator, scales):
     change, message = case
     with pytest.raises(ValueError, match=message):
-        _untouched(rope_store, _store_args(**change), through_operator)
+        _untouched(rope_store, _scales_as(_store_args(**change), scales), through_operator)
+
+
+# ---- the eager fast path -----------------------------------------------------------------------------
+
+def _refuse_the_general_path(monkeypatch):
+    import rotary.torch.fused as fused
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the call took the general path")
+    monkeypatch.setattr(fused, "_rope_store_kernel", refuse)
+    monkeypatch.setattr(fused, "_qk_norm_rope_kernel", refuse)
+
+
+def test_engine_shaped_eager_calls_take_the_fast_path(monkeypatch):
+    """What an engine passes each step (packed q, k, v; a paged NHD cache or a token pool; int64 or int32
+    slots; tensor scales; per-token positions or none) goes straight to the extension, and gives the
+    composition's bits."""
+    rope = Rope.from_preset("llama-3.1-8b")
+    cases = []
+    for tokens, cache_dtype, pool, slot_dtype in ((1, torch.bfloat16, False, torch.int64),
+                                                  (7, torch.float8_e4m3fn, False, torch.int32),
+                                                  (5, torch.bfloat16, True, torch.int64)):
+        q, k, v, kc, vc, slots, positions = make_store_case(rope, tokens, 8, 2, torch.bfloat16, cache_dtype, 4, "NHD",
+                                                            tokens, pool=pool)
+        scale = torch.tensor([0.25]) if cache_dtype in QUANTISED else None
+        kv = "NHD"
+        cases.append((q, k, v, kc, vc, slots.to(slot_dtype), positions, scale, kv))
+    wants = [expected_store(rope, q, k, v, kc, vc, slots.long(), positions, kv, scale, scale)
+             for q, k, v, kc, vc, slots, positions, scale, kv in cases]
+    norm_rope = Rope(128, base=1e6)
+    nq, nk, qw, kw, npos = make_norm_case(norm_rope, 8, 2, torch.bfloat16, "head", 5)
+    norm_want = apply_rope(norm_rope, rms_norm(nq, qw, 1e-6), rms_norm(nk, kw, 1e-6), positions=npos)
+    _refuse_the_general_path(monkeypatch)
+    for (q, k, v, kc, vc, slots, positions, scale, kv), (q_want, k_want, v_want) in zip(cases, wants):
+        q2, kc2, vc2 = run_store(rope, q, k, v, kc, vc, slots, positions=positions, k_scale=scale, v_scale=scale)
+        assert_same_bits(q2, q_want, "q")
+        assert_same_bits(kc2, k_want, "k_cache")
+        assert_same_bits(vc2, v_want, "v_cache")
+    q2, k2 = nq.clone(), nk.clone()
+    qk_norm_rope(norm_rope, q2, k2, qw, kw, eps=1e-6, positions=npos)
+    assert_same_bits(q2, norm_want[0], "q")
+    assert_same_bits(k2, norm_want[1], "k")
+
+
+FAST_PATH_DECLINES = {
+    # name: what changes a fast-path call into one the extension does not take as it is
+    # strided views over memory whose neighbours are valid too (a skip, position 0): read as if
+    # contiguous they would give other bits, not an error
+    "strided slots": lambda a: dict(slots=torch.stack([a["slots"], torch.full_like(a["slots"], -1)], 1)[:, 0]),
+    "float scales": lambda a: dict(k_scale=0.25, v_scale=0.25),
+    "float64 scale tensor": lambda a: dict(k_scale=torch.tensor([0.25], dtype=torch.float64)),
+    "strided positions": lambda a: dict(positions=torch.stack([a["positions"], 0 * a["positions"]], 1)[:, 0]),
+    "HND": lambda a: dict(k_cache=a["k_cache"].transpose(1, 2).contiguous(),
+                          v_cache=a["v_cache"].transpose(1, 2).contiguous(), kv_layout="HND"),
+}
+
+
+@pytest.mark.parametrize("change", FAST_PATH_DECLINES.values(), ids=FAST_PATH_DECLINES.keys())
+def test_calls_the_fast_path_declines_give_its_bits(change):
+    """A call the eager fast path does not take as it is (the extension refuses it before writing)
+    goes the general path, which converts it: the same bits as the fast path's call."""
+    rope = Rope(64)
+    q, k, v, kc, vc, slots, positions = make_store_case(rope, 6, 4, 2, torch.bfloat16, torch.float8_e4m3fn, 4, "NHD", 3)
+    base = dict(slots=slots, positions=positions, k_scale=torch.tensor([0.25]), v_scale=torch.tensor([0.25]),
+                k_cache=kc, v_cache=vc)
+    want = run_store(rope, q, k, v, kc, vc, slots, positions=positions, k_scale=base["k_scale"],
+                     v_scale=base["v_scale"])
+    args = dict(base, **change(base))
+    q2, kc2, vc2 = run_store(rope, q, k, v, args.pop("k_cache"), args.pop("v_cache"), args.pop("slots"), **args)
+    if args.get("kv_layout") == "HND":  # back to NHD order
+        kc2, vc2 = kc2.transpose(1, 2), vc2.transpose(1, 2)
+    assert_same_bits(q2, want[0], "q")
+    assert_same_bits(kc2.contiguous(), want[1], "k_cache")
+    assert_same_bits(vc2.contiguous(), want[2], "v_cache")
+    w = (1 + 0.1 * torch.randn(64, generator=torch.Generator().manual_seed(4))).to(torch.bfloat16)
+    qw = torch.stack([w, w], 1)[:, 0]  # a strided weight
+    assert not qw.is_contiguous()
+    q2, k2, q3, k3 = q.clone(), k.clone(), q.clone(), k.clone()
+    qk_norm_rope(rope, q2, k2, qw, None, eps=1e-6, positions=positions)
+    qk_norm_rope(rope, q3, k3, qw.contiguous(), None, eps=1e-6, positions=positions)
+    assert_same_bits(q2, q3, "q")
+    assert_same_bits(k2, k3, "k")
 
 
 # ---- qk_norm_rope: the composition -----------------------------------------------------------------

@@ -235,6 +235,38 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
             raise ValueError(f"{name} requires grad, and the fused operations write in place (not differentiable)")
 
 
+def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
+    """Whether a call may take the eager fast path: every tensor given a plain torch.Tensor, all on one
+    device with fused kernels (the CPU, or CUDA in a build with them), none of ``written`` requiring
+    grad while grad is enabled, nothing tracing (as ``_direct``). The fast path hands the tensors to
+    the extension as they are; a shape, dtype or layout it does not take raises there before anything
+    is written, and the call then takes the general path, which converts or names it. Written for a
+    decode step's budget: type tests and C attributes only."""
+    device = None
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not Tensor:
+            return False
+        if t.is_cuda:
+            if not _rotary.cuda:
+                return False
+            index = t.get_device()
+        elif t.is_cpu:
+            index = -1
+        else:
+            return False
+        if device is None:
+            device = index
+        elif index != device:
+            return False
+    if torch.is_grad_enabled():
+        for t in written:
+            if t is not None and t.requires_grad:
+                return False
+    return not _is_compiling() and _dispatch_modes() == 0
+
+
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
@@ -363,6 +395,20 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         A value that breaks a rule, naming it (shapes, a slot beyond a cache's capacity or used
         twice, a scale, positions, a tensor on a device without a kernel); then nothing is written.
     """
+    if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
+            and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None
+            and k_pass_scale is None and cos_sin_cache is None
+            and kv_layout == "NHD" and type(offset) is int and (offset == 0 or positions is None)
+            and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
+            and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
+            and _eager((q, k_cache, v_cache), q, k, v, k_cache, v_cache, slots, positions, k_scale, v_scale)):
+        try:  # the eager fast path (see _eager); anything it does not take, the general path below
+            _rotary.rope_store(rope._impl, q, k, v, k_cache, v_cache, slots, positions, 1, offset,
+                               rope.rotates_backward, k_scale, v_scale, scale_mode, None, None, None, None, None, None,
+                               numerics)
+            return q
+        except (TypeError, ValueError):
+            pass
     _check_rope(rope)
     for name, t, optional in (("q", q, False), ("k", k, False), ("v", v, True), ("k_cache", k_cache, False),
                               ("v_cache", v_cache, True), ("slots", slots, False)):
@@ -502,6 +548,21 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     TypeError, ValueError
         As ``rope_store``, naming the argument; then nothing is written.
     """
+    if (type(rope) is Rope and q is not None and cos_sin_cache is None and kv_layout == "NHD" and type(offset) is int
+            and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
+            and type(v_norm) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
+            and ((k_cache is None and v_cache is None and slots is None) or (k_cache is not None and slots is not None))
+            and (v is None or v_norm or k_cache is not None)
+            and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
+            and _eager((q, k, v, k_cache, v_cache), q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots,
+                       k_scale, v_scale)):
+        try:  # the eager fast path (see _eager); anything it does not take, the general path below
+            _rotary.qk_norm_rope(rope._impl, q, k, q_weight, k_weight, eps, positions, 1, offset, rope.rotates_backward,
+                                 weight_offset, order, scope, rounding, v, v_norm, k_cache, v_cache, slots, k_scale,
+                                 v_scale, scale_mode, None, numerics)
+            return q, k
+        except (TypeError, ValueError):
+            pass
     _check_rope(rope)
     _tensor(q, "q")
     for name, t in (("k", k), ("q_weight", q_weight), ("k_weight", k_weight), ("v", v), ("k_cache", k_cache),
