@@ -704,6 +704,81 @@ void expect_many_heads_equal_the_body(int seed) {
 
 TEST(FusedRows, QkNormRopeWithManyHeadsEqualsTheBody) { expect_many_heads_equal_the_body(5400); }
 
+// rerotate_cache's rows (f32, f16 and bf16 caches: apply's row kernel, angles formed once per run of
+// equal deltas) against the body (Backend::reference), bit for bit: runs of equal and of different
+// deltas (per stream for M-RoPE), skipped slots, both pairings, a rotated slice at an offset, raw
+// keys, in place and into another cache, NaNs, infinities and subnormals, one and two threads.
+TEST(FusedRows, RerotateCacheEqualsTheBody) {
+  int seed = 5600;
+  const std::vector<std::pair<std::string, Schedule>> schedules = {
+      {"half d128", schedule_of(128, 128, Pairing::half)},
+      {"interleaved d96 r32 at 16", schedule_of(96, 32, Pairing::interleaved, 16)},
+      {"half d80 r48", schedule_of(80, 48, Pairing::half)},
+      {"mrope d128", make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections,
+                                        .sections = {16, 24, 24}})}};
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const auto& [schedule_name, schedule] : schedules) {
+      for (const Layout layout : {Layout::nhd, Layout::hnd}) {
+        for (const bool raw : {false, true}) {
+          for (const bool into_other : {false, true}) {
+            test::RerotateCase c;
+            c.schedule = schedule;
+            c.cache_dtype = dtype;
+            c.layout = layout;
+            c.raw = raw;
+            c.tokens = 23;
+            c.seed = ++seed;
+            test::RerotateSetup s(c);
+            std::mt19937 rng(static_cast<uint32_t>(c.seed));
+            rows::add_specials(s.cache_bytes, dtype, rng);
+            s.slots[5] = -1;
+            const int streams = schedule.streams;
+            std::vector<int64_t> delta(static_cast<size_t>(streams * c.tokens));
+            for (int st = 0; st < streams; ++st) {
+              // Runs: 0-9 one delta in stream 0 (the other streams' alternate: a run only where every
+              // stream's delta repeats), 10-14 another, then each its own.
+              for (int64_t i = 0; i < c.tokens; ++i) {
+                const int64_t d = i < 10   ? -512 - st * (i % 2)
+                                  : i < 15 ? 77
+                                           : static_cast<int64_t>(rng() % 9000) - 4500;
+                delta[static_cast<size_t>(st * c.tokens + i)] = d;
+              }
+            }
+            std::vector<int64_t> positions(static_cast<size_t>(streams * c.tokens));
+            for (auto& p : positions) p = static_cast<int64_t>(rng() % 100000);
+            const auto run = [&](Backend backend, int threads) {
+              Buffer cache = s.cache_bytes;
+              Buffer other(cache.size(), 0x5A);
+              RerotateCacheArgs a = s.args();
+              a.cache.data = cache.data();
+              if (into_other) {
+                a.out = a.cache;
+                a.out.data = other.data();
+              }
+              if (raw) {
+                a.positions = Positions::per_token(std::span<const int64_t>(positions), streams);
+              } else {
+                a.delta = delta.data();
+                a.delta_streams = streams;
+              }
+              a.backend = backend;
+              a.threads = threads;
+              rerotate_cache(c.schedule, a);
+              return std::vector<rows::Output>{{cache, dtype}, {other, dtype}};
+            };
+            const auto body = run(Backend::reference, 1);
+            for (const int threads : {1, 2}) {
+              rows::expect_same(body, run(Backend::automatic, threads),
+                                fmt::format("{} {} raw={} into_other={} threads={}", schedule_name, c.name(), raw,
+                                            into_other, threads));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Values the composition copies unchanged keep their bits, as apply's pass-through channels and a
 // plain copy do: a signalling NaN in a channel outside the rotated slice (in q, k) and in v reaches
 // q (in place), k_out, and a cache of the data's dtype as it was, on the rows and on the body.

@@ -226,7 +226,100 @@ void run_rows(const FusedKernelArgs& f, int team) {
   if (a.error != nullptr) *a.error |= error;
 }
 
+// rerotate_cache's rows: a slot's heads turned by apply's row kernel (rotate_pair's formula lane by
+// lane, loads and stores in the cache's dtype: rerotate_item's bits), its angles (rerotate_angle) formed
+// once per run of slots with the same deltas (an eviction moves every key by one delta).
+template <class T>
+void rerotate_rows(const RerotateKernelArgs& r, int team) {
+  const KernelArgs& a = r.rope;
+  const PairArrays pairs = pair_arrays(a);
+  const int64_t half = a.rotary_dim / 2;
+  const int64_t blocks = slice_blocks(a);
+  const int64_t width = a.rotary_dim / blocks;
+  const bool interleaved = a.pair_step == 2;
+  const int64_t es = size_of(r.in.dtype);
+  const auto slot_of = [&](int64_t i) {
+    return r.slots_i64 ? static_cast<const int64_t*>(r.slots)[i]
+                       : static_cast<int64_t>(static_cast<const int32_t*>(r.slots)[i]);
+  };
+  const auto same_deltas = [&](int64_t i, int64_t j) {
+    for (int64_t stream = 0; stream < r.delta_streams; ++stream) {
+      if (r.delta[stream * r.count + i] != r.delta[stream * r.count + j]) return false;
+    }
+    return true;
+  };
+  auto run = [&](int64_t first, int64_t last) {
+    std::vector<float> c(static_cast<size_t>(std::max<int64_t>(half, 1)));
+    std::vector<float> s(c.size());
+    std::vector<float> lanes(static_cast<size_t>(std::max<int64_t>(2 * a.rotary_dim, 1)));
+    int64_t formed = -1;  // the slot index whose angles c, s and lanes hold
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t slot = slot_of(i);
+      if (slot < 0) continue;
+      if (formed < 0 || r.raw || !same_deltas(formed, i)) {
+        for (int64_t j = 0; j < half; ++j) {
+          const AngleCell<float> cell = rerotate_angle(r, pairs, i, j);
+          c[static_cast<size_t>(j)] = cell.c;
+          s[static_cast<size_t>(j)] = cell.s;
+        }
+        for (int64_t k = 0; k < blocks; ++k) {  // as apply's prepare_angles: block k's lanes at 2 k width
+          const float* ck = c.data() + k * (width / 2);
+          const float* sk = s.data() + k * (width / 2);
+          float* lk = lanes.data() + 2 * k * width;
+          if constexpr (std::is_same_v<T, float>) prepare_lanes_f32(ck, sk, width / 2, interleaved, lk);
+          if constexpr (std::is_same_v<T, F16>) prepare_lanes_f16(ck, sk, width / 2, interleaved, lk);
+          if constexpr (std::is_same_v<T, BF16>) prepare_lanes_bf16(ck, sk, width / 2, interleaved, lk);
+        }
+        formed = i;
+      }
+      const int64_t in_at = cache_index(r.in, slot, 0, 0);
+      const int64_t out_at = cache_index(r.out, slot, 0, 0);
+      RowArgs row;
+      row.in = static_cast<const unsigned char*>(r.in.data) + in_at * es;
+      row.out = static_cast<unsigned char*>(r.out.data) + out_at * es;
+      row.heads = r.heads;
+      row.in_head_stride = r.in.strides[2];
+      row.out_head_stride = r.out.strides[2];
+      row.rotary_dim = a.rotary_dim;
+      row.head_dim = a.head_dim;
+      row.rotary_offset = a.rotary_offset;
+      row.blocks = blocks;
+      row.interleaved = interleaved;
+      // Out of place (rerotate_item's `moved`): the channels outside the slice copied bit for bit.
+      row.copy_tail = r.out.data != r.in.data || out_at != in_at;
+      row.c = c.data();
+      row.s = s.data();
+      row.lanes = lanes.data();
+      if constexpr (std::is_same_v<T, float>) rotate_heads_f32(row);
+      if constexpr (std::is_same_v<T, F16>) rotate_heads_f16(row);
+      if constexpr (std::is_same_v<T, BF16>) rotate_heads_bf16(row);
+    }
+  };
+  if (team <= 1) {
+    run(0, r.count);
+  } else {
+#pragma omp parallel num_threads(team)
+    {
+      const int64_t count = omp_get_num_threads();
+      const int64_t me = omp_get_thread_num();
+      run(r.count * me / count, r.count * (me + 1) / count);
+    }
+  }
+}
+
 }  // namespace
+
+bool cpu_rerotate_rows(const RerotateKernelArgs& r, int team) {
+  // The cache's own dtypes (a quantised cache takes the body's dequantise-turn-requantise), head rows
+  // with contiguous channels, as apply's row kernel reads them.
+  if (r.in.dtype != r.out.dtype || r.in.strides[3] != 1 || r.out.strides[3] != 1) return false;
+  switch (r.in.dtype) {
+    case DType::f32: rerotate_rows<float>(r, team); return true;
+    case DType::f16: rerotate_rows<F16>(r, team); return true;
+    case DType::bf16: rerotate_rows<BF16>(r, team); return true;
+    default: return false;
+  }
+}
 
 bool cpu_fused_rows(const FusedKernelArgs& f, int team) {
   const KernelArgs& a = f.rope;

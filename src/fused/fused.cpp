@@ -622,9 +622,13 @@ void cpu_fused(const FusedKernelArgs& f, int threads, Backend backend) {
   with_storage(f.rope.dtype, [&]<class T>() { run_fused<T>(f, backend == Backend::reference ? 1 : threads); });
 }
 
-void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads) {
+void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads, Backend backend) {
   if (r.count == 0) return;
-  run_rerotate(r, threads);
+  if (backend != Backend::reference) {
+    const int64_t bytes = r.heads * r.rope.head_dim * size_of(r.in.dtype) * 2;
+    if (cpu_rerotate_rows(r, team_size(threads, r.count, bytes))) return;
+  }
+  run_rerotate(r, backend == Backend::reference ? 1 : threads);
 }
 
 }  // namespace detail
@@ -689,7 +693,7 @@ void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args) {
     rows = detail::table_rows(*args.table, args.positions, args.slots.count, row_index);
   }
   const detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, args, rows ? &*rows : nullptr);
-  detail::cpu_rerotate_cache(r, args.backend == Backend::reference ? 1 : args.threads);
+  detail::cpu_rerotate_cache(r, args.threads, args.backend);
 }
 
 }  // namespace rotary

@@ -32,6 +32,12 @@ void cpu_fused(const FusedKernelArgs& f, int threads, Backend backend);
 /// The vectorised CPU path (src/fused/cpu_rows.cpp) with a team of `team` threads: false (nothing
 /// done) for the dtypes it does not serve (f64).
 bool cpu_fused_rows(const FusedKernelArgs& f, int team);
-void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads);
+/// rerotate_cache's CPU loop: slots over OpenMP threads, per slot the vectorised rows
+/// (cpu_rerotate_rows: f32, f16 and bf16 caches with contiguous channels) or, for quantised caches,
+/// other strides and Backend::reference (one thread), the body. Bit-identical either way.
+void cpu_rerotate_cache(const RerotateKernelArgs& r, int threads, Backend backend);
+/// The vectorised path (src/fused/cpu_rows.cpp) with a team of `team` threads: false (nothing done)
+/// for the caches it does not serve.
+bool cpu_rerotate_rows(const RerotateKernelArgs& r, int team);
 
 }  // namespace rotary::detail
