@@ -572,6 +572,35 @@ TEST(Cli, BenchTimesRerotateAndSwitch) {
                         "rerotate, switch");
 }
 
+// `rotary-dev bench --cases rope_store,qk_norm_rope,rerotate_cache` times the fused operations: a
+// prefill and a decode row each (rerotate_cache: the eviction of a 4096-token cache only), every
+// ratio finite, decode rows against a plain apply call.
+TEST(Cli, BenchTimesTheFusedOperations) {
+  const Result r = run({"bench", "--cases", "rope_store,qk_norm_rope,rerotate_cache", "--dtypes", "bf16", "--angles",
+                        "table", "--threads", "1", "--reps", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 5u) << r.out;
+  const std::vector<std::pair<std::string, std::string>> want = {{"rope_store", "prefill"}, {"rope_store", "decode"},
+                                                                 {"qk_norm_rope", "prefill"},
+                                                                 {"qk_norm_rope", "decode"},
+                                                                 {"rerotate_cache", "prefill"}};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    EXPECT_EQ(row["case"], want[i].first) << row;
+    EXPECT_EQ(row["shape"], want[i].second) << row;
+    EXPECT_EQ(row["tokens"], want[i].second == "prefill" ? 4096 : 1) << row;
+    std::vector<const char*> fields = {"median_ns", "unfused_median_ns", "ratio_to_unfused", "memcpy_median_ns",
+                                       "ratio_to_memcpy", "gbps"};
+    if (want[i].second == "decode") fields.push_back("ratio_to_apply");
+    for (const char* field : fields) {
+      ASSERT_TRUE(row.contains(field)) << field << " missing in " << row;
+      const double v = row[field].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << field << "=" << v << " in " << row;
+    }
+  }
+}
+
 // `rotary-dev bench --device cuda` where it cannot run (CI: no CUDA device; or a build without the CUDA
 // backend): exit 2 and one line naming why, after every option is checked (the same error for the
 // same command line on any machine). --device takes cpu or cuda, excerpted when it is neither.

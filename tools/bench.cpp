@@ -602,10 +602,15 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostre
 //                          rows (8 x 128) to its slot (vLLM's reshape_and_cache)
 //            qk_norm_rope: a plain RMSNorm loop (float32, rounded to the dtype, times the weight)
 //                          over q's and k's heads in place, then apply(q, k in place)
+//            rerotate_cache: an eviction moving every cached key (prefill: the 4096 tokens' k rows,
+//                          in the cache) by one delta: gather the slots' rows, rerotate, scatter
+//                          back (what an engine without the in-place kernel runs); no decode row
 //   copy:    memcpy of the bytes the fused op must move: rope_store q, k and v (read q, k, v; write
-//            q, k rows, v rows), qk_norm_rope q and k (read and write both)
+//            q, k rows, v rows), qk_norm_rope q and k (read and write both), rerotate_cache the k
+//            rows (read and written)
 //   apply:   decode only, the plain rotary call on the same q and k (the 1.5x target)
-constexpr const char* kFusedCases[] = {"rope_store", "qk_norm_rope"};
+constexpr const char* kFusedCases[] = {"rope_store", "qk_norm_rope", "rerotate_cache"};
+constexpr int64_t kEvictionDelta = -512;
 constexpr int64_t kFusedBlock = 16;
 
 struct FusedRow {
@@ -669,7 +674,10 @@ void fused_rows(const std::string& op, const std::string& shape, const std::stri
   const int64_t blocks = 2 * ((tokens + kFusedBlock - 1) / kFusedBlock);
   const int64_t cache_bytes = blocks * kFusedBlock * hk * kHeadDim * es;
   const bool store = op == "rope_store";
-  const int64_t moved = store ? q_bytes + 2 * kv_bytes : q_bytes + kv_bytes;  // bytes read (= bytes written)
+  const bool evict = op == "rerotate_cache";
+  if (evict && decode) return;
+  // bytes read (= bytes written)
+  const int64_t moved = store ? q_bytes + 2 * kv_bytes : evict ? kv_bytes : q_bytes + kv_bytes;
   std::vector<unsigned char> in_storage(static_cast<size_t>(q_bytes + 2 * kv_bytes) + kBufferAlignment);
   std::vector<unsigned char> out_storage(static_cast<size_t>(q_bytes + 2 * kv_bytes + kOutputSkew) + kBufferAlignment);
   std::vector<unsigned char> k_cache_storage(static_cast<size_t>(cache_bytes) + kBufferAlignment);
@@ -709,8 +717,20 @@ void fused_rows(const std::string& op, const std::string& shape, const std::stri
   const CacheView k_view = CacheView::nhd(k_cache, dtype, blocks, kFusedBlock, hk, kHeadDim);
   const CacheView v_view = CacheView::nhd(v_cache, dtype, blocks, kFusedBlock, hk, kHeadDim);
   const int64_t row_bytes = hk * kHeadDim * es;
+  // rerotate_cache: the k rows start in the cache (rope_store's scatter of k), then move by one delta.
+  std::vector<int64_t> deltas(static_cast<size_t>(tokens), kEvictionDelta);
+  std::vector<unsigned char> gathered(evict ? static_cast<size_t>(kv_bytes) : 0);
+  if (evict) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::memcpy(k_cache + slots[static_cast<size_t>(t)] * row_bytes, k + t * row_bytes, static_cast<size_t>(row_bytes));
+    }
+  }
   auto fused = [&](int threads) {
-    if (store) {
+    if (evict) {
+      rerotate_cache(schedule, RerotateCacheArgs{.cache = k_view, .slots = Slots::of(std::span<const int64_t>(slots)),
+                                                 .mode = RerotateMode::delta, .delta = deltas.data(),
+                                                 .threads = threads});
+    } else if (store) {
       RopeStoreArgs a{.rope = rope_args(threads)};
       a.cache.slots = Slots::of(std::span<const int64_t>(slots));
       a.cache.k_cache = k_view;
@@ -725,7 +745,21 @@ void fused_rows(const std::string& op, const std::string& shape, const std::stri
     }
   };
   auto unfused = [&](int threads) {
-    if (store) {
+    if (evict) {
+#pragma omp parallel for num_threads(threads) if (tokens >= 64)
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::memcpy(gathered.data() + t * row_bytes, k_cache + slots[static_cast<size_t>(t)] * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
+      rerotate(schedule, RotatedKeys{.k = view(gathered.data(), hk), .positions = Positions::sequential(kDecodePosition),
+                                     .threads = threads},
+               std::span<const int64_t>(&deltas[0], 1));
+#pragma omp parallel for num_threads(threads) if (tokens >= 64)
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::memcpy(k_cache + slots[static_cast<size_t>(t)] * row_bytes, gathered.data() + t * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
+    } else if (store) {
       apply(schedule, rope_args(threads));
 #pragma omp parallel for num_threads(threads) if (tokens >= 64)
       for (int64_t t = 0; t < tokens; ++t) {
@@ -795,14 +829,15 @@ std::string json_fused_row(const FusedRow& r) {
 void print_fused_table(const std::vector<FusedRow>& rows, const BenchOptions& o, std::ostream& out) {
   out << fmt::format("rotary-dev bench — fused operations, Llama-3.1-8B (32 q / 8 kv heads, head_dim 128), paged NHD "
                      "cache of 16-slot blocks, shuffled block table; medians of {} interleaved repetitions; unfused: "
-                     "apply + a scatter loop (rope_store), an RMSNorm loop + apply (qk_norm_rope); memcpy: the bytes "
-                     "the fused op must move; apply: decode's plain rotary call on the same q and k\n",
+                     "apply + a scatter loop (rope_store), an RMSNorm loop + apply (qk_norm_rope), gather + rerotate + "
+                     "scatter of every cached key by one delta (rerotate_cache); memcpy: the bytes the fused op must "
+                     "move; apply: decode's plain rotary call on the same q and k\n",
                      o.reps);
-  out << fmt::format("{:<13} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10} {:>8} {:>11} {:>9} {:>10} {:>8} {:>9} {:>7}\n", "case",
+  out << fmt::format("{:<14} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10} {:>8} {:>11} {:>9} {:>10} {:>8} {:>9} {:>7}\n", "case",
                      "shape", "dtype", "angles", "thr", "tokens", "median_us", "GB/s", "unfused_us", "/unfused", "memcpy_us",
                      "/memcpy", "apply_us", "/apply");
   for (const FusedRow& r : rows) {
-    out << fmt::format("{:<13} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10.3f} {:>8.2f} {:>11.3f} {:>9.3f} {:>10.3f} {:>8.3f} {:>9} {:>7}\n",
+    out << fmt::format("{:<14} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10.3f} {:>8.2f} {:>11.3f} {:>9.3f} {:>10.3f} {:>8.3f} {:>9} {:>7}\n",
                        r.op, r.shape, r.dtype, r.angles, r.threads, r.tokens, r.fused_ns / 1e3,
                        static_cast<double>(r.bytes) / r.fused_ns, r.unfused_ns / 1e3, r.fused_ns / r.unfused_ns,
                        r.copy_ns / 1e3, r.fused_ns / r.copy_ns,
