@@ -350,6 +350,56 @@ TEST_P(CpuKernels, SpecialValuesMatchTheReference) {
   }
 }
 
+// The caller's own cos/sin may hold float32 NaNs with payload bits anywhere: the bf16 bodies round
+// them NaN-safely (bf16_lanes-inl.h), so a NaN angle gives NaN, as the reference does, never a carry
+// into the sign (a NaN of 0x7fffffff once came out as -0.0). Every non-NaN output equal to the
+// reference's, every target, both pairings, tails.
+TEST_P(CpuKernels, CallersNaNAnglesWithPayloadBitsGiveNaN) {
+  const uint32_t nans[] = {0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7fc08001u, 0xffc0ffffu, 0x7fbfffffu};
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+      const int64_t d = 200, heads = 3, seq = 4, pairs = d / 2;  // 100 pairs: vectors and a tail
+      const Schedule s = make_schedule(Spec{.head_dim = d, .pairing = pairing});
+      std::vector<float> cos(static_cast<size_t>(seq * pairs)), sin(cos.size());
+      std::mt19937_64 rng(7);
+      std::uniform_real_distribution<float> angle(0.0f, 6.28f);
+      for (size_t i = 0; i < cos.size(); ++i) {
+        cos[i] = std::cos(angle(rng));
+        sin[i] = std::sin(angle(rng));
+        if (rng() % 5 == 0) std::memcpy(&(rng() % 2 == 0 ? cos : sin)[i], &nans[rng() % std::size(nans)], 4);
+      }
+      const CallerAngles caller{.index = CallerAngles::Index::per_token, .columns = CallerAngles::Columns::pairs,
+                                .cos = cos.data(), .sin = sin.data(), .shape = {1, seq, pairs},
+                                .cos_strides = {seq * pairs, pairs, 1}, .sin_strides = {seq * pairs, pairs, 1}};
+      const int64_t n = seq * heads * d;
+      Buffer fast(dtype, n, 0, 0);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i) fast.set(i, normal(rng));
+      Buffer ref = fast;
+      for (auto [buffer, backend] : {std::pair{&fast, Backend::cpu}, std::pair{&ref, Backend::reference}}) {
+        apply(s, {.q = TensorView::bshd(buffer->data(), dtype, 1, seq, heads, d), .caller_angles = &caller,
+                  .backend = backend});
+      }
+      const int64_t es = size_of(dtype);
+      int64_t nan_outputs = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double got = fast.get(i), want = ref.get(i);
+        if (std::isnan(want)) {
+          ++nan_outputs;
+          ASSERT_TRUE(std::isnan(got)) << to_string(dtype) << " " << to_string(pairing) << " element " << i
+                                       << " got " << got;
+        } else {
+          ASSERT_EQ(std::memcmp(&fast.bytes[static_cast<size_t>(i * es)], &ref.bytes[static_cast<size_t>(i * es)],
+                                static_cast<size_t>(es)), 0)
+              << to_string(dtype) << " " << to_string(pairing) << " element " << i << " got " << got << " want "
+              << want;
+        }
+      }
+      EXPECT_GT(nan_outputs, n / 10) << "the NaN angles reach the outputs";
+    }
+  }
+}
+
 // On-the-fly float angles (the vectorised row a Table is also filled with) against the scalar exact
 // angle the reference uses (exact_cos_sin, src/math/exact_angle.hpp: CosSinLanes's operations one
 // for one), times the factor and rounded once: the same bits for every value, on every target.

@@ -678,6 +678,48 @@ TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) {
   }
 }
 
+// The caller's float32 weights may hold NaNs with payload bits anywhere: the bf16 norm rows round
+// them NaN-safely, so such a weight gives NaN where the body gives NaN (a NaN of 0x7fffffff once came
+// out of the vector rows as -0.0), in both roundings, with and without weight_offset.
+TEST(FusedRows, QkNormRopeNaNWeightsWithPayloadBitsGiveNaN) {
+  const uint32_t nans[] = {0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7fc08001u, 0xffc0ffffu};
+  int seed = 5700;
+  for (const NormRounding rounding : {NormRounding::llama, NormRounding::gemma}) {
+    for (const float offset : {0.0f, 1.0f}) {
+      test::NormCase c{.schedule = schedule_of(128, 128, Pairing::half), .dtype = DType::bf16, .seed = ++seed};
+      c.rounding = rounding;
+      c.weight_offset = offset;
+      const auto run = [&](Backend backend) {
+        test::NormSetup s(c);
+        std::mt19937 rng(static_cast<uint32_t>(c.seed));
+        s.weight_dtype = DType::f32;  // float32 weights in both roundings, a quarter of them NaNs
+        for (Buffer* w : {&s.q_weight, &s.k_weight}) {
+          w->assign(128 * 4, 0);
+          for (size_t i = 0; i < 128; ++i) {
+            const float value = 0.5f + static_cast<float>(rng() % 100) / 100.0f;
+            std::memcpy(w->data() + 4 * i, &value, 4);
+            if (rng() % 4 == 0) std::memcpy(w->data() + 4 * i, &nans[rng() % std::size(nans)], 4);
+          }
+        }
+        QkNormRopeArgs args = s.norm_args();
+        args.rope.backend = backend;
+        qk_norm_rope(c.schedule, args);
+        return std::vector<rows::Output>{{s.q, c.dtype}, {s.k, c.dtype}};
+      };
+      const auto body = run(Backend::reference);
+      const auto fast = run(Backend::automatic);
+      rows::expect_same(body, fast, c.name());
+      int64_t nan_outputs = 0;
+      for (const auto& out : body) {
+        for (int64_t i = 0; i < static_cast<int64_t>(out.bytes.size()) / 2; ++i) {
+          nan_outputs += std::isnan(test::load_value(out.dtype, out.bytes.data(), i));
+        }
+      }
+      EXPECT_GT(nan_outputs, 0) << c.name();
+    }
+  }
+}
+
 // Many heads: the head-scope sums run as transposed blocks of as many heads as a vector has double
 // lanes (four, two and one block side by side), with channels after the last whole block and heads
 // after the last block summed one by one; 59 and 13 heads and 98 channels leave each part some work

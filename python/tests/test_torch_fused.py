@@ -511,6 +511,9 @@ STORE_BAD_TYPES = {
     "offset": (dict(offset=1.5, positions=None), "^offset must be an int, got float"),
     "q int": (dict(q=torch.zeros(6, 4, 64, dtype=torch.int32)), "^q dtype must be float32"),
     "q_out bf16": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16)), "^q_out dtype must be float8_e4m3fn"),
+    # bytes where a str is asked for (the extension's string arguments would take them)
+    "scale_mode bytes": (dict(scale_mode=b"divide"), "^scale_mode must be a str, got bytes"),
+    "numerics bytes": (dict(numerics=b"exact"), "^numerics must be a str, got bytes"),
 }
 
 STORE_BAD_VALUES = {
@@ -884,6 +887,13 @@ NORM_BAD = {
                                         slots=torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 0])), r"slots\[8\]=0 repeats"),
     "v without norm or cache": (ValueError, dict(v=torch.zeros(9, 2, 64, dtype=torch.bfloat16)),
                                 "^v is given but neither v_norm=True nor k_cache"),
+    # checked without a cache too (the extension reads them only with one)
+    "scale_mode without cache": (ValueError, dict(scale_mode="bogus"), "^scale_mode='bogus' must be 'divide' or"),
+    "k_scale without cache": (ValueError, dict(k_scale=torch.ones(2, 2)), "^k_scale must have 0 or 1 dimension"),
+    "v_scale kind without cache": (TypeError, dict(v_scale=torch.ones(2, dtype=torch.int32)),
+                                   "^v_scale must be a float or a floating-point tensor"),
+    "order bytes": (TypeError, dict(order=b"norm_rope"), "^order must be a str, got bytes"),
+    "numerics bytes": (TypeError, dict(numerics=b"exact"), "^numerics must be a str, got bytes"),
 }
 
 

@@ -191,8 +191,9 @@ HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArg
   return j / 2;  // L is even: whole pairs
 }
 
-// bf16, interleaved: u32 lane i holds the pair (a_i, b_i); natural angles.
-template <bool kStream>
+// bf16, interleaved: u32 lane i holds the pair (a_i, b_i); natural angles. kNanSafe: the angles
+// are the caller's (RowArgs::caller_angles), whose NaNs may carry payload bits (RoundAtBit16).
+template <bool kStream, bool kNanSafe>
 HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
@@ -204,14 +205,14 @@ HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, cons
     const VF b = Bf16Odd(w);
     const VF c = InRegister(hn::LoadU(DF(), args.c + i));
     const VF s = InRegister(hn::LoadU(DF(), args.s + i));
-    StoreBf16Words<kStream>(PackBf16(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
+    StoreBf16Words<kStream>(PackBf16<kNanSafe>(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
   }
   return i;
 }
 
 // bf16, half pairing: blocks of 2L pairs; one load of x[i..i+2L) gives pairs i, i+2, .. (even)
 // and i+1, i+3, .. (odd), so args.lanes holds per block [c_even | c_odd | s_even | s_odd].
-template <bool kStream>
+template <bool kStream, bool kNanSafe>
 HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
@@ -223,8 +224,8 @@ HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowAr
     const float* block = args.lanes + 2 * i;
     const VF ce = InRegister(hn::LoadU(DF(), block)), co = InRegister(hn::LoadU(DF(), block + L));
     const VF se = InRegister(hn::LoadU(DF(), block + 2 * L)), so = InRegister(hn::LoadU(DF(), block + 3 * L));
-    StoreBf16Words<kStream>(PackBf16(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
-    StoreBf16Words<kStream>(PackBf16(RotMinus(be, ce, ae, hn::Neg(se)), RotMinus(bo, co, ao, hn::Neg(so))),
+    StoreBf16Words<kStream>(PackBf16<kNanSafe>(RotMinus(ae, ce, be, se), RotMinus(ao, co, bo, so)), out + i);
+    StoreBf16Words<kStream>(PackBf16<kNanSafe>(RotMinus(be, ce, ae, hn::Neg(se)), RotMinus(bo, co, ao, hn::Neg(so))),
                    out + h + i);
   }
   return i;
@@ -297,8 +298,12 @@ template <class Tag, bool kStream, class T>
 HWY_INLINE int64_t RotateSliceVectors(const T* in, T* out, const RowArgs& args) {
 #if ROTARY_VECTOR_BODY
   if constexpr (std::is_same_v<Tag, BF16Tag>) {
-    return args.interleaved ? RotateBf16Interleaved<kStream>(in, out, args)
-                            : RotateBf16Half<kStream>(in, out, args);
+    if (args.caller_angles) {
+      return args.interleaved ? RotateBf16Interleaved<kStream, true>(in, out, args)
+                              : RotateBf16Half<kStream, true>(in, out, args);
+    }
+    return args.interleaved ? RotateBf16Interleaved<kStream, false>(in, out, args)
+                            : RotateBf16Half<kStream, false>(in, out, args);
   } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
     return args.interleaved ? RotateInterleavedDuplicated<Tag, kStream>(in, out, args)
                             : RotateHalfNatural<Tag, kStream>(in, out, args);

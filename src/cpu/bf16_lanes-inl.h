@@ -32,18 +32,32 @@ using DU16 = hn::Repartition<uint16_t, DF>;  // the same bytes as 2L u16 lanes
 
 HWY_INLINE VF Bf16Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
 HWY_INLINE VF Bf16Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xffff0000u))); }
-// float bits + 0x7fff + lsb: nearest even at bit 16 (a carry into the exponent gives inf, as it
-// must). NaNs here come from bf16 inputs or from arithmetic, so their low 16 bits are zero and
-// they stay NaN (detail::f32_to_bf16 agrees on them; a NaN with low payload bits cannot arise).
+// The float's bf16 in the high half of its lane (the low half is not part of the result): float
+// bits + 0x7fff + lsb, nearest even at bit 16 (a carry into the exponent gives inf, as it must).
+// A NaN must not carry: kNanSafe keeps its top payload bits and makes it quiet, as
+// detail::f32_to_bf16 does. Without kNanSafe, every NaN must have its low 16 bits zero, as the NaNs
+// of bf16 inputs and of arithmetic on them and on computed angles do; a float32 NaN of the caller's
+// (a weight, a cos/sin of its own) may have payload bits there and would carry into the sign.
+template <bool kNanSafe = false>
 HWY_INLINE VU RoundAtBit16(VF v) {
   const DU du;
   const VU u = hn::BitCast(du, v);
-  return hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+  const VU rounded = hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u)));
+  if constexpr (kNanSafe) {
+    return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(u, hn::Set(du, 0x00400000u)), rounded);
+  } else {
+    return rounded;
+  }
 }
 // v rounded to bf16 and widened back (round_to<BF16> lane by lane).
-HWY_INLINE VF RoundToBf16(VF v) { return hn::BitCast(DF(), hn::And(RoundAtBit16(v), hn::Set(DU(), 0xffff0000u))); }
+template <bool kNanSafe = false>
+HWY_INLINE VF RoundToBf16(VF v) {
+  return hn::BitCast(DF(), hn::And(RoundAtBit16<kNanSafe>(v), hn::Set(DU(), 0xffff0000u)));
+}
+template <bool kNanSafe = false>
 HWY_INLINE VU PackBf16(VF even, VF odd) {
-  return hn::Or(hn::ShiftRight<16>(RoundAtBit16(even)), hn::And(RoundAtBit16(odd), hn::Set(DU(), 0xffff0000u)));
+  return hn::Or(hn::ShiftRight<16>(RoundAtBit16<kNanSafe>(even)),
+                hn::And(RoundAtBit16<kNanSafe>(odd), hn::Set(DU(), 0xffff0000u)));
 }
 HWY_INLINE VU LoadBf16Words(const uint16_t* p) { return hn::BitCast(DU(), hn::LoadU(DU16(), p)); }
 }  // namespace bf16_lanes

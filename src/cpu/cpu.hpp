@@ -72,6 +72,9 @@ struct RowArgs {
   /// vectors non-temporally (no read of the destination line first, as memcpy does at that size).
   /// The caller fences (stream_fence) before the results are handed over.
   bool stream = false;
+  /// The angles are the caller's (CallerAngles): a NaN among them may carry payload bits, which the
+  /// bf16 bodies then round NaN-safely (bf16_lanes-inl.h).
+  bool caller_angles = false;
   const float* c = nullptr;
   const float* s = nullptr;
   const float* lanes = nullptr;

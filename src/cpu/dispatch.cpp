@@ -141,6 +141,7 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     row.interleaved = args.pair_step == 2;
     row.copy_tail = copies_tail(args, op);
     row.stream = stream && !op.in_place;
+    row.caller_angles = args.angle_source == KernelAngleSource::caller;
     row.c = angles.c;
     row.s = angles.s;
     row.lanes = angles.lanes;

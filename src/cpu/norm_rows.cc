@@ -16,7 +16,16 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 namespace {
 
-#if HWY_TARGET != HWY_SCALAR
+// The vector code here keeps vectors in arrays and struct members, which scalable targets (SVE,
+// RVV: sizeless vector types) cannot hold: those, and the scalar target, take the plain loops.
+#undef ROTARY_NORM_VECTORS
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+#define ROTARY_NORM_VECTORS 1
+#else
+#define ROTARY_NORM_VECTORS 0
+#endif
+
+#if ROTARY_NORM_VECTORS
 namespace hn = hwy::HWY_NAMESPACE;
 using DD = hn::ScalableTag<double>;
 using VD = hn::Vec<DD>;
@@ -85,9 +94,7 @@ int64_t SumsTransposed(const void* const* rows, int64_t count, int64_t n, double
   if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BF16>) {
     return 0;  // f16: InOrderSums' loop
   } else {
-    // kLanes is the most lanes a vector may have; a scalable target (SVE, RVV) may have fewer:
-    // InOrderSums' loop then.
-    if (kLanes < 2 || n < kLanes || static_cast<int64_t>(hn::Lanes(DD())) != kLanes) return 0;
+    if (kLanes < 2 || n < kLanes) return 0;
     int64_t i = 0;
     for (; i + 4 * kLanes <= count; i += 4 * kLanes) SumSquaresTransposed<T, 4>(rows + i, n, sums + i);
     if (i + 2 * kLanes <= count) {
@@ -197,13 +204,13 @@ struct Bf16SquareSum {
   }
 };
 
-#endif  // HWY_TARGET != HWY_SCALAR
+#endif  // ROTARY_NORM_VECTORS
 
 // The in-order sums of `count` rows (rows[i]: a row's first element, element stride `stride`).
 template <class T>
 void InOrderSums(const void* const* rows, int64_t count, int64_t stride, int64_t n, double* sums) {
   int64_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
   if (stride == 1) i = SumsTransposed<T>(rows, count, n, sums);
 #endif
   // Eight rows side by side, each summed in channel order (independent chains: the order of each
@@ -233,7 +240,7 @@ void SquareSumsImpl(const void* base, int64_t head_stride, int64_t stride, int64
   using Bits = typename Storage<T>::Bits;
   const auto row = [&](int64_t h) { return static_cast<const Bits*>(base) + h * head_stride; };
   if (all_heads) {
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
     if constexpr (std::is_same_v<T, BF16>) {
       if (stride == 1) {
         Bf16SquareSum sum;
@@ -257,7 +264,7 @@ void SquareSumsImpl(const void* base, int64_t head_stride, int64_t stride, int64
     const int64_t count = std::min(kChunk, heads - h0);
     int64_t left = 0;
     for (int64_t i = 0; i < count; ++i) {
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
       if constexpr (std::is_same_v<T, BF16>) {
         if (stride == 1) {
           Bf16SquareSum sum;
@@ -290,7 +297,7 @@ void NormFactorsImpl(const void* base, int64_t head_stride, int64_t stride, int6
     const int64_t count = std::min(kChunk, heads - h0);
     SquareSumsImpl<T>(static_cast<const unsigned char*>(base) + h0 * head_stride * es, head_stride, stride, count, n,
                       false, sums);
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
     FactorsFromSums(sums, count, n, eps, r + h0);
 #else
     for (int64_t i = 0; i < count; ++i) r[h0 + i] = norm_factor(sums[i], n, eps);
@@ -318,7 +325,7 @@ void NormaliseRow(const void* src, int64_t src_stride, void* dst, int64_t dst_st
   }
 }
 
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
 // bf16, contiguous: NormaliseRow's steps lane by lane, 2L values a step as u32 words (even and odd
 // elements, bf16_lanes-inl.h); returns the values done.
 template <bool kWeight, bool kGemma>
@@ -334,14 +341,14 @@ int64_t NormaliseBf16Vectors(const uint16_t* src, uint16_t* dst, float r, const 
     b::VF odd = hn::Mul(b::Bf16Odd(words), vr);
     if constexpr (kWeight) {
       const b::VF w0 = hn::LoadU(df, w + c), w1 = hn::LoadU(df, w + c + L);
-      if constexpr (!kGemma) {
-        even = b::RoundToBf16(even);
-        odd = b::RoundToBf16(odd);
+      if constexpr (!kGemma) {  // the weights are the caller's floats: NaN-safe roundings
+        even = b::RoundToBf16<true>(even);
+        odd = b::RoundToBf16<true>(odd);
       }
       even = hn::Mul(even, hn::ConcatEven(df, w1, w0));
       odd = hn::Mul(odd, hn::ConcatOdd(df, w1, w0));
     }
-    hn::StoreU(hn::BitCast(b::DU16(), b::PackBf16(even, odd)), b::DU16(), dst + c);
+    hn::StoreU(hn::BitCast(b::DU16(), b::PackBf16<kWeight>(even, odd)), b::DU16(), dst + c);
   }
   return c;
 }
@@ -350,7 +357,7 @@ int64_t NormaliseBf16Vectors(const uint16_t* src, uint16_t* dst, float r, const 
 template <class T, bool kWeight, bool kGemma>
 void NormaliseRowAnyStride(const NormRow& row) {
   if (row.src_stride == 1 && row.dst_stride == 1) {
-#if HWY_TARGET != HWY_SCALAR
+#if ROTARY_NORM_VECTORS
     if constexpr (std::is_same_v<T, BF16>) {
       const auto* src = static_cast<const uint16_t*>(row.src);
       auto* dst = static_cast<uint16_t*>(row.dst);

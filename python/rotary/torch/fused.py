@@ -397,7 +397,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     """
     if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
             and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None
-            and k_pass_scale is None and cos_sin_cache is None
+            and k_pass_scale is None and cos_sin_cache is None and type(scale_mode) is str and type(numerics) is str
             and kv_layout == "NHD" and type(offset) is int and (offset == 0 or positions is None)
             and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
@@ -551,7 +551,10 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     if (type(rope) is Rope and q is not None and cos_sin_cache is None and kv_layout == "NHD" and type(offset) is int
             and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
             and type(v_norm) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
-            and ((k_cache is None and v_cache is None and slots is None) or (k_cache is not None and slots is not None))
+            and type(order) is str and type(scope) is str and type(rounding) is str and type(numerics) is str
+            and scale_mode in ("divide", "multiply")  # (a str: the binding reads it only with a cache)
+            and ((k_cache is None and v_cache is None and slots is None and k_scale is None and v_scale is None)
+                 or (k_cache is not None and slots is not None))
             and (v is None or v_norm or k_cache is not None)
             and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
             and _eager((q, k, v, k_cache, v_cache), q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots,
