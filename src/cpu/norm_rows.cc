@@ -341,14 +341,16 @@ int64_t NormaliseBf16Vectors(const uint16_t* src, uint16_t* dst, float r, const 
     b::VF odd = hn::Mul(b::Bf16Odd(words), vr);
     if constexpr (kWeight) {
       const b::VF w0 = hn::LoadU(df, w + c), w1 = hn::LoadU(df, w + c + L);
-      if constexpr (!kGemma) {  // the weights are the caller's floats: NaN-safe roundings
-        even = b::RoundToBf16<true>(even);
-        odd = b::RoundToBf16<true>(odd);
+      if constexpr (!kGemma) {
+        even = b::RoundToBf16(even);
+        odd = b::RoundToBf16(odd);
       }
       even = hn::Mul(even, hn::ConcatEven(df, w1, w0));
       odd = hn::Mul(odd, hn::ConcatOdd(df, w1, w0));
     }
-    hn::StoreU(hn::BitCast(b::DU16(), b::PackBf16<kWeight>(even, odd)), b::DU16(), dst + c);
+    // A NaN here has a zero low half: from the data, the factor, or a weight (cpu_rows.cpp's
+    // effective_weights clears a caller's NaN weight's low half).
+    hn::StoreU(hn::BitCast(b::DU16(), b::PackBf16(even, odd)), b::DU16(), dst + c);
   }
   return c;
 }

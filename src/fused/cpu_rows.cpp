@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -54,13 +55,23 @@ void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DT
 
 // The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
 // float), once per call and thread: n values (the caller's own f32 weights when they are those values, else
-// formed into `owned`), or null without a weight.
-const float* effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n, std::vector<float>& owned) {
+// formed into `owned`), or null without a weight. bf16 data: a NaN weight with payload bits in its
+// low half is given them cleared and its quiet bit set (owned). The bf16 rows' rounding at bit 16
+// takes NaNs to have a zero low half (bf16_lanes-inl.h), and x * w of such a weight rounds to the
+// bf16 that f32_to_bf16 makes of x * w with the caller's weight: the same bits.
+const float* effective_weights(const FusedKernelArgs& f, const KernelWeight& w, int64_t n, DType data,
+                               std::vector<float>& owned) {
   if (w.data == nullptr) return nullptr;
-  if (w.dtype == DType::f32 && f.weight_offset == 0.0f) return static_cast<const float*>(w.data);  // load_weight's values
+  const auto nan_with_low_bits = [](float v) { return std::isnan(v) && (float_bits(v) & 0xffffu) != 0; };
+  if (w.dtype == DType::f32 && f.weight_offset == 0.0f) {  // load_weight's values
+    const auto* values = static_cast<const float*>(w.data);
+    if (data != DType::bf16 || std::none_of(values, values + n, nan_with_low_bits)) return values;
+  }
   owned.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    owned[static_cast<size_t>(i)] = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
+    float v = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
+    if (data == DType::bf16 && nan_with_low_bits(v)) v = float_from_bits((float_bits(v) & 0xffff0000u) | 0x00400000u);
+    owned[static_cast<size_t>(i)] = v;
   }
   return owned.data();
 }
@@ -106,8 +117,8 @@ void run_rows(const FusedKernelArgs& f, int team) {
     const int64_t q_weights = f.all_heads ? a.operands[0].heads * hd : hd;
     const int64_t k_weights = f.all_heads && a.operand_count > 1 ? a.operands[1].heads * hd : hd;
     std::vector<float> owned[2];
-    const float* weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights, owned[0]) : nullptr,
-                               f.norm ? effective_weights(f, f.k_weight, k_weights, owned[1]) : nullptr};
+    const float* weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights, a.dtype, owned[0]) : nullptr,
+                               f.norm ? effective_weights(f, f.k_weight, k_weights, a.dtype, owned[1]) : nullptr};
     const Scratch v_row = f.v.in != nullptr && f.v_norm ? scratch(f.v.dim * es) : nullptr;
     KernelArgs t = a;
     t.error = nullptr;
