@@ -14,6 +14,7 @@ ties to the even code, after saturating to the largest finite value.
 """
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -513,6 +514,7 @@ STORE_BAD_TYPES = {
     "q_out bf16": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16)), "^q_out dtype must be float8_e4m3fn"),
     # bytes where a str is asked for (the extension's string arguments would take them)
     "scale_mode bytes": (dict(scale_mode=b"divide"), "^scale_mode must be a str, got bytes"),
+    "kv_layout array": (dict(kv_layout=np.array("NHD")), "^kv_layout must be a str, got ndarray"),
     "numerics bytes": (dict(numerics=b"exact"), "^numerics must be a str, got bytes"),
 }
 
@@ -624,6 +626,11 @@ def test_engine_shaped_eager_calls_take_the_fast_path(monkeypatch):
     qk_norm_rope(norm_rope, q2, k2, qw, kw, eps=1e-6, positions=npos)
     assert_same_bits(q2, norm_want[0], "q")
     assert_same_bits(k2, norm_want[1], "k")
+    q3, k3 = nq.clone(), nk.clone()  # a model's weights: Parameters (requiring grad, only read)
+    qk_norm_rope(norm_rope, q3, k3, torch.nn.Parameter(qw.clone()), torch.nn.Parameter(kw.clone()), eps=1e-6,
+                 positions=npos)
+    assert_same_bits(q3, norm_want[0], "q")
+    assert_same_bits(k3, norm_want[1], "k")
 
 
 FAST_PATH_DECLINES = {

@@ -16,10 +16,12 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::HWY_NAMESPACE {
 namespace {
 
-// The vector code here keeps vectors in arrays and struct members, which scalable targets (SVE,
-// RVV: sizeless vector types) cannot hold: those, and the scalar target, take the plain loops.
+// The vector code here keeps vectors in arrays and struct members, which SVE and RVV targets
+// (sizeless vector types, even where HWY_HAVE_SCALABLE is 0: SVE_256, SVE2_128) cannot hold: those,
+// and the scalar target, take the plain loops (CMake disables them for the library besides).
 #undef ROTARY_NORM_VECTORS
-#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE && \
+    (HWY_TARGET & (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)) == 0
 #define ROTARY_NORM_VECTORS 1
 #else
 #define ROTARY_NORM_VECTORS 0

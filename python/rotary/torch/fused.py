@@ -45,6 +45,7 @@ from . import _dispatch_modes, _is_compiling, _shapes_only
 __all__ = ["rope_store", "qk_norm_rope", "rerotate_cache", "slots_from_page_table"]
 
 Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 Scale = Union[None, float, Tensor]
 
 _MODEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -236,7 +237,8 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 
 
 def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
-    """Whether a call may take the eager fast path: every tensor given a plain torch.Tensor, all on one
+    """Whether a call may take the eager fast path: every tensor given a plain torch.Tensor (or an
+    nn.Parameter, only read: a model's norm weights), all on one
     device with fused kernels (the CPU, or CUDA in a build with them), none of ``written`` requiring
     grad while grad is enabled, nothing tracing (as ``_direct``). The fast path hands the tensors to
     the extension as they are; a shape, dtype or layout it does not take raises there before anything
@@ -246,7 +248,7 @@ def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not Tensor:
+        if type(t) is not Tensor and type(t) is not _Parameter:  # a model's norm weights are Parameters
             return False
         if t.is_cuda:
             if not _rotary.cuda:
@@ -398,7 +400,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
             and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None
             and k_pass_scale is None and cos_sin_cache is None and type(scale_mode) is str and type(numerics) is str
-            and kv_layout == "NHD" and type(offset) is int and (offset == 0 or positions is None)
+            and type(kv_layout) is str and kv_layout == "NHD"
+            and type(offset) is int and (offset == 0 or positions is None)
             and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
             and _eager((q, k_cache, v_cache), q, k, v, k_cache, v_cache, slots, positions, k_scale, v_scale)):
@@ -548,7 +551,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     TypeError, ValueError
         As ``rope_store``, naming the argument; then nothing is written.
     """
-    if (type(rope) is Rope and q is not None and cos_sin_cache is None and kv_layout == "NHD" and type(offset) is int
+    if (type(rope) is Rope and q is not None and cos_sin_cache is None
+            and type(kv_layout) is str and kv_layout == "NHD" and type(offset) is int
             and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
             and type(v_norm) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and type(order) is str and type(scope) is str and type(rounding) is str and type(numerics) is str
