@@ -4,6 +4,9 @@
 // build; against a build tree's librotary.a (two builds alternated: run each binary in turn):
 //   g++ -O2 -std=c++20 bench/fused_resident.cpp -Iinclude -Lbuild -lrotary -lhwy -lfmt -fopenmp -o fused_resident
 //   ./fused_resident bf16 16 500 norm
+// Two builds (old, new: this file linked against each tree's librotary.a), alternated 15 times; the
+// record quotes the min and median of each column:
+//   for i in $(seq 15); do ./old bf16 16 500 norm; ./new bf16 16 500 norm; done
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

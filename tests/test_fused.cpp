@@ -938,8 +938,9 @@ TEST_P(QuantRowsTargets, EveryCodeIsQuantHpps) {
 // The norms' sums of squares (src/cpu/norm_rows.cc) are the body's in-order double sums bit for
 // bit on every target. A bf16 row takes a vector-order sum only where that sum is exact, which
 // depends on how far apart its exponents are: rows whose nonzero values span 0 to 24 binades (as
-// outlier channels do), subnormals beside normals, zeros, infinities and NaNs, head and all-heads
-// scope, lengths with and without a tail. The expected sums are the loop written out here.
+// outlier channels do, one in a row's tail too), subnormals beside normals, zeros, infinities and
+// NaNs, head and all-heads scope, lengths with and without a tail. The expected sums are the loop
+// written out here.
 class NormSumsTargets : public hwy::TestWithParamTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(NormSumsTargets);
 
@@ -953,7 +954,10 @@ TEST_P(NormSumsTargets, SumsOfSquaresAreTheInOrderSumsWhateverTheExponentSpread)
     const int64_t es = size_of(dtype);
     for (const int64_t n : {64, 98, 128, 256}) {
       for (int spread = 0; spread <= 24; ++spread) {
-        for (const int kind : {0, 1, 2}) {  // 0: normals, 1: with zeros and subnormals, 2: with an inf or NaN
+        // 0: normals; 1: with zeros and subnormals; 2: with an inf or NaN; 3: one binade, but the
+        // second-to-last channel `spread` binades up (in the tail where a vector's length does not
+        // divide n: the tail's exponents count too)
+        for (const int kind : {0, 1, 2, 3}) {
           const int64_t heads = 9, head_stride = n + 3;
           std::vector<unsigned char> data(static_cast<size_t>(heads * head_stride * es));
           std::uniform_int_distribution<int> binade(0, spread);
@@ -961,7 +965,8 @@ TEST_P(NormSumsTargets, SumsOfSquaresAreTheInOrderSumsWhateverTheExponentSpread)
           std::vector<float> values(static_cast<size_t>(heads * head_stride));
           for (int64_t i = 0; i < heads * head_stride; ++i) {
             const int lowest = dtype == DType::f16 ? -11 : -8;  // binades within every dtype's range
-            float v = std::ldexp(mantissa(rng), binade(rng) + lowest) * (rng() % 2 == 0 ? 1.0f : -1.0f);
+            const int up = kind != 3 ? binade(rng) : i % head_stride == n - 2 ? spread : 0;
+            float v = std::ldexp(mantissa(rng), up + lowest) * (rng() % 2 == 0 ? 1.0f : -1.0f);
             const float subnormal = dtype == DType::f32 ? 0x1p-140f : dtype == DType::f16 ? 0x1p-24f : 0x1p-133f;
             if (kind == 1 && rng() % 13 == 0) v = rng() % 2 == 0 ? 0.0f : subnormal;
             if (kind == 2 && rng() % 97 == 0) v = rng() % 2 == 0 ? INFINITY : NAN;
@@ -991,7 +996,7 @@ TEST_P(NormSumsTargets, SumsOfSquaresAreTheInOrderSumsWhateverTheExponentSpread)
       }
     }
   }
-  EXPECT_EQ(compared, 3 * 4 * 25 * 3 * 10);
+  EXPECT_EQ(compared, 3 * 4 * 25 * 4 * 10);
 }
 
 // Each Highway target this build compiles (hwy::SetSupportedTargetsForTest): the rows' rotation is

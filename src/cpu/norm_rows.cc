@@ -192,14 +192,15 @@ struct Bf16SquareSum {
   bool Finish(int64_t count, double* sum) const {
     const DU16 d16;
     const uint32_t max_m = std::max<uint32_t>(hn::GetLane(hn::MaxOfLanes(d16, top)), tail_top);
-    const uint32_t min_m = std::min<uint32_t>(hn::GetLane(hn::MinOfLanes(d16, bottom)), tail_bottom);
-    const uint32_t hi = std::max<uint32_t>(max_m >> 7, 1);
-    const uint32_t lo = min_m == 0xffff ? hi : std::max<uint32_t>((min_m + 1) >> 7, 1);
-    if (max_m == 0) {
+    if (max_m == 0) {  // zeros only
       *sum = 0;
       return true;
     }
-    if (!ExactBf16Sum(lo, hi, count)) return false;
+    // A nonzero value exists, so min_m (its magnitude - 1) is below 0x7fff.
+    const uint32_t min_m = std::min<uint32_t>(hn::GetLane(hn::MinOfLanes(d16, bottom)), tail_bottom);
+    if (!ExactBf16Sum(std::max<uint32_t>((min_m + 1) >> 7, 1), std::max<uint32_t>(max_m >> 7, 1), count)) {
+      return false;
+    }
     const DD dd;
     *sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3])))) + tail;
     return true;

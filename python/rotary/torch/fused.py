@@ -237,13 +237,13 @@ def _refuse_grad(**tensors: Optional[Tensor]) -> None:
 
 
 def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
-    """Whether a call may take the eager fast path: every tensor given a plain torch.Tensor (or an
-    nn.Parameter, only read: a model's norm weights), all on one
-    device with fused kernels (the CPU, or CUDA in a build with them), none of ``written`` requiring
-    grad while grad is enabled, nothing tracing (as ``_direct``). The fast path hands the tensors to
-    the extension as they are; a shape, dtype or layout it does not take raises there before anything
-    is written, and the call then takes the general path, which converts or names it. Written for a
-    decode step's budget: type tests and C attributes only."""
+    """Whether a call may take the eager fast path: every tensor given a plain torch.Tensor or an
+    nn.Parameter (a model's norm weights), all on one device with fused kernels (the CPU, or CUDA in
+    a build with them), none of ``written`` requiring grad while grad is enabled, nothing tracing (as
+    ``_direct``). The fast path hands the tensors to the extension as they are; a shape, dtype or
+    layout it does not take raises there before anything is written, and the call then takes the
+    general path, which converts or names it. Written for a decode step's budget: type tests and C
+    attributes only."""
     device = None
     for t in tensors:
         if t is None:
