@@ -285,6 +285,38 @@ TEST_P(CpuKernels, NonTemporalStoresMatchTheReference) {
   EXPECT_EQ(detail::streamed_call_count() - streamed_before, cases);  // every CPU call streamed
 }
 
+// Calls that stream from memory prefetch a later token's rows as they go (RowArgs::prefetch_in,
+// prefetch_out); forced here for every size, with and without streaming stores: every layout (a
+// head-major one, a slice of a fused QKV buffer, batch boundaries within the prefetch distance),
+// in and out of place, partial rotary with its tail copied, gives the reference's bytes and touches
+// nothing outside the view.
+TEST_P(CpuKernels, PrefetchingCallsMatchTheReference) {
+  const detail::ScopedPrefetchMinBytes every_call(0);
+  const int64_t prefetched_before = detail::prefetched_call_count();
+  const std::vector<std::pair<int64_t, int64_t>> dims = {{128, 128}, {64, 64}, {80, 32}, {128, 64}, {34, 34}, {6, 2}};
+  uint64_t seed = 900;
+  int cases = 0;
+  for (bool stream : {false, true}) {
+    const detail::ScopedStreamMinBytes streams(stream ? 0 : int64_t{1} << 62);
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+      for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+        for (const auto& [d, r] : dims) {
+          for (int lanes = 0; lanes < 4; ++lanes) {
+            run_case({.dtype = dtype, .pairing = pairing, .table = (seed & 1) != 0, .in_place = (seed & 2) != 0,
+                      .head_dim = d, .rotary_dim = r, .seq = static_cast<int64_t>(1 + seed % 13), .lanes = lanes,
+                      .misalign = static_cast<int64_t>(seed % 2), .guard = 64}, seed);
+            ++seed;
+            if (HasFatalFailure()) return;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 4 * 2 * 6 * 4);
+  EXPECT_EQ(detail::prefetched_call_count() - prefetched_before, cases);  // every CPU call prefetched
+}
+
 TEST_P(CpuKernels, SixteenBitResultsAreTheF32ResultRoundedOnce) {
   for (DType dtype : {DType::f16, DType::bf16}) {
     for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {

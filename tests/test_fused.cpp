@@ -591,7 +591,7 @@ void expect_same(const std::vector<Output>& body, const std::vector<Output>& fas
 
 }  // namespace rows
 
-TEST(FusedRows, RopeStoreEqualsTheBodyWithNaNsInfinitiesAndSubnormals) {
+void expect_rope_store_rows_equal_the_body() {
   int seed = 5000;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     for (const DType cache : {dtype, DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f32}) {
@@ -615,8 +615,9 @@ TEST(FusedRows, RopeStoreEqualsTheBodyWithNaNsInfinitiesAndSubnormals) {
     }
   }
 }
+TEST(FusedRows, RopeStoreEqualsTheBodyWithNaNsInfinitiesAndSubnormals) { expect_rope_store_rows_equal_the_body(); }
 
-TEST(FusedRows, RopeStoreWithMropeXposCallerAnglesAndMlaEqualsTheBody) {
+void expect_rope_store_streams_and_sources_equal_the_body() {
   int seed = 5100;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     test::StoreCase mrope;
@@ -652,8 +653,9 @@ TEST(FusedRows, RopeStoreWithMropeXposCallerAnglesAndMlaEqualsTheBody) {
                       mla.name());
   }
 }
+TEST(FusedRows, RopeStoreWithMropeXposCallerAnglesAndMlaEqualsTheBody) { expect_rope_store_streams_and_sources_equal_the_body(); }
 
-TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) {
+void expect_qk_norm_rope_rows_equal_the_body() {
   int seed = 5200;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     for (const NormOrder order : {NormOrder::norm_then_rope, NormOrder::rope_then_norm}) {
@@ -677,6 +679,7 @@ TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) {
     }
   }
 }
+TEST(FusedRows, QkNormRopeEqualsTheBodyInEveryOrderRoundingAndScope) { expect_qk_norm_rope_rows_equal_the_body(); }
 
 // The caller's float32 weights may hold NaNs with payload bits anywhere: the bf16 norm rows round
 // them NaN-safely, so such a weight gives NaN where the body gives NaN (a NaN of 0x7fffffff once came
@@ -750,7 +753,7 @@ TEST(FusedRows, QkNormRopeWithManyHeadsEqualsTheBody) { expect_many_heads_equal_
 // equal deltas) against the body (Backend::reference), bit for bit: runs of equal and of different
 // deltas (per stream for M-RoPE), skipped slots, both pairings, a rotated slice at an offset, raw
 // keys, in place and into another cache, NaNs, infinities and subnormals, one and two threads.
-TEST(FusedRows, RerotateCacheEqualsTheBody) {
+void expect_rerotate_rows_equal_the_body() {
   int seed = 5600;
   const std::vector<std::pair<std::string, Schedule>> schedules = {
       {"half d128", schedule_of(128, 128, Pairing::half)},
@@ -819,6 +822,22 @@ TEST(FusedRows, RerotateCacheEqualsTheBody) {
       }
     }
   }
+}
+TEST(FusedRows, RerotateCacheEqualsTheBody) { expect_rerotate_rows_equal_the_body(); }
+
+// Calls that stream from memory prefetch later tokens' rows (apply's rows with cpu_apply_tokens'
+// prefetch_limit; rerotate_cache's next slot); forced here for every size: the same bits, every
+// layout, and the calls did prefetch.
+TEST(FusedRows, PrefetchingRowsEqualTheBody) {
+  const detail::ScopedPrefetchMinBytes every_call(0);
+  const int64_t before = detail::prefetched_call_count();
+  expect_rope_store_rows_equal_the_body();
+  expect_rope_store_streams_and_sources_equal_the_body();
+  expect_qk_norm_rope_rows_equal_the_body();
+  const int64_t after_store_and_norm = detail::prefetched_call_count();
+  expect_rerotate_rows_equal_the_body();
+  EXPECT_GT(after_store_and_norm, before);
+  EXPECT_GT(detail::prefetched_call_count(), after_store_and_norm);
 }
 
 // Values the composition copies unchanged keep their bits, as apply's pass-through channels and a

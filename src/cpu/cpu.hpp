@@ -13,6 +13,30 @@ namespace rotary::detail {
 /// this, so no count a caller passes (or OMP_NUM_THREADS sets) asks for more threads than can run.
 int useful_threads(int requested, int64_t blocks);
 
+/// cpu_apply calls moving at least prefetch_min_bytes() (read + written; kPrefetchMinBytes, more
+/// than a core's L2 holds, so the rows come from the last-level cache or memory) prefetch the rows
+/// of the token about kPrefetchDistance bytes ahead as they go (RowArgs::prefetch_in): the hardware
+/// prefetchers alone left the loads waiting (`rotary-dev bench` prefill_q, bf16 in place, one core
+/// of a Xeon VM: 1.5x a memcpy of its bytes before, 0.9x after). Decode-sized calls, in cache, do not.
+constexpr int64_t kPrefetchMinBytes = int64_t{1} << 21;
+constexpr int64_t kPrefetchDistance = 4096;
+int64_t prefetch_min_bytes();
+/// Tests: overrides prefetch_min_bytes while alive (0: every call prefetches).
+class ScopedPrefetchMinBytes {
+ public:
+  explicit ScopedPrefetchMinBytes(int64_t bytes);
+  ~ScopedPrefetchMinBytes();
+  ScopedPrefetchMinBytes(const ScopedPrefetchMinBytes&) = delete;
+  ScopedPrefetchMinBytes& operator=(const ScopedPrefetchMinBytes&) = delete;
+
+ private:
+  int64_t previous_;
+};
+/// Tests: how many calls so far prefetched (cpu_apply's, and the fused rows' through
+/// count_prefetched_call).
+int64_t prefetched_call_count();
+void count_prefetched_call();
+
 /// Per-thread room for one token's angles: `pairs` values in each array.
 struct AngleScratch {
   float* c = nullptr;
@@ -75,6 +99,10 @@ struct RowArgs {
   /// The angles are the caller's (CallerAngles): a NaN among them may carry payload bits, which the
   /// bf16 bodies then round NaN-safely (bf16_lanes-inl.h).
   bool caller_angles = false;
+  /// Bytes from each head's input (output) to the same head of a later token, whose rotated slice
+  /// (or whole head, with copy_tail) the kernel prefetches as it goes; 0: none (kPrefetchMinBytes).
+  int64_t prefetch_in = 0;
+  int64_t prefetch_out = 0;
   const float* c = nullptr;
   const float* s = nullptr;
   const float* lanes = nullptr;
@@ -131,7 +159,10 @@ void cpu_apply(const KernelArgs& args);
 /// Tokens [first, last) of a validated call (its positions usable), on the calling thread, one block
 /// per token, no non-temporal stores: the rows cpu_apply runs, for the fused operations' CPU path
 /// (src/fused/cpu_rows.cpp), which calls it token by token between its own loads and stores.
-void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last);
+/// prefetch_limit > 0: as they go, the rows prefetch a later token's rows below prefetch_limit
+/// (RowArgs::prefetch_in; operands whose rows do not move from token to token, such as scratch
+/// with zero token strides, prefetch nothing).
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit = 0);
 
 /// The fused operations' norms (src/cpu/norm_rows.cc, per Highway target), the body's steps
 /// (src/fused/body.hpp) bit for bit. norm_factors: the factor of each of `heads` rows of n values

@@ -50,6 +50,8 @@ int64_t last_level_cache_bytes() {
 }
 std::atomic<int64_t> stream_min_bytes_override{-1};
 std::atomic<int64_t> streamed_calls{0};
+std::atomic<int64_t> prefetch_min_bytes_override{-1};
+std::atomic<int64_t> prefetched_calls{0};
 
 // One token's angles. Float rows (f32/f16/bf16) point into the table when they can; double rows
 // serve f64 storage. `lanes` is what the vector kernels read (PrepareLanes).
@@ -122,8 +124,32 @@ void rotate_strided(const KernelArgs& args, const KernelOperand& op, HeadOffsets
   }
 }
 
+// Bytes from a head's row to the same head of the token to prefetch (RowArgs::prefetch_in/out).
+struct PrefetchBytes {
+  int64_t in = 0;
+  int64_t out = 0;
+};
+
+// The token `token + ahead` whose rows a call that streams from memory prefetches, ahead far enough
+// that the operand's rows in between span kPrefetchDistance bytes; none at or past `limit`.
+PrefetchBytes prefetch_ahead(const KernelArgs& args, const KernelOperand& op, int64_t token, int64_t limit,
+                             bool stream) {
+  const int64_t es = size_of(args.dtype);
+  const int64_t row_bytes = std::max<int64_t>(op.heads * args.head_dim * es, 1);
+  const int64_t ahead = std::max<int64_t>((kPrefetchDistance + row_bytes - 1) / row_bytes, 1);
+  const int64_t later = token + ahead;
+  if (later >= limit) return {};
+  const HeadOffsets here = head_offsets(op, token / args.seq, token % args.seq, 0);
+  const HeadOffsets there = head_offsets(op, later / args.seq, later % args.seq, 0);
+  PrefetchBytes p{(there.in - here.in) * es, 0};
+  // The destination's lines: read before they are written, unless the stores stream.
+  if (!op.in_place && !stream) p.out = (there.out - here.out) * es;
+  return p;
+}
+
 void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, int64_t token_in_seq,
-                  int64_t first_head, int64_t heads, const TokenAngles& angles, bool stream) {
+                  int64_t first_head, int64_t heads, const TokenAngles& angles, bool stream,
+                  PrefetchBytes prefetch) {
   const HeadOffsets at = head_offsets(op, b, token_in_seq, first_head);
   const bool contiguous = op.in_strides[3] == 1 && op.out_strides[3] == 1;
   if (contiguous && args.dtype != DType::f64) {
@@ -142,6 +168,8 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     row.copy_tail = copies_tail(args, op);
     row.stream = stream && !op.in_place;
     row.caller_angles = args.angle_source == KernelAngleSource::caller;
+    row.prefetch_in = prefetch.in;
+    row.prefetch_out = prefetch.out;
     row.c = angles.c;
     row.s = angles.s;
     row.lanes = angles.lanes;
@@ -169,8 +197,9 @@ bool broadcast_caller_row(const KernelArgs& args) {
   return a.cos_strides[0] == 0 && a.cos_strides[1] == 0 && a.sin_strides[0] == 0 && a.sin_strides[1] == 0;
 }
 
+// prefetch_limit: tokens below it may be prefetched (whole tokens only); 0: none.
 void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
-                const Scratch& scratch) {
+                int64_t prefetch_limit, const Scratch& scratch) {
   const bool build_lanes = args.dtype != DType::f64 && any_contiguous(args);
   // The caller's cos/sin broadcast over every token (rerotate's one row): built once.
   const bool same_row = broadcast_caller_row(args) && first < last;
@@ -195,14 +224,18 @@ void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t spl
       if (h1 <= h0) continue;
       // xPos: the row scaled for this operand (a query's or a key's σ), built per operand.
       if (xpos) angles = prepare_angles(args, token, t, scratch, build_lanes, &op);
-      rotate_block(args, op, b, t, h0, h1 - h0, angles, stream);
+      // Whole tokens only (a split token's parts are cache-resident decode rows).
+      const PrefetchBytes ahead =
+          prefetch_limit > 0 && whole ? prefetch_ahead(args, op, token, prefetch_limit, stream) : PrefetchBytes{};
+      rotate_block(args, op, b, t, h0, h1 - h0, angles, stream, ahead);
     }
   }
   if (stream) stream_fence();
 }
 
 // Runs blocks [first, last) with scratch on the stack when it fits.
-void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream) {
+void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
+                      int64_t prefetch_limit) {
   const int64_t r = args.rotary_dim;
   const int64_t h = r / 2;
   auto carve = [&](float* floats, double* doubles) {
@@ -212,11 +245,11 @@ void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64
   if (r <= kStackRotaryDim) {
     alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
     alignas(64) std::array<double, 3 * kStackRotaryDim / 2> doubles;
-    run_blocks(args, first, last, split, stream, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, prefetch_limit, carve(floats.data(), doubles.data()));
   } else {
     std::vector<float> floats(static_cast<size_t>(3 * r));
     std::vector<double> doubles(static_cast<size_t>(3 * h));
-    run_blocks(args, first, last, split, stream, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, prefetch_limit, carve(floats.data(), doubles.data()));
   }
 }
 
@@ -239,6 +272,18 @@ ScopedStreamMinBytes::~ScopedStreamMinBytes() { stream_min_bytes_override.store(
 
 int64_t streamed_call_count() { return streamed_calls.load(); }
 
+int64_t prefetch_min_bytes() {
+  const int64_t forced = prefetch_min_bytes_override.load(std::memory_order_relaxed);
+  return forced >= 0 ? forced : kPrefetchMinBytes;
+}
+
+ScopedPrefetchMinBytes::ScopedPrefetchMinBytes(int64_t bytes)
+    : previous_(prefetch_min_bytes_override.exchange(bytes)) {}
+ScopedPrefetchMinBytes::~ScopedPrefetchMinBytes() { prefetch_min_bytes_override.store(previous_); }
+
+int64_t prefetched_call_count() { return prefetched_calls.load(); }
+void count_prefetched_call() { prefetched_calls.fetch_add(1, std::memory_order_relaxed); }
+
 int useful_threads(int requested, int64_t blocks) {
   // Counted once: omp_get_num_procs() asks the kernel for the affinity mask (~1.5 µs a call).
   static const int processors = omp_get_num_procs();
@@ -247,8 +292,8 @@ int useful_threads(int requested, int64_t blocks) {
   return static_cast<int>(std::max<int64_t>(team, 1));
 }
 
-void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last) {
-  if (first < last) run_with_scratch(args, first, last, 1, false);
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit) {
+  if (first < last) run_with_scratch(args, first, last, 1, false, prefetch_limit);
 }
 
 void cpu_apply(const KernelArgs& args) {
@@ -265,6 +310,8 @@ void cpu_apply(const KernelArgs& args) {
   const int64_t bytes = 2 * elements * size_of(args.dtype);
   const bool stream = out_of_place && bytes >= stream_min_bytes();
   if (stream) streamed_calls.fetch_add(1, std::memory_order_relaxed);
+  const bool prefetch = bytes >= prefetch_min_bytes();
+  if (prefetch) count_prefetched_call();
   // At most tokens * max_heads threads, so that blocks >= threads whatever the split below.
   const int threads = bytes < kParallelBytes ? 1 : useful_threads(args.threads, tokens * max_heads);
   // Few tokens (decode): split heads too, so every thread gets a block.
@@ -274,7 +321,7 @@ void cpu_apply(const KernelArgs& args) {
   }
   const int64_t blocks = tokens * split;
   if (threads <= 1) {
-    run_with_scratch(args, 0, blocks, split, stream);
+    run_with_scratch(args, 0, blocks, split, stream, prefetch ? blocks : 0);
     return;
   }
 #pragma omp parallel num_threads(threads)
@@ -284,7 +331,7 @@ void cpu_apply(const KernelArgs& args) {
     const int64_t me = omp_get_thread_num();
     const int64_t first = blocks * me / count;
     const int64_t last = blocks * (me + 1) / count;
-    run_with_scratch(args, first, last, split, stream);
+    run_with_scratch(args, first, last, split, stream, prefetch ? last : 0);
   }
 }
 

@@ -46,11 +46,31 @@ void put_row(const void* src, int64_t src_stride, void* dst, int64_t dst_base, i
   }
 }
 
+// Head h's row of n values into the cache, its slot's row starting at element `base`
+// (cache_index(c, slot, 0, 0), formed once per slot).
 template <class T>
-void put_cache_row(const void* src, int64_t src_stride, const KernelCache& c, DType data_dtype, int64_t slot,
-                   int64_t h, int64_t n) {
-  put_row<T>(src, src_stride, c.data, cache_index(c, slot, h, 0), c.strides[3], c.dtype, data_dtype,
-             cache_scale(c, h), c.op, n);
+void put_cache_head(const void* src, int64_t src_stride, const KernelCache& c, DType data_dtype, int64_t base,
+                    int64_t h, int64_t n) {
+  put_row<T>(src, src_stride, c.data, base + h * c.strides[2], c.strides[3], c.dtype, data_dtype, cache_scale(c, h),
+             c.op, n);
+}
+
+// `heads` heads' rows of n values (head h at src + h * src_head_stride elements) into the cache at
+// `slot`: one copy when both sides hold them back to back in the data's dtype (a token's row of an
+// NHD cache), else head by head.
+template <class T>
+void put_cache_heads(const void* src, int64_t src_head_stride, int64_t src_stride, const KernelCache& c,
+                     DType data_dtype, int64_t slot, int64_t heads, int64_t n) {
+  const int64_t base = cache_index(c, slot, 0, 0);
+  const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
+  if (c.dtype == data_dtype && src_stride == 1 && c.strides[3] == 1 && src_head_stride == n && c.strides[2] == n) {
+    std::memcpy(static_cast<unsigned char*>(c.data) + base * es, src, static_cast<size_t>(heads * n * es));
+    return;
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    put_cache_head<T>(static_cast<const unsigned char*>(src) + h * src_head_stride * es, src_stride, c, data_dtype,
+                      base, h, n);
+  }
 }
 
 // The weight each channel multiplies by, as body.hpp's normalise forms it (w, or offset + w in
@@ -99,6 +119,14 @@ void normalise_rows(const FusedKernelArgs& f, DType dtype, const float* w, const
   }
 }
 
+// Bytes one token's step reads and writes (its rows in the data's dtype, twice: in and out).
+int64_t token_bytes(const FusedKernelArgs& f) {
+  const KernelArgs& a = f.rope;
+  int64_t elements = f.v.in != nullptr ? f.v.heads * f.v.dim : 0;
+  for (int o = 0; o < a.operand_count; ++o) elements += a.operands[o].heads * a.head_dim;
+  return std::max<int64_t>(2 * elements * size_of(a.dtype), 1);
+}
+
 template <class T>
 void run_rows(const FusedKernelArgs& f, int team) {
   const KernelArgs& a = f.rope;
@@ -107,6 +135,11 @@ void run_rows(const FusedKernelArgs& f, int team) {
   const bool norm_first = f.norm && !f.rope_then_norm;
   const bool norm_after = f.norm && f.rope_then_norm;
   uint32_t error = 0;
+  // Calls that stream from memory: apply's rows prefetch the next tokens' rows of q and k as they go
+  // (cpu_apply_tokens' prefetch_limit). Prefetching v's and the caches' rows too, or every row of a
+  // token at its start, measured no faster.
+  const int64_t prefetch_limit = a.tokens * token_bytes(f) >= prefetch_min_bytes() ? a.tokens : 0;
+  if (prefetch_limit > 0) count_prefetched_call();
   // Tokens [first, last) on the calling thread, its scratch its own; unusable positions or'ed into *bits.
   auto run = [&](int64_t first, int64_t last, uint32_t* bits) {
     // Per thread: each operand's normalised input (norm_first) and its rotated row when it does not
@@ -161,7 +194,7 @@ void run_rows(const FusedKernelArgs& f, int team) {
         normalise_rows(f, a.dtype, weights[o], factors.data(), in, op.in_strides[2],
                           op.in_strides[3], pre[o].get(), hd, 1, op.heads, hd);
       }
-      cpu_apply_tokens(t, token, token + 1);
+      cpu_apply_tokens(t, token, token + 1, std::min(prefetch_limit, last));
       for (int o = 0; o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const int64_t out_at = head_offsets(op, b, s, 0).out;
@@ -188,38 +221,33 @@ void run_rows(const FusedKernelArgs& f, int team) {
                        cache_scale(f.q_scale, h), f.q_scale.op, hd);
           }
         }
-        if (o == 1 && slot >= 0) {
-          for (int64_t h = 0; h < op.heads; ++h) {
-            put_cache_row<T>(row + h * row_head * es, row_step, f.k_cache, a.dtype, slot, h, hd);
-          }
-        }
+        if (o == 1 && slot >= 0) put_cache_heads<T>(row, row_head, row_step, f.k_cache, a.dtype, slot, op.heads, hd);
       }
-      if (f.v.in != nullptr) {
+      if (f.v.in != nullptr && !f.v_norm) {
         const KernelFlat& v = f.v;
+        if (f.has_v_cache && slot >= 0) {
+          put_cache_heads<T>(static_cast<const unsigned char*>(v.in) + (b * v.strides[0] + s * v.strides[1]) * es,
+                             v.strides[2], v.strides[3], f.v_cache, a.dtype, slot, v.heads, v.dim);
+        }
+      } else if (f.v.in != nullptr) {  // normalised into v_out (or, without one, into scratch for the cache)
+        const KernelFlat& v = f.v;
+        const int64_t v_base = f.has_v_cache && slot >= 0 ? cache_index(f.v_cache, slot, 0, 0) : 0;
         for (int64_t h = 0; h < v.heads; ++h) {
           const int64_t at = b * v.strides[0] + s * v.strides[1] + h * v.strides[2];
           const void* src = static_cast<const unsigned char*>(v.in) + at * es;
-          int64_t src_stride = v.strides[3];
-          if (f.v_norm) {  // normalised in place into v_out (or, without one, into scratch for the cache)
-            norm_factors(a.dtype, src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
-            normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.get(), .dst_stride = 1,
-                                           .r = factors[0], .n = v.dim});
-            if (v.out != nullptr) {
-              put_row<T>(v_row.get(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
-            }
-            src = v_row.get();
-            src_stride = 1;
+          norm_factors(a.dtype, src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
+          normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.get(), .dst_stride = 1,
+                                         .r = factors[0], .n = v.dim});
+          if (v.out != nullptr) {
+            put_row<T>(v_row.get(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
           }
-          if (f.has_v_cache && slot >= 0) put_cache_row<T>(src, src_stride, f.v_cache, a.dtype, slot, h, v.dim);
+          if (f.has_v_cache && slot >= 0) put_cache_head<T>(v_row.get(), 1, f.v_cache, a.dtype, v_base, h, v.dim);
         }
       }
       if (f.has_k_pass && slot >= 0) {
         const KernelFlat& p = f.k_pass;
-        for (int64_t h = 0; h < p.heads; ++h) {
-          const int64_t at = b * p.strides[0] + s * p.strides[1] + h * p.strides[2];
-          put_cache_row<T>(static_cast<const unsigned char*>(p.in) + at * es, p.strides[3], f.k_pass_cache, a.dtype,
-                           slot, h, p.dim);
-        }
+        put_cache_heads<T>(static_cast<const unsigned char*>(p.in) + (b * p.strides[0] + s * p.strides[1]) * es,
+                           p.strides[2], p.strides[3], f.k_pass_cache, a.dtype, slot, p.heads, p.dim);
       }
     }
   };
@@ -259,6 +287,11 @@ void rerotate_rows(const RerotateKernelArgs& r, int team) {
     }
     return true;
   };
+  // Calls that stream from memory: each slot's step prefetches the rows of the slot `ahead` on.
+  const int64_t per_slot = std::max<int64_t>(2 * r.heads * a.head_dim * es, 1);  // read and written
+  const bool prefetch = r.count * per_slot >= prefetch_min_bytes();
+  if (prefetch) count_prefetched_call();
+  const int64_t ahead = std::max<int64_t>((kPrefetchDistance + per_slot - 1) / per_slot, 1);
   auto run = [&](int64_t first, int64_t last) {
     std::vector<float> c(static_cast<size_t>(std::max<int64_t>(half, 1)));
     std::vector<float> s(c.size());
@@ -301,6 +334,12 @@ void rerotate_rows(const RerotateKernelArgs& r, int team) {
       row.c = c.data();
       row.s = s.data();
       row.lanes = lanes.data();
+      // The slot `ahead` on (a skipped one: none), as a distance from this slot's rows.
+      const int64_t later = prefetch && i + ahead < last ? slot_of(i + ahead) : -1;
+      if (later >= 0) {
+        row.prefetch_in = (cache_index(r.in, later, 0, 0) - in_at) * es;
+        if (row.copy_tail) row.prefetch_out = (cache_index(r.out, later, 0, 0) - out_at) * es;
+      }
       if constexpr (std::is_same_v<T, float>) rotate_heads_f32(row);
       if constexpr (std::is_same_v<T, F16>) rotate_heads_f16(row);
       if constexpr (std::is_same_v<T, BF16>) rotate_heads_bf16(row);
