@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "apply_internal.hpp"
+#include "cpu/cpu.hpp"
 #include "fused/fused_args.hpp"
 #include "fused/body.hpp"
 #include "kernel/args.hpp"
@@ -550,10 +551,11 @@ RerotateKernelArgs make_rerotate_args(const Schedule& schedule, const RerotateCa
 
 namespace {
 
+// useful_threads (the processor count read once: asking for it costs a system call) over at most
+// one block per token and per 256 KiB moved.
 int team_size(int requested, int64_t tokens, int64_t bytes_per_token) {
-  const int wanted = requested == 0 ? omp_get_max_threads() : requested;
   const int64_t by_work = std::max<int64_t>(1, tokens * bytes_per_token / (256 * 1024));
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({wanted, omp_get_num_procs(), tokens, by_work})));
+  return useful_threads(requested, std::min(tokens, by_work));
 }
 
 template <class T>
