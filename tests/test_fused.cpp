@@ -827,17 +827,27 @@ TEST(FusedRows, RerotateCacheEqualsTheBody) { expect_rerotate_rows_equal_the_bod
 
 // Calls that stream from memory prefetch later tokens' rows (apply's rows with cpu_apply_tokens'
 // prefetch_limit; rerotate_cache's next slot); forced here for every size: the same bits, every
-// layout, and the calls did prefetch.
+// layout, and the rows of each operation were given distances to prefetch by. Then a call large
+// enough for two threads, whose ranges each stop prefetching at their own last token.
 TEST(FusedRows, PrefetchingRowsEqualTheBody) {
   const detail::ScopedPrefetchMinBytes every_call(0);
-  const int64_t before = detail::prefetched_call_count();
+  int64_t before = detail::prefetch_distance_count();
   expect_rope_store_rows_equal_the_body();
   expect_rope_store_streams_and_sources_equal_the_body();
+  EXPECT_GT(detail::prefetch_distance_count(), before) << "rope_store";
+  before = detail::prefetch_distance_count();
   expect_qk_norm_rope_rows_equal_the_body();
-  const int64_t after_store_and_norm = detail::prefetched_call_count();
+  EXPECT_GT(detail::prefetch_distance_count(), before) << "qk_norm_rope";
+  before = detail::prefetch_distance_count();
   expect_rerotate_rows_equal_the_body();
-  EXPECT_GT(after_store_and_norm, before);
-  EXPECT_GT(detail::prefetched_call_count(), after_store_and_norm);
+  EXPECT_GT(detail::prefetch_distance_count(), before) << "rerotate_cache";
+  test::StoreCase c;
+  c.schedule = schedule_of(128, 128, Pairing::half);
+  c.tokens = 300;  // above the 256 KiB a thread takes (team_size): two threads
+  c.seed = 701;
+  const auto body = rows::run_store(c, Backend::reference, 1);
+  rows::expect_same(body, rows::run_store(c, Backend::automatic, 2), c.name());
+  rows::expect_same(body, rows::run_store(c, Backend::automatic, 1), c.name());
 }
 
 // Values the composition copies unchanged keep their bits, as apply's pass-through channels and a

@@ -344,27 +344,32 @@ HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
   if (done < h) RotatePairsScalar<Tag>(in, out, args, done, h);
 }
 
-// Every cache line of [p, p + bytes) (bytes > 0), prefetched for writing (the rows are read, then
-// written); a hint, which never faults. Always inlined (HWY_INLINE) into the loop that stores:
-// GCC 12 takes a function whose only effects are prefetches for one without side effects, and
-// removes its calls.
+// Every cache line of [p, p + bytes) (bytes > 0) prefetched; a hint, which never faults. kWrite: the
+// lines are then written (a store-intent prefetch where the target has one; Highway's x86 targets
+// do not enable PREFETCHW, so there it is prefetcht0 like a read). Always inlined (HWY_INLINE) into
+// the loop that stores: GCC 12 takes a function whose only effects are prefetches for one without
+// side effects, and removes its calls.
+template <bool kWrite>
 HWY_INLINE void PrefetchSpan(const void* p, int64_t bytes) {
 #if defined(__GNUC__) || defined(__clang__)
   const auto* first = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, 1, 3);
-  __builtin_prefetch(first + bytes - 1, 1, 3);  // the last line, when p is not line-aligned
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(first + b, kWrite ? 1 : 0, 3);
+  __builtin_prefetch(first + bytes - 1, kWrite ? 1 : 0, 3);  // the last line, when p is not line-aligned
 #else
   (void)p, (void)bytes;
 #endif
 }
 
-// A later token's head (RowArgs::prefetch_in, prefetch_out): the span the kernel reads and writes.
+// A later token's head (RowArgs::prefetch_in, prefetch_out): the span the kernel reads and writes
+// (the input's lines are written too when the call is in place).
 template <class T>
 HWY_INLINE void PrefetchHead(const T* in, T* out, const RowArgs& args) {
   const int64_t first = args.copy_tail ? 0 : args.rotary_offset;
   const int64_t bytes = (args.copy_tail ? args.head_dim : args.rotary_dim) * static_cast<int64_t>(sizeof(T));
-  if (args.prefetch_in != 0) PrefetchSpan(reinterpret_cast<const char*>(in + first) + args.prefetch_in, bytes);
-  if (args.prefetch_out != 0) PrefetchSpan(reinterpret_cast<const char*>(out + first) + args.prefetch_out, bytes);
+  const auto* in_first = reinterpret_cast<const char*>(in + first);
+  if (args.prefetch_in != 0 && args.in == args.out) PrefetchSpan<true>(in_first + args.prefetch_in, bytes);
+  if (args.prefetch_in != 0 && args.in != args.out) PrefetchSpan<false>(in_first + args.prefetch_in, bytes);
+  if (args.prefetch_out != 0) PrefetchSpan<true>(reinterpret_cast<const char*>(out + first) + args.prefetch_out, bytes);
 }
 
 template <class Tag, bool kMayStream>

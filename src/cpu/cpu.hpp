@@ -15,7 +15,8 @@ int useful_threads(int requested, int64_t blocks);
 
 /// cpu_apply calls moving at least prefetch_min_bytes() (read + written; kPrefetchMinBytes, more
 /// than a core's L2 holds, so the rows come from the last-level cache or memory) prefetch the rows
-/// of the token about kPrefetchDistance bytes ahead as they go (RowArgs::prefetch_in): the hardware
+/// of the token about kPrefetchDistance bytes of the operand's rows ahead (the rotated slice, or the
+/// whole head with copy_tail) as they go (RowArgs::prefetch_in): the hardware
 /// prefetchers alone left the loads waiting (`rotary-dev bench` prefill_q, bf16 in place, one core
 /// of a Xeon VM: 1.5x a memcpy of its bytes before, 0.9x after). Decode-sized calls, in cache, do not.
 constexpr int64_t kPrefetchMinBytes = int64_t{1} << 21;
@@ -33,9 +34,12 @@ class ScopedPrefetchMinBytes {
   int64_t previous_;
 };
 /// Tests: how many calls so far prefetched (cpu_apply's, and the fused rows' through
-/// count_prefetched_call).
+/// count_prefetched_call), and, while a ScopedPrefetchMinBytes is alive, how many non-zero
+/// prefetch distances the rows were given (count_prefetch_distance: a call's rows prefetched).
 int64_t prefetched_call_count();
 void count_prefetched_call();
+int64_t prefetch_distance_count();
+void count_prefetch_distance();
 
 /// Per-thread room for one token's angles: `pairs` values in each array.
 struct AngleScratch {

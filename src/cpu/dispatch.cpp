@@ -52,6 +52,7 @@ std::atomic<int64_t> stream_min_bytes_override{-1};
 std::atomic<int64_t> streamed_calls{0};
 std::atomic<int64_t> prefetch_min_bytes_override{-1};
 std::atomic<int64_t> prefetched_calls{0};
+std::atomic<int64_t> prefetch_distances{0};
 
 // One token's angles. Float rows (f32/f16/bf16) point into the table when they can; double rows
 // serve f64 storage. `lanes` is what the vector kernels read (PrepareLanes).
@@ -144,6 +145,7 @@ PrefetchBytes prefetch_ahead(const KernelArgs& args, const KernelOperand& op, in
   PrefetchBytes p{(there.in - here.in) * es, 0};
   // The destination's lines: read before they are written, unless the stores stream.
   if (!op.in_place && !stream) p.out = (there.out - here.out) * es;
+  if (p.in != 0 || p.out != 0) count_prefetch_distance();
   return p;
 }
 
@@ -283,6 +285,14 @@ ScopedPrefetchMinBytes::~ScopedPrefetchMinBytes() { prefetch_min_bytes_override.
 
 int64_t prefetched_call_count() { return prefetched_calls.load(); }
 void count_prefetched_call() { prefetched_calls.fetch_add(1, std::memory_order_relaxed); }
+int64_t prefetch_distance_count() { return prefetch_distances.load(); }
+void count_prefetch_distance() {
+  // Counted only under a test's override: the rows ask once per token, and an atomic add there
+  // would cost every call.
+  if (prefetch_min_bytes_override.load(std::memory_order_relaxed) >= 0) {
+    prefetch_distances.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 int useful_threads(int requested, int64_t blocks) {
   // Counted once: omp_get_num_procs() asks the kernel for the affinity mask (~1.5 µs a call).

@@ -136,8 +136,10 @@ void run_rows(const FusedKernelArgs& f, int team) {
   const bool norm_after = f.norm && f.rope_then_norm;
   uint32_t error = 0;
   // Calls that stream from memory: apply's rows prefetch the next tokens' rows of q and k as they go
-  // (cpu_apply_tokens' prefetch_limit). Prefetching v's and the caches' rows too, or every row of a
-  // token at its start, measured no faster.
+  // (cpu_apply_tokens' prefetch_limit) where they are the caller's: rope_store's inputs and outputs,
+  // and a norm's outputs (in place: its inputs too); a norm's inputs are per-thread scratch to apply,
+  // so out of place they are left to the hardware. Prefetching v's and the caches' rows too, or
+  // every row of a token at its start, measured no faster.
   const int64_t prefetch_limit = a.tokens * token_bytes(f) >= prefetch_min_bytes() ? a.tokens : 0;
   if (prefetch_limit > 0) count_prefetched_call();
   // Tokens [first, last) on the calling thread, its scratch its own; unusable positions or'ed into *bits.
@@ -288,8 +290,8 @@ void rerotate_rows(const RerotateKernelArgs& r, int team) {
     return true;
   };
   // Calls that stream from memory: each slot's step prefetches the rows of the slot `ahead` on.
-  const int64_t per_slot = std::max<int64_t>(2 * r.heads * a.head_dim * es, 1);  // read and written
-  const bool prefetch = r.count * per_slot >= prefetch_min_bytes();
+  const int64_t per_slot = std::max<int64_t>(r.heads * a.head_dim * es, 1);  // one slot's rows
+  const bool prefetch = 2 * r.count * per_slot >= prefetch_min_bytes();          // read and written
   if (prefetch) count_prefetched_call();
   const int64_t ahead = std::max<int64_t>((kPrefetchDistance + per_slot - 1) / per_slot, 1);
   auto run = [&](int64_t first, int64_t last) {
@@ -339,6 +341,7 @@ void rerotate_rows(const RerotateKernelArgs& r, int team) {
       if (later >= 0) {
         row.prefetch_in = (cache_index(r.in, later, 0, 0) - in_at) * es;
         if (row.copy_tail) row.prefetch_out = (cache_index(r.out, later, 0, 0) - out_at) * es;
+        if (row.prefetch_in != 0 || row.prefetch_out != 0) count_prefetch_distance();
       }
       if constexpr (std::is_same_v<T, float>) rotate_heads_f32(row);
       if constexpr (std::is_same_v<T, F16>) rotate_heads_f16(row);
