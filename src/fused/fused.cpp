@@ -328,6 +328,7 @@ void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bo
     rotary::validate_shapes(schedule, args.rope);
   }
   std::vector<Region> regions;
+  regions.reserve(16);  // a call has at most a dozen: one allocation
   check_cache_write(schedule, args.rope, args.cache, host, regions);
   const bool quantised_q = args.q_quantized.is_set();
   if (quantised_q) {
@@ -403,6 +404,7 @@ void validate_qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args,
   if (args.k_weight.data != nullptr && !args.rope.k.is_set()) throw Error("k_weight is set but k is not");
   if (args.rope.k.is_set()) check_weight(args.k_weight, "k_weight", args.rope.k.heads());
   std::vector<Region> regions;
+  regions.reserve(16);  // a call has at most a dozen: one allocation
   const bool has_v = args.v.is_set();
   if ((args.v_norm || args.store != nullptr) == false && has_v) {
     throw Error("v is set but neither v_norm nor store is (v is read only to be normed or stored)");
