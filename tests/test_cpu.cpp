@@ -260,7 +260,7 @@ TEST_P(CpuKernels, MatchReferenceEverywhere) {
 // here for every size. Aligned views take the streaming stores, misaligned ones fall back; both
 // give the reference's bytes and touch nothing outside the view.
 TEST_P(CpuKernels, NonTemporalStoresMatchTheReference) {
-  const detail::ScopedStreamMinBytes every_call(0);
+  const detail::ScopedMinBytes every_call(detail::Threshold::stream, 0);
   const int64_t streamed_before = detail::streamed_call_count();
   const std::vector<std::pair<int64_t, int64_t>> dims = {{128, 128}, {64, 64}, {96, 96}, {80, 32}, {128, 64}, {34, 34}};
   uint64_t seed = 500;
@@ -291,14 +291,14 @@ TEST_P(CpuKernels, NonTemporalStoresMatchTheReference) {
 // in and out of place, partial rotary with its tail copied, gives the reference's bytes and touches
 // nothing outside the view.
 TEST_P(CpuKernels, PrefetchingCallsMatchTheReference) {
-  const detail::ScopedPrefetchMinBytes every_call(0);
+  const detail::ScopedMinBytes every_call(detail::Threshold::prefetch, 0);
   const int64_t prefetched_before = detail::prefetched_call_count();
   const int64_t distances_before = detail::prefetch_distance_count();
   const std::vector<std::pair<int64_t, int64_t>> dims = {{128, 128}, {64, 64}, {80, 32}, {128, 64}, {34, 34}, {6, 2}};
   uint64_t seed = 900;
   int cases = 0;
   for (bool stream : {false, true}) {
-    const detail::ScopedStreamMinBytes streams(stream ? 0 : int64_t{1} << 62);
+    const detail::ScopedMinBytes streams(detail::Threshold::stream, stream ? 0 : int64_t{1} << 62);
     for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
       for (Pairing pairing : {Pairing::half, Pairing::interleaved}) {
         for (const auto& [d, r] : dims) {

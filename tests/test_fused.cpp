@@ -830,7 +830,7 @@ TEST(FusedRows, RerotateCacheEqualsTheBody) { expect_rerotate_rows_equal_the_bod
 // layout, and the rows of each operation were given distances to prefetch by. Then a call large
 // enough for two threads, whose ranges each stop prefetching at their own last token.
 TEST(FusedRows, PrefetchingRowsEqualTheBody) {
-  const detail::ScopedPrefetchMinBytes every_call(0);
+  const detail::ScopedMinBytes every_call(detail::Threshold::prefetch, 0);
   int64_t before = detail::prefetch_distance_count();
   expect_rope_store_rows_equal_the_body();
   expect_rope_store_streams_and_sources_equal_the_body();

@@ -22,19 +22,8 @@ int useful_threads(int requested, int64_t blocks);
 constexpr int64_t kPrefetchMinBytes = int64_t{1} << 21;
 constexpr int64_t kPrefetchDistance = 4096;
 int64_t prefetch_min_bytes();
-/// Tests: overrides prefetch_min_bytes while alive (0: every call prefetches).
-class ScopedPrefetchMinBytes {
- public:
-  explicit ScopedPrefetchMinBytes(int64_t bytes);
-  ~ScopedPrefetchMinBytes();
-  ScopedPrefetchMinBytes(const ScopedPrefetchMinBytes&) = delete;
-  ScopedPrefetchMinBytes& operator=(const ScopedPrefetchMinBytes&) = delete;
-
- private:
-  int64_t previous_;
-};
 /// Tests: how many calls so far prefetched (cpu_apply's, and the fused rows' through
-/// count_prefetched_call), and, while a ScopedPrefetchMinBytes is alive, how many non-zero
+/// count_prefetched_call), and, while a ScopedMinBytes of Threshold::prefetch is alive, how many non-zero
 /// prefetch distances the rows were given (count_prefetch_distance: a call's rows prefetched).
 int64_t prefetched_call_count();
 void count_prefetched_call();
@@ -126,17 +115,20 @@ void rotate_heads_bf16(const RowArgs& args);
 void stream_fence();
 
 /// Out-of-place calls moving at least this many bytes (read + written) store non-temporally: the
-/// last-level cache's size, unless a ScopedStreamMinBytes is alive.
+/// last-level cache's size, unless a ScopedMinBytes of Threshold::stream is alive.
 int64_t stream_min_bytes();
-/// Tests: overrides stream_min_bytes while alive (0: every out-of-place call streams).
-class ScopedStreamMinBytes {
+/// Tests: overrides stream_min_bytes (Threshold::stream; 0: every out-of-place call streams) or
+/// prefetch_min_bytes (Threshold::prefetch; 0: every call prefetches) while alive.
+enum class Threshold { stream, prefetch };
+class ScopedMinBytes {
  public:
-  explicit ScopedStreamMinBytes(int64_t bytes);
-  ~ScopedStreamMinBytes();
-  ScopedStreamMinBytes(const ScopedStreamMinBytes&) = delete;
-  ScopedStreamMinBytes& operator=(const ScopedStreamMinBytes&) = delete;
+  ScopedMinBytes(Threshold which, int64_t bytes);
+  ~ScopedMinBytes();
+  ScopedMinBytes(const ScopedMinBytes&) = delete;
+  ScopedMinBytes& operator=(const ScopedMinBytes&) = delete;
 
  private:
+  Threshold which_;
   int64_t previous_;
 };
 /// Tests: how many cpu_apply calls so far chose non-temporal stores.

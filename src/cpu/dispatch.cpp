@@ -268,9 +268,15 @@ int64_t stream_min_bytes() {
   return forced >= 0 ? forced : last_level_cache_bytes();
 }
 
-ScopedStreamMinBytes::ScopedStreamMinBytes(int64_t bytes)
-    : previous_(stream_min_bytes_override.exchange(bytes)) {}
-ScopedStreamMinBytes::~ScopedStreamMinBytes() { stream_min_bytes_override.store(previous_); }
+namespace {
+std::atomic<int64_t>& min_bytes_override(Threshold which) {
+  return which == Threshold::stream ? stream_min_bytes_override : prefetch_min_bytes_override;
+}
+}  // namespace
+
+ScopedMinBytes::ScopedMinBytes(Threshold which, int64_t bytes)
+    : which_(which), previous_(min_bytes_override(which).exchange(bytes)) {}
+ScopedMinBytes::~ScopedMinBytes() { min_bytes_override(which_).store(previous_); }
 
 int64_t streamed_call_count() { return streamed_calls.load(); }
 
@@ -278,10 +284,6 @@ int64_t prefetch_min_bytes() {
   const int64_t forced = prefetch_min_bytes_override.load(std::memory_order_relaxed);
   return forced >= 0 ? forced : kPrefetchMinBytes;
 }
-
-ScopedPrefetchMinBytes::ScopedPrefetchMinBytes(int64_t bytes)
-    : previous_(prefetch_min_bytes_override.exchange(bytes)) {}
-ScopedPrefetchMinBytes::~ScopedPrefetchMinBytes() { prefetch_min_bytes_override.store(previous_); }
 
 int64_t prefetched_call_count() { return prefetched_calls.load(); }
 void count_prefetched_call() { prefetched_calls.fetch_add(1, std::memory_order_relaxed); }

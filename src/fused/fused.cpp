@@ -4,8 +4,6 @@
 // loop over the body.
 #include "rotary/fused.hpp"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
