@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/cpu.hpp"
+#include "fused/fused_args.hpp"
 #include "math/half.hpp"
 #include "math/quant.hpp"
 #include "rotary/apply.hpp"
@@ -749,6 +750,111 @@ void expect_many_heads_equal_the_body(int seed) {
 
 TEST(FusedRows, QkNormRopeWithManyHeadsEqualsTheBody) { expect_many_heads_equal_the_body(5400); }
 
+// norm_then_rope with contiguous rows of one slice normalises inside apply's rows (cpu_rows.cpp's
+// one_pass_norm: each value normalised as the rotation loads it, the channels beside the slice
+// normalised alone): the body's bits in every layout those rows read. Both pairings; slices whose
+// pairs leave a scalar tail after the vector blocks (80 channels: 40 pairs) or fill them; channels
+// beside the slice before and after it, with and without a tail of their own; every rounding,
+// without weights, with f32 weights and weights in the data's dtype; head and all-heads scope; in
+// place, out of place (q_out, k_out: the inputs unchanged) and k written only to its cache; NaNs,
+// infinities and subnormals; one and two threads. Every such call is counted as one pass; the
+// layouts it does not serve (block_half, rope_then_norm) are not, and still give the body's bits.
+namespace one_pass {
+
+enum class Placement { in_place, out_of_place, k_to_cache_only };
+
+std::vector<rows::Output> run(const test::NormCase& c, Placement placement, bool f32_weights, Backend backend,
+                              int threads) {
+  test::NormSetup s(c);
+  std::mt19937 rng(static_cast<uint32_t>(c.seed) + 79);
+  rows::add_specials(s.q, c.dtype, rng);
+  rows::add_specials(s.k, c.dtype, rng);
+  rows::add_specials(s.v, c.dtype, rng);
+  if (f32_weights) {
+    s.weight_dtype = DType::f32;
+    s.q_weight = test::random_values(DType::f32, static_cast<int64_t>(s.q_weight.size()) / size_of(c.dtype), rng, 1.0f);
+    s.k_weight = test::random_values(DType::f32, static_cast<int64_t>(s.k_weight.size()) / size_of(c.dtype), rng, 1.0f);
+  }
+  QkNormRopeArgs a = s.norm_args();
+  a.rope.backend = backend;
+  a.rope.threads = threads;
+  Buffer q_out(s.q.size(), 0x5a);
+  Buffer k_out(s.k.size(), 0x5a);
+  if (placement == Placement::out_of_place) {
+    a.rope.q_out = s.view(q_out, c.heads_q);
+    a.rope.k_out = s.view(k_out, c.heads_k);
+  }
+  qk_norm_rope(c.schedule, a);
+  return {{s.q, c.dtype}, {s.k, c.dtype}, {q_out, c.dtype}, {k_out, c.dtype}, {s.v, c.dtype},
+          {s.k_cache_bytes, c.dtype}, {s.v_cache_bytes, c.dtype}};
+}
+
+struct Shape {
+  int64_t d, r, offset;
+  Pairing pairing;
+};
+
+void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
+  for (const DType dtype : dtypes) {
+    for (const Shape& shape : shapes) {
+      for (const Placement placement : {Placement::in_place, Placement::out_of_place, Placement::k_to_cache_only}) {
+        ++seed;
+        test::NormCase c{.schedule = schedule_of(shape.d, shape.r, shape.pairing, shape.offset), .dtype = dtype,
+                         .seed = seed};
+        c.rounding = seed % 2 == 0 ? NormRounding::llama : NormRounding::gemma;
+        c.weight_offset = c.rounding == NormRounding::gemma && seed % 4 == 1 ? 1.0f : 0.0f;
+        c.scope = seed % 3 == 0 ? NormScope::all_heads : NormScope::head;
+        c.weights = seed % 5 != 0;
+        c.v_norm = seed % 2 == 1;
+        c.store = placement == Placement::k_to_cache_only || (placement == Placement::out_of_place && seed % 2 == 0);
+        c.heads_q = 5;
+        c.heads_k = 3;
+        c.tokens = 6;
+        const bool f32_weights = c.rounding == NormRounding::llama && seed % 4 == 2;
+        const std::string name =
+            fmt::format("{} placement {} f32 weights {}", c.name(), static_cast<int>(placement), f32_weights);
+        const auto body = run(c, placement, f32_weights, Backend::reference, 1);
+        for (const int threads : {1, 2}) {
+          const int64_t before = detail::one_pass_norm_call_count();
+          rows::expect_same(body, run(c, placement, f32_weights, Backend::automatic, threads), name);
+          EXPECT_EQ(detail::one_pass_norm_call_count() - before, 1) << name << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace one_pass
+
+TEST(FusedRows, QkNormRopeInOnePassEqualsTheBody) {
+  one_pass::expect_equal_the_body(5800,
+                                  {{128, 128, 0, Pairing::half},
+                                   {128, 128, 0, Pairing::interleaved},
+                                   {80, 80, 0, Pairing::half},
+                                   {80, 80, 0, Pairing::interleaved},
+                                   {98, 64, 16, Pairing::half},
+                                   {96, 48, 40, Pairing::interleaved},
+                                   {200, 64, 8, Pairing::half},
+                                   {256, 64, 0, Pairing::interleaved}},
+                                  {DType::bf16, DType::f16, DType::f32});
+}
+
+TEST(FusedRows, QkNormRopeOutsideTheOnePassLayoutsEqualsTheBody) {
+  int seed = 5900;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    test::NormCase blocks{.schedule = make_schedule(Spec{.head_dim = 64, .rotary_dim = 64, .blocks = 2}),
+                          .dtype = dtype, .seed = ++seed};
+    test::NormCase after{.schedule = schedule_of(96, 64, Pairing::interleaved, 16), .dtype = dtype, .seed = ++seed};
+    after.order = NormOrder::rope_then_norm;
+    for (const test::NormCase& c : {blocks, after}) {
+      const auto body = rows::run_norm(c, Backend::reference, 1);
+      const int64_t before = detail::one_pass_norm_call_count();
+      rows::expect_same(body, rows::run_norm(c, Backend::automatic, 1), c.name());
+      EXPECT_EQ(detail::one_pass_norm_call_count(), before) << c.name();
+    }
+  }
+}
+
 // rerotate_cache's rows (f32, f16 and bf16 caches: apply's row kernel, angles formed once per run of
 // equal deltas) against the body (Backend::reference), bit for bit: runs of equal and of different
 // deltas (per stream for M-RoPE), skipped slots, both pairings, a rotated slice at an offset, raw
@@ -1053,6 +1159,8 @@ TEST_P(FusedRowsTargets, RopeStoreAndQkNormRopeEqualTheBody) {
                       norm.name());
   }
   expect_many_heads_equal_the_body(5500);
+  one_pass::expect_equal_the_body(5950, {{80, 80, 0, Pairing::interleaved}, {98, 64, 16, Pairing::half}},
+                                  {DType::bf16, DType::f16, DType::f32});
 }
 
 }  // namespace

@@ -57,16 +57,58 @@ struct ScalarIo<F16Tag> {
   static void Store(float v, uint16_t* p) { *p = f32_to_f16(v); }
 };
 
-// Pairs [first, last) of one head, scalar: the reference's formula exactly.
-template <class Tag, class T>
-HWY_INLINE void RotatePairsScalar(const T* in, T* out, const RowArgs& args, int64_t first,
-                                  int64_t last) {
+// The fused norm inside the rows (RowArgs::norm): body.hpp's normalise of each value as it is
+// loaded. kNorm: kNormNone (the value as it is), kNormPlain fl_T(x r), kNormLlama
+// fl_T(fl32(fl_T(x r) w)), kNormGemma fl_T(fl32(x r w)); every product one float32 rounding.
+constexpr int kNormNone = 0;
+constexpr int kNormPlain = 1;
+constexpr int kNormLlama = 2;
+constexpr int kNormGemma = 3;
+
+// One head's factor, and its weights from the first channel of the span a body reads (kNormLlama
+// and kNormGemma only: w is read only then, and may be null otherwise).
+struct HeadNorm {
+  float r = 1.0f;
+  const float* w = nullptr;
+};
+
+template <class Tag>
+HWY_INLINE float RoundScalar(float v) {
+  typename StorageOf<Tag>::type bits;
+  ScalarIo<Tag>::Store(v, &bits);
+  return ScalarIo<Tag>::Load(&bits);
+}
+
+// x normalised; channel c of the span `norm` describes.
+template <class Tag, int kNorm>
+HWY_INLINE float NormScalar(float x, const HeadNorm& norm, int64_t c) {
+  if constexpr (kNorm == kNormNone) {
+    (void)norm, (void)c;
+    return x;
+  } else {
+    const float y = x * norm.r;
+    if constexpr (kNorm == kNormPlain) {
+      (void)c;
+      return RoundScalar<Tag>(y);
+    } else if constexpr (kNorm == kNormGemma) {
+      return RoundScalar<Tag>(y * norm.w[c]);
+    } else {
+      return RoundScalar<Tag>(RoundScalar<Tag>(y) * norm.w[c]);
+    }
+  }
+}
+
+// Pairs [first, last) of one head, scalar: the reference's formula exactly (each value normalised
+// first, kNorm).
+template <class Tag, int kNorm = kNormNone, class T>
+HWY_INLINE void RotatePairsScalar(const T* in, T* out, const RowArgs& args, int64_t first, int64_t last,
+                                  const HeadNorm& norm = {}) {
   const int64_t h = args.rotary_dim / 2;
   for (int64_t i = first; i < last; ++i) {
     const int64_t ia = args.interleaved ? 2 * i : i;
     const int64_t ib = args.interleaved ? 2 * i + 1 : i + h;
-    const float a = ScalarIo<Tag>::Load(in + ia);
-    const float b = ScalarIo<Tag>::Load(in + ib);
+    const float a = NormScalar<Tag, kNorm>(ScalarIo<Tag>::Load(in + ia), norm, ia);
+    const float b = NormScalar<Tag, kNorm>(ScalarIo<Tag>::Load(in + ib), norm, ib);
     const float c = args.c[i];
     const float s = args.s[i];
     ScalarIo<Tag>::Store(rotate_minus(a, c, b, s), out + ia);
@@ -152,17 +194,63 @@ HWY_INLINE VF InRegister(VF v) {
   return v;
 }
 
-// f32 and f16, half pairing: a = x[i..], b = x[h+i..], natural angles.
-template <class Tag, bool kStream, class T>
-HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
+// v rounded to the storage's dtype and widened back (round_to<T> lane by lane).
+template <class Tag>
+HWY_INLINE VF RoundTo(VF v) {
+  if constexpr (std::is_same_v<Tag, BF16Tag>) {
+    return bf16_lanes::RoundToBf16(v);
+  } else if constexpr (std::is_same_v<Tag, F16Tag>) {
+#if ROTARY_VECTOR_F16
+    return hn::PromoteTo(DF(), hn::DemoteTo(DH(), v));
+#else
+    static_assert(!std::is_same_v<Tag, F16Tag>, "f16 vectors need ROTARY_VECTOR_F16");
+    return v;
+#endif
+  } else {
+    return v;
+  }
+}
+
+// NormScalar lane by lane: x's lanes normalised by r with weights w[at..] (kNormLlama, kNormGemma).
+// bf16: a NaN among the values has a zero low half (bf16 data, a factor formed from it, or the
+// caller's NaN weight with its low half cleared, as cpu_rows.cpp's effective_weights clears it), so
+// RoundToBf16 needs no NaN-safe rounding.
+template <class Tag, int kNorm>
+HWY_INLINE VF NormWith(VF x, VF r, VF w) {
+  if constexpr (kNorm == kNormNone) {
+    (void)r, (void)w;
+    return x;
+  } else {
+    VF y = hn::Mul(x, r);
+    if constexpr (kNorm == kNormLlama) y = hn::Mul(RoundTo<Tag>(y), w);
+    if constexpr (kNorm == kNormGemma) y = hn::Mul(y, w);
+    if constexpr (kNorm == kNormPlain) (void)w;
+    return RoundTo<Tag>(y);
+  }
+}
+template <class Tag, int kNorm>
+HWY_INLINE VF Norm(VF x, VF r, const float* w, int64_t at) {
+  if constexpr (kNorm == kNormLlama || kNorm == kNormGemma) {
+    return NormWith<Tag, kNorm>(x, r, hn::LoadU(DF(), w + at));
+  } else {
+    (void)w, (void)at;
+    return NormWith<Tag, kNorm>(x, r, r);
+  }
+}
+
+// f32 and f16, half pairing: a = x[i..], b = x[h+i..], natural angles (each value normalised
+// first, kNorm: weights in channel order).
+template <class Tag, bool kStream, int kNorm, class T>
+HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args, const HeadNorm& norm) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
+  const VF r = hn::Set(DF(), norm.r);
   int64_t i = 0;
   HWY_UNROLL(2)  // two vectors a step: a decode row (64 pairs) is 2-4 steps, and the loop's own
                  // instructions were a tenth of the call (the same operations per lane: the same bits)
   for (; i + L <= h; i += L) {
-    const VF a = InRegister(VecIo<Tag>::Load(in + i));
-    const VF b = InRegister(VecIo<Tag>::Load(in + h + i));
+    const VF a = Norm<Tag, kNorm>(InRegister(VecIo<Tag>::Load(in + i)), r, norm.w, i);
+    const VF b = Norm<Tag, kNorm>(InRegister(VecIo<Tag>::Load(in + h + i)), r, norm.w, h + i);
     const VF c = InRegister(hn::LoadU(DF(), args.c + i));
     const VF s = InRegister(hn::LoadU(DF(), args.s + i));
     VecIo<Tag>::template Store<kStream>(RotMinus(a, c, b, s), out + i);
@@ -174,16 +262,17 @@ HWY_INLINE int64_t RotateHalfNatural(const T* in, T* out, const RowArgs& args) {
 // f32 and f16, interleaved: x = [a0 b0 a1 b1 ..], swapped = [b0 a0 b1 a1 ..],
 // y = x C2 - swapped S2 with C2 = [c0 c0 c1 c1 ..], S2 = [s0 -s0 s1 -s1 ..] (args.lanes):
 // even lanes a c - b s, odd lanes b c - a (-s): the scalar formula lane by lane.
-template <class Tag, bool kStream, class T>
-HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArgs& args) {
+template <class Tag, bool kStream, int kNorm, class T>
+HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArgs& args, const HeadNorm& norm) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t r = args.rotary_dim;
   const float* c2 = args.lanes;
   const float* s2 = args.lanes + r;
+  const VF factor = hn::Set(DF(), norm.r);
   int64_t j = 0;
   HWY_UNROLL(2)
   for (; j + L <= r; j += L) {
-    const VF x = InRegister(VecIo<Tag>::Load(in + j));
+    const VF x = Norm<Tag, kNorm>(InRegister(VecIo<Tag>::Load(in + j)), factor, norm.w, j);
     const VF c = InRegister(hn::LoadU(DF(), c2 + j));
     const VF s = InRegister(hn::LoadU(DF(), s2 + j));
     VecIo<Tag>::template Store<kStream>(RotMinus(x, c, hn::Shuffle2301(x), s), out + j);
@@ -193,16 +282,20 @@ HWY_INLINE int64_t RotateInterleavedDuplicated(const T* in, T* out, const RowArg
 
 // bf16, interleaved: u32 lane i holds the pair (a_i, b_i); natural angles. kNanSafe: the angles
 // are the caller's (RowArgs::caller_angles), whose NaNs may carry payload bits (RoundAtBit16).
-template <bool kStream, bool kNanSafe>
-HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, const RowArgs& args) {
+// kNorm: each value normalised first, the weights of each 2L channels from 2i as [even | odd]
+// (prepare_norm_weights_bf16).
+template <bool kStream, bool kNanSafe, int kNorm>
+HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, const RowArgs& args,
+                                         const HeadNorm& norm) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
+  const VF r = hn::Set(DF(), norm.r);
   int64_t i = 0;
   HWY_UNROLL(2)
   for (; i + L <= h; i += L) {
     const VU w = LoadBf16Words(in + 2 * i);
-    const VF a = Bf16Even(w);
-    const VF b = Bf16Odd(w);
+    const VF a = Norm<BF16Tag, kNorm>(Bf16Even(w), r, norm.w, 2 * i);
+    const VF b = Norm<BF16Tag, kNorm>(Bf16Odd(w), r, norm.w, 2 * i + L);
     const VF c = InRegister(hn::LoadU(DF(), args.c + i));
     const VF s = InRegister(hn::LoadU(DF(), args.s + i));
     StoreBf16Words<kStream>(PackBf16<kNanSafe>(RotMinus(a, c, b, s), RotMinus(b, c, a, hn::Neg(s))), out + 2 * i);
@@ -211,16 +304,22 @@ HWY_INLINE int64_t RotateBf16Interleaved(const uint16_t* in, uint16_t* out, cons
 }
 
 // bf16, half pairing: blocks of 2L pairs; one load of x[i..i+2L) gives pairs i, i+2, .. (even)
-// and i+1, i+3, .. (odd), so args.lanes holds per block [c_even | c_odd | s_even | s_odd].
-template <bool kStream, bool kNanSafe>
-HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args) {
+// and i+1, i+3, .. (odd), so args.lanes holds per block [c_even | c_odd | s_even | s_odd]. kNorm:
+// each value normalised first, the weights of x[i..i+2L) and x[h+i..h+i+2L) as [even | odd]
+// (prepare_norm_weights_bf16).
+template <bool kStream, bool kNanSafe, int kNorm>
+HWY_INLINE int64_t RotateBf16Half(const uint16_t* in, uint16_t* out, const RowArgs& args, const HeadNorm& norm) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t h = args.rotary_dim / 2;
+  const VF r = hn::Set(DF(), norm.r);
   int64_t i = 0;
   for (; i + 2 * L <= h; i += 2 * L) {
     const VU wa = LoadBf16Words(in + i);
     const VU wb = LoadBf16Words(in + h + i);
-    const VF ae = Bf16Even(wa), ao = Bf16Odd(wa), be = Bf16Even(wb), bo = Bf16Odd(wb);
+    const VF ae = Norm<BF16Tag, kNorm>(Bf16Even(wa), r, norm.w, i);
+    const VF ao = Norm<BF16Tag, kNorm>(Bf16Odd(wa), r, norm.w, i + L);
+    const VF be = Norm<BF16Tag, kNorm>(Bf16Even(wb), r, norm.w, h + i);
+    const VF bo = Norm<BF16Tag, kNorm>(Bf16Odd(wb), r, norm.w, h + i + L);
     const float* block = args.lanes + 2 * i;
     const VF ce = InRegister(hn::LoadU(DF(), block)), co = InRegister(hn::LoadU(DF(), block + L));
     const VF se = InRegister(hn::LoadU(DF(), block + 2 * L)), so = InRegister(hn::LoadU(DF(), block + 3 * L));
@@ -292,24 +391,52 @@ void PrepareLanesImpl(const float* c, const float* s, int64_t pairs, bool interl
 #endif
 }
 
+// RowNorm::w for bf16 (prepare_norm_weights_bf16): head_dim weights, those of each 2L channels a
+// vector body loads as u32 words laid out [even channels | odd channels] (where the body reads
+// them), the others in channel order (the scalar tail, the channels beside the slice).
+inline void PrepareNormWeightsBf16Impl(const float* w, int64_t head_dim, int64_t rotary_offset, int64_t rotary_dim,
+                                       bool interleaved, float* out) {
+  std::memcpy(out, w, static_cast<size_t>(head_dim) * sizeof(float));
+#if ROTARY_VECTOR_BODY
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto split = [&](int64_t c) {
+    const VF w0 = hn::LoadU(df, w + c), w1 = hn::LoadU(df, w + c + L);
+    hn::StoreU(hn::ConcatEven(df, w1, w0), df, out + c);
+    hn::StoreU(hn::ConcatOdd(df, w1, w0), df, out + c + L);
+  };
+  const int64_t h = rotary_dim / 2;
+  if (interleaved) {
+    for (int64_t i = 0; i + L <= h; i += L) split(rotary_offset + 2 * i);  // RotateBf16Interleaved's loads
+  } else {
+    for (int64_t i = 0; i + 2 * L <= h; i += 2 * L) {  // RotateBf16Half's
+      split(rotary_offset + i);
+      split(rotary_offset + h + i);
+    }
+  }
+#else
+  (void)rotary_offset, (void)rotary_dim, (void)interleaved;
+#endif
+}
+
 // One rotated slice (or one block of a block_half slice) of one head: in and out point at its
-// first channel; args.rotary_dim, c, s and lanes describe it.
-template <class Tag, bool kStream, class T>
-HWY_INLINE int64_t RotateSliceVectors(const T* in, T* out, const RowArgs& args) {
+// first channel; args.rotary_dim, c, s and lanes describe it; norm (kNorm) its factor and weights.
+template <class Tag, bool kStream, int kNorm = kNormNone, class T>
+HWY_INLINE int64_t RotateSliceVectors(const T* in, T* out, const RowArgs& args, const HeadNorm& norm = {}) {
 #if ROTARY_VECTOR_BODY
   if constexpr (std::is_same_v<Tag, BF16Tag>) {
     if (args.caller_angles) {
-      return args.interleaved ? RotateBf16Interleaved<kStream, true>(in, out, args)
-                              : RotateBf16Half<kStream, true>(in, out, args);
+      return args.interleaved ? RotateBf16Interleaved<kStream, true, kNorm>(in, out, args, norm)
+                              : RotateBf16Half<kStream, true, kNorm>(in, out, args, norm);
     }
-    return args.interleaved ? RotateBf16Interleaved<kStream, false>(in, out, args)
-                            : RotateBf16Half<kStream, false>(in, out, args);
+    return args.interleaved ? RotateBf16Interleaved<kStream, false, kNorm>(in, out, args, norm)
+                            : RotateBf16Half<kStream, false, kNorm>(in, out, args, norm);
   } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
-    return args.interleaved ? RotateInterleavedDuplicated<Tag, kStream>(in, out, args)
-                            : RotateHalfNatural<Tag, kStream>(in, out, args);
+    return args.interleaved ? RotateInterleavedDuplicated<Tag, kStream, kNorm>(in, out, args, norm)
+                            : RotateHalfNatural<Tag, kStream, kNorm>(in, out, args, norm);
   }
 #endif
-  (void)in, (void)out, (void)args;
+  (void)in, (void)out, (void)args, (void)norm;
   return 0;
 }
 
@@ -342,6 +469,47 @@ HWY_INLINE void RotateSlice(const T* in, T* out, const RowArgs& args) {
   }
   const int64_t h = args.rotary_dim / 2;
   if (done < h) RotatePairsScalar<Tag>(in, out, args, done, h);
+}
+
+// RotateSlice with the fused norm (RowArgs::norm): plain stores.
+template <class Tag, int kNorm, class T>
+HWY_INLINE void RotateSliceNormalised(const T* in, T* out, const RowArgs& args, const HeadNorm& norm) {
+  const int64_t done = RotateSliceVectors<Tag, false, kNorm>(in, out, args, norm);
+  const int64_t h = args.rotary_dim / 2;
+  if (done < h) RotatePairsScalar<Tag, kNorm>(in, out, args, done, h, norm);
+}
+
+// n channels beside the rotated slice normalised from in to out (either may be the other), weights
+// in channel order.
+template <class Tag, int kNorm, class T>
+HWY_INLINE void NormaliseSpan(const T* in, T* out, int64_t n, const HeadNorm& norm) {
+  int64_t c = 0;
+#if ROTARY_VECTOR_BODY
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const VF r = hn::Set(df, norm.r);
+  if constexpr (std::is_same_v<Tag, BF16Tag>) {
+    for (; c + 2 * L <= n; c += 2 * L) {  // 2L values as u32 words (bf16_lanes-inl.h)
+      const VU words = LoadBf16Words(in + c);
+      VF even = Bf16Even(words);
+      VF odd = Bf16Odd(words);
+      if constexpr (kNorm == kNormLlama || kNorm == kNormGemma) {
+        const VF w0 = hn::LoadU(df, norm.w + c), w1 = hn::LoadU(df, norm.w + c + L);
+        even = NormWith<Tag, kNorm>(even, r, hn::ConcatEven(df, w1, w0));
+        odd = NormWith<Tag, kNorm>(odd, r, hn::ConcatOdd(df, w1, w0));
+      } else {
+        even = NormWith<Tag, kNorm>(even, r, r);
+        odd = NormWith<Tag, kNorm>(odd, r, r);
+      }
+      StoreBf16Words<false>(PackBf16(even, odd), out + c);  // values of bf16 already: exact
+    }
+  } else if constexpr (std::is_same_v<Tag, F32Tag> || ROTARY_VECTOR_F16) {
+    for (; c + L <= n; c += L) {
+      VecIo<Tag>::template Store<false>(Norm<Tag, kNorm>(VecIo<Tag>::Load(in + c), r, norm.w, c), out + c);
+    }
+  }
+#endif
+  for (; c < n; ++c) ScalarIo<Tag>::Store(NormScalar<Tag, kNorm>(ScalarIo<Tag>::Load(in + c), norm, c), out + c);
 }
 
 // Every cache line of [p, p + bytes) (bytes > 0) prefetched; a hint, which never faults. kWrite: the
@@ -418,8 +586,44 @@ HWY_INLINE void RotateHeadsAs(const RowArgs& args) {
   }
 }
 
+// RotateHeadsAs with the fused norm (RowArgs::norm; one slice): each head's rotated slice
+// normalised as it is loaded, then the channels beside it.
+template <class Tag, int kNorm>
+HWY_INLINE void RotateNormalisedHeads(const RowArgs& args) {
+  using T = typename StorageOf<Tag>::type;
+  const auto* in_base = static_cast<const T*>(args.in);
+  auto* out_base = static_cast<T*>(args.out);
+  const int64_t off = args.rotary_offset;
+  const int64_t slice_end = off + args.rotary_dim;
+  const bool prefetch = args.prefetch_in != 0 || args.prefetch_out != 0;
+  constexpr bool kWeights = kNorm == kNormLlama || kNorm == kNormGemma;
+  for (int64_t head = 0; head < args.heads; ++head) {
+    const T* in = in_base + head * args.in_head_stride;
+    T* out = out_base + head * args.out_head_stride;
+    if (prefetch) PrefetchHead(in, out, args);
+    const float r = args.norm.r[head * args.norm.r_stride];
+    const float* w = kWeights ? args.norm.w + head * args.norm.w_head_stride : nullptr;
+    RotateSliceNormalised<Tag, kNorm>(in + off, out + off, args, HeadNorm{r, kWeights ? w + off : nullptr});
+    if (off > 0) NormaliseSpan<Tag, kNorm>(in, out, off, HeadNorm{r, w});
+    if (args.head_dim > slice_end) {
+      NormaliseSpan<Tag, kNorm>(in + slice_end, out + slice_end, args.head_dim - slice_end,
+                                HeadNorm{r, kWeights ? w + slice_end : nullptr});
+    }
+  }
+}
+
 template <class Tag>
 void RotateHeads(const RowArgs& args) {
+  if (args.norm.r != nullptr) {
+    if (args.norm.w == nullptr) {
+      RotateNormalisedHeads<Tag, kNormPlain>(args);
+    } else if (args.norm.gemma) {
+      RotateNormalisedHeads<Tag, kNormGemma>(args);
+    } else {
+      RotateNormalisedHeads<Tag, kNormLlama>(args);
+    }
+    return;
+  }
   if (args.stream) {
     RotateHeadsAs<Tag, true>(args);
   } else {

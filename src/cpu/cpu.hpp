@@ -66,6 +66,21 @@ FloatRow xpos_float_row(const KernelArgs& args, int64_t token, int64_t s, FloatR
 DoubleRow xpos_double_row(const KernelArgs& args, int64_t token, int64_t s, DoubleRow row, const KernelOperand& op,
                           const AngleScratch& scratch);
 
+/// The fused operations' norm inside the rows (norm_then_rope, src/fused/cpu_rows.cpp): each head's
+/// channels normalised as they are loaded, body.hpp's normalise lane by lane (y = fl32(x r); no
+/// weight: fl_T(y); gemma: fl_T(fl32(y w)); else fl_T(fl32(fl_T(y) w))), then rotated as apply
+/// rotates them, and the channels outside the rotated slice normalised alone: one pass over the
+/// head instead of a normalise pass into scratch and apply's pass over it, with the same bits.
+struct RowNorm {
+  const float* r = nullptr;  ///< head h's factor at r[h * r_stride] (all_heads: stride 0); null: no norm
+  int64_t r_stride = 1;
+  /// Head h's weights at w + h * w_head_stride, head_dim values (the effective weights; bf16: as
+  /// prepare_norm_weights_bf16 lays them out); null: none.
+  const float* w = nullptr;
+  int64_t w_head_stride = 0;
+  bool gemma = false;
+};
+
 /// One token's heads of one operand, head_dim contiguous (stride 1) in and out.
 /// Angles are float32, sin already negated for the inverse, natural pair order:
 ///   c = [c_0 c_1 .. c_{h-1}],  s = [s_0 s_1 .. s_{h-1}]          (h = rotary_dim / 2)
@@ -99,6 +114,9 @@ struct RowArgs {
   const float* c = nullptr;
   const float* s = nullptr;
   const float* lanes = nullptr;
+  /// norm.r set: every channel of each head normalised (the rotated slice, then the channels beside
+  /// it), one slice (blocks == 1), plain stores; prefetch spans then cover the whole head.
+  RowNorm norm{};
 };
 
 /// Per dtype, dynamic dispatch to the best Highway target. Single-threaded, no allocation.
@@ -107,6 +125,11 @@ struct RowArgs {
 void prepare_lanes_f32(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
 void prepare_lanes_f16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
 void prepare_lanes_bf16(const float* c, const float* s, int64_t pairs, bool interleaved, float* lanes);
+/// prepare_norm_weights_bf16: head_dim effective weights laid out as the bf16 rows read them
+/// (RowNorm::w): per vector block of the rotated slice [channels at even lanes | at odd lanes], the
+/// other channels as they are.
+void prepare_norm_weights_bf16(const float* w, int64_t head_dim, int64_t rotary_offset, int64_t rotary_dim,
+                               bool interleaved, float* out);
 void rotate_heads_f32(const RowArgs& args);
 void rotate_heads_f16(const RowArgs& args);
 void rotate_heads_bf16(const RowArgs& args);
@@ -158,7 +181,11 @@ void cpu_apply(const KernelArgs& args);
 /// prefetch_limit > 0: as they go, the rows prefetch a later token's rows below prefetch_limit
 /// (RowArgs::prefetch_in; operands whose rows do not move from token to token, such as scratch
 /// with zero token strides, prefetch nothing).
-void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit = 0);
+/// norms (one per operand; null, or an entry whose r is null: no norm) normalise the operands'
+/// heads inside the rows (RowNorm); the caller sets r and w per token and makes sure every operand
+/// with a norm is contiguous (stride 1 in and out), one slice (slice_blocks 1) and not f64.
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit = 0,
+                      const RowNorm* norms = nullptr);
 
 /// The fused operations' norms (src/cpu/norm_rows.cc, per Highway target), the body's steps
 /// (src/fused/body.hpp) bit for bit. norm_factors: the factor of each of `heads` rows of n values

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -149,11 +150,15 @@ PrefetchBytes prefetch_ahead(const KernelArgs& args, const KernelOperand& op, in
   return p;
 }
 
+// norm: the fused norm (RowNorm; r null: none), which only the contiguous rows take (cpu_apply_tokens).
 void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, int64_t token_in_seq,
                   int64_t first_head, int64_t heads, const TokenAngles& angles, bool stream,
-                  PrefetchBytes prefetch) {
+                  PrefetchBytes prefetch, const RowNorm& norm) {
   const HeadOffsets at = head_offsets(op, b, token_in_seq, first_head);
   const bool contiguous = op.in_strides[3] == 1 && op.out_strides[3] == 1;
+  if (norm.r != nullptr && (!contiguous || args.dtype == DType::f64 || slice_blocks(args) != 1)) {
+    throw std::logic_error("cpu_apply_tokens: a fused norm needs contiguous rows of one slice");
+  }
   if (contiguous && args.dtype != DType::f64) {
     const int64_t es = size_of(args.dtype);
     RowArgs row;
@@ -167,7 +172,7 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     row.rotary_offset = args.rotary_offset;
     row.blocks = slice_blocks(args);
     row.interleaved = args.pair_step == 2;
-    row.copy_tail = copies_tail(args, op);
+    row.copy_tail = copies_tail(args, op) || norm.r != nullptr;  // with a norm: every channel written
     row.stream = stream && !op.in_place;
     row.caller_angles = args.angle_source == KernelAngleSource::caller;
     row.prefetch_in = prefetch.in;
@@ -175,6 +180,11 @@ void rotate_block(const KernelArgs& args, const KernelOperand& op, int64_t b, in
     row.c = angles.c;
     row.s = angles.s;
     row.lanes = angles.lanes;
+    if (norm.r != nullptr) {
+      row.norm = norm;
+      row.norm.r = norm.r + first_head * norm.r_stride;
+      if (norm.w != nullptr) row.norm.w = norm.w + first_head * norm.w_head_stride;
+    }
     switch (args.dtype) {
       case DType::f32: rotate_heads_f32(row); break;
       case DType::f16: rotate_heads_f16(row); break;
@@ -200,8 +210,9 @@ bool broadcast_caller_row(const KernelArgs& args) {
 }
 
 // prefetch_limit: tokens below it may be prefetched (whole tokens only); 0: none.
+// norms: per operand (null: none).
 void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
-                int64_t prefetch_limit, const Scratch& scratch) {
+                int64_t prefetch_limit, const RowNorm* norms, const Scratch& scratch) {
   const bool build_lanes = args.dtype != DType::f64 && any_contiguous(args);
   // The caller's cos/sin broadcast over every token (rerotate's one row): built once.
   const bool same_row = broadcast_caller_row(args) && first < last;
@@ -229,7 +240,7 @@ void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t spl
       // Whole tokens only (a split token's parts are cache-resident decode rows).
       const PrefetchBytes ahead =
           prefetch_limit > 0 && whole ? prefetch_ahead(args, op, token, prefetch_limit, stream) : PrefetchBytes{};
-      rotate_block(args, op, b, t, h0, h1 - h0, angles, stream, ahead);
+      rotate_block(args, op, b, t, h0, h1 - h0, angles, stream, ahead, norms != nullptr ? norms[o] : RowNorm{});
     }
   }
   if (stream) stream_fence();
@@ -237,7 +248,7 @@ void run_blocks(const KernelArgs& args, int64_t first, int64_t last, int64_t spl
 
 // Runs blocks [first, last) with scratch on the stack when it fits.
 void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64_t split, bool stream,
-                      int64_t prefetch_limit) {
+                      int64_t prefetch_limit, const RowNorm* norms = nullptr) {
   const int64_t r = args.rotary_dim;
   const int64_t h = r / 2;
   auto carve = [&](float* floats, double* doubles) {
@@ -247,11 +258,11 @@ void run_with_scratch(const KernelArgs& args, int64_t first, int64_t last, int64
   if (r <= kStackRotaryDim) {
     alignas(64) std::array<float, 3 * kStackRotaryDim> floats;
     alignas(64) std::array<double, 3 * kStackRotaryDim / 2> doubles;
-    run_blocks(args, first, last, split, stream, prefetch_limit, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, prefetch_limit, norms, carve(floats.data(), doubles.data()));
   } else {
     std::vector<float> floats(static_cast<size_t>(3 * r));
     std::vector<double> doubles(static_cast<size_t>(3 * h));
-    run_blocks(args, first, last, split, stream, prefetch_limit, carve(floats.data(), doubles.data()));
+    run_blocks(args, first, last, split, stream, prefetch_limit, norms, carve(floats.data(), doubles.data()));
   }
 }
 
@@ -304,8 +315,9 @@ int useful_threads(int requested, int64_t blocks) {
   return static_cast<int>(std::max<int64_t>(team, 1));
 }
 
-void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit) {
-  if (first < last) run_with_scratch(args, first, last, 1, false, prefetch_limit);
+void cpu_apply_tokens(const KernelArgs& args, int64_t first, int64_t last, int64_t prefetch_limit,
+                      const RowNorm* norms) {
+  if (first < last) run_with_scratch(args, first, last, 1, false, prefetch_limit, norms);
 }
 
 void cpu_apply(const KernelArgs& args) {

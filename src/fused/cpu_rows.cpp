@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -119,6 +120,34 @@ void normalise_rows(const FusedKernelArgs& f, DType dtype, const float* w, const
   }
 }
 
+// Whether a norm_then_rope call's norms run inside apply's rows (RowNorm: one pass over each head
+// instead of a normalise pass into scratch and apply's pass over it): every operand contiguous in
+// and, where written straight to the output, out, and one rotated slice.
+bool one_pass_norm(const FusedKernelArgs& f) {
+  const KernelArgs& a = f.rope;
+  if (!f.norm || f.rope_then_norm || slice_blocks(a) != 1) return false;
+  for (int o = 0; o < a.operand_count; ++o) {
+    const KernelOperand& op = a.operands[o];
+    const bool write = o == 0 ? f.write_q : f.write_k;
+    if (op.in_strides[3] != 1 || (write && op.out_strides[3] != 1)) return false;
+  }
+  return true;
+}
+
+std::atomic<int64_t> one_pass_calls{0};
+
+// RowNorm::w for `heads` heads of weights (heads > 1: all_heads, one set per head) in `dtype`'s
+// rows: the effective weights as they are (f32, f16), or laid out as the bf16 rows read them.
+const float* row_weights(const float* w, DType dtype, const KernelArgs& a, int64_t heads, std::vector<float>& owned) {
+  if (w == nullptr || dtype != DType::bf16) return w;
+  owned.resize(static_cast<size_t>(heads * a.head_dim));
+  for (int64_t h = 0; h < heads; ++h) {
+    prepare_norm_weights_bf16(w + h * a.head_dim, a.head_dim, a.rotary_offset, a.rotary_dim, a.pair_step == 2,
+                              owned.data() + h * a.head_dim);
+  }
+  return owned.data();
+}
+
 // Bytes one token's step reads and writes (its rows in the data's dtype, twice: in and out).
 int64_t token_bytes(const FusedKernelArgs& f) {
   const KernelArgs& a = f.rope;
@@ -134,6 +163,8 @@ void run_rows(const FusedKernelArgs& f, int team) {
   const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
   const bool norm_first = f.norm && !f.rope_then_norm;
   const bool norm_after = f.norm && f.rope_then_norm;
+  const bool one_pass = one_pass_norm(f);
+  if (one_pass) one_pass_calls.fetch_add(1, std::memory_order_relaxed);
   uint32_t error = 0;
   // Calls that stream from memory: apply's rows prefetch the next tokens' rows of q and k as they go
   // (cpu_apply_tokens' prefetch_limit) where they are the caller's: rope_store's inputs and outputs,
@@ -149,6 +180,9 @@ void run_rows(const FusedKernelArgs& f, int team) {
     Scratch pre[2];
     Scratch post[2];
     std::vector<float> factors;
+    std::vector<float> operand_factors[2];  // one_pass: each operand's factors, for the rows
+    std::vector<float> laid_out[2];
+    RowNorm norms[2];
     const int64_t q_weights = f.all_heads ? a.operands[0].heads * hd : hd;
     const int64_t k_weights = f.all_heads && a.operand_count > 1 ? a.operands[1].heads * hd : hd;
     std::vector<float> owned[2];
@@ -166,7 +200,15 @@ void run_rows(const FusedKernelArgs& f, int team) {
       const bool write = o == 0 ? f.write_q : f.write_k;
       direct[o] = write && !norm_after;
       const int64_t contiguous[4] = {0, 0, hd, 1};  // one token's row in scratch, whatever the token
-      if (norm_first) {
+      if (one_pass) {
+        const int64_t weight_heads = f.all_heads ? op.heads : 1;
+        operand_factors[o].resize(static_cast<size_t>(f.all_heads ? 1 : op.heads));
+        norms[o] = RowNorm{.r = operand_factors[o].data(),
+                           .r_stride = f.all_heads ? 0 : 1,
+                           .w = row_weights(weights[o], a.dtype, a, weight_heads, laid_out[o]),
+                           .w_head_stride = f.all_heads ? hd : 0,
+                           .gemma = f.gemma};
+      } else if (norm_first) {
         pre[o] = scratch(op.heads * hd * es);
         mine.in = pre[o].get();
         std::copy(contiguous, contiguous + 4, mine.in_strides);
@@ -176,7 +218,7 @@ void run_rows(const FusedKernelArgs& f, int team) {
         mine.out = post[o].get();
         std::copy(contiguous, contiguous + 4, mine.out_strides);
       }
-      mine.in_place = !norm_first && direct[o] && op.in_place;
+      mine.in_place = (one_pass || !norm_first) && direct[o] && op.in_place;
     }
     factors.resize(static_cast<size_t>(most_heads));
     uint32_t& bad_bits = *bits;
@@ -192,11 +234,16 @@ void run_rows(const FusedKernelArgs& f, int team) {
       for (int o = 0; norm_first && o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const void* in = static_cast<const unsigned char*>(op.in) + head_offsets(op, b, s, 0).in * es;
+        if (one_pass) {  // the factors now, the normalised values inside apply's rows
+          norm_factors(a.dtype, in, op.in_strides[2], 1, op.heads, hd, f.all_heads, f.eps,
+                       operand_factors[o].data());
+          continue;
+        }
         norm_factors(a.dtype, in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
         normalise_rows(f, a.dtype, weights[o], factors.data(), in, op.in_strides[2],
                           op.in_strides[3], pre[o].get(), hd, 1, op.heads, hd);
       }
-      cpu_apply_tokens(t, token, token + 1, std::min(prefetch_limit, last));
+      cpu_apply_tokens(t, token, token + 1, std::min(prefetch_limit, last), one_pass ? norms : nullptr);
       for (int o = 0; o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const int64_t out_at = head_offsets(op, b, s, 0).out;
@@ -373,6 +420,8 @@ bool cpu_rerotate_rows(const RerotateKernelArgs& r, int team) {
     default: return false;
   }
 }
+
+int64_t one_pass_norm_call_count() { return one_pass_calls.load(); }
 
 bool cpu_fused_rows(const FusedKernelArgs& f, int team) {
   const KernelArgs& a = f.rope;

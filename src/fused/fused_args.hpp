@@ -32,6 +32,9 @@ void cpu_fused(const FusedKernelArgs& f, int threads, Backend backend);
 /// The vectorised CPU path (src/fused/cpu_rows.cpp) with a team of `team` threads: false (nothing
 /// done) for the dtypes it does not serve (f64).
 bool cpu_fused_rows(const FusedKernelArgs& f, int team);
+/// Tests: how many cpu_fused_rows calls so far normalised inside apply's rows (norm_then_rope with
+/// contiguous rows of one slice: the norm and the rotation one pass over each head).
+int64_t one_pass_norm_call_count();
 /// rerotate_cache's CPU loop: slots over OpenMP threads, per slot the vectorised rows
 /// (cpu_rerotate_rows: f32, f16 and bf16 caches with contiguous channels) or, for quantised caches,
 /// other strides and Backend::reference (one thread), the body. Bit-identical either way.
