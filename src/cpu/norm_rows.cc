@@ -27,6 +27,15 @@ namespace {
 #define ROTARY_NORM_VECTORS 0
 #endif
 
+// f16 <-> f32 in hardware (F16C on x86), as apply's f16 rows use it: exact widening, so f16 rows
+// are summed by the transposed blocks too; elsewhere in order, value by value.
+#undef ROTARY_NORM_F16
+#if ROTARY_NORM_VECTORS && HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+#define ROTARY_NORM_F16 1
+#else
+#define ROTARY_NORM_F16 0
+#endif
+
 #if ROTARY_NORM_VECTORS
 namespace hn = hwy::HWY_NAMESPACE;
 using DD = hn::ScalableTag<double>;
@@ -34,13 +43,19 @@ using VD = hn::Vec<DD>;
 constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DD()));
 
 // Channels [c, c + kLanes) of one contiguous head row as doubles: the values Storage<T>::load gives
-// (f32 widened; bf16 its bits above sixteen zero bits, as bf16_to_f32), each exact in double.
+// (f32 widened; f16 widened by F16C, ROTARY_NORM_F16; bf16 its bits above sixteen zero bits, as
+// bf16_to_f32), each exact in double.
 template <class T>
 HWY_INLINE VD LoadAsDouble(const void* row, int64_t c) {
   const DD dd;
   const hn::Rebind<float, DD> df;
   if constexpr (std::is_same_v<T, float>) {
     return hn::PromoteTo(dd, hn::LoadU(df, static_cast<const float*>(row) + c));
+#if ROTARY_NORM_F16
+  } else if constexpr (std::is_same_v<T, F16>) {
+    const hn::Rebind<hwy::float16_t, DD> dh;
+    return hn::PromoteTo(dd, hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(row) + c)));
+#endif
   } else {
     const hn::Rebind<uint16_t, DD> d16;
     const hn::Rebind<uint32_t, DD> d32;
@@ -93,8 +108,8 @@ void SumSquaresTransposed(const void* const* rows, int64_t n, double* sums) {
 // The in-order sums of rows[0, done) (contiguous rows), by transposed blocks; returns done.
 template <class T>
 int64_t SumsTransposed(const void* const* rows, int64_t count, int64_t n, double* sums) {
-  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BF16>) {
-    return 0;  // f16: InOrderSums' loop
+  if constexpr (std::is_same_v<T, F16> && !ROTARY_NORM_F16) {
+    return 0;  // InOrderSums' loop
   } else {
     if (kLanes < 2 || n < kLanes) return 0;
     int64_t i = 0;
@@ -359,9 +374,43 @@ int64_t NormaliseBf16Vectors(const uint16_t* src, uint16_t* dst, float r, const 
 }
 #endif
 
+#if ROTARY_NORM_F16
+// f16, contiguous: NormaliseRow's steps lane by lane, widened and rounded by F16C (nearest even, as
+// f32_to_f16); returns the values done.
+template <bool kWeight, bool kGemma>
+int64_t NormaliseF16Vectors(const uint16_t* src, uint16_t* dst, float r, const float* w, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto* in = reinterpret_cast<const hwy::float16_t*>(src);
+  auto* out = reinterpret_cast<hwy::float16_t*>(dst);
+  const auto vr = hn::Set(df, r);
+  int64_t c = 0;
+  for (; c + L <= n; c += L) {
+    auto y = hn::Mul(hn::PromoteTo(df, hn::LoadU(dh, in + c)), vr);
+    if constexpr (kWeight) {
+      if constexpr (!kGemma) y = hn::PromoteTo(df, hn::DemoteTo(dh, y));
+      y = hn::Mul(y, hn::LoadU(df, w + c));
+    }
+    hn::StoreU(hn::DemoteTo(dh, y), dh, out + c);
+  }
+  return c;
+}
+#endif
+
 template <class T, bool kWeight, bool kGemma>
 void NormaliseRowAnyStride(const NormRow& row) {
   if (row.src_stride == 1 && row.dst_stride == 1) {
+#if ROTARY_NORM_F16
+    if constexpr (std::is_same_v<T, F16>) {
+      const auto* src = static_cast<const uint16_t*>(row.src);
+      auto* dst = static_cast<uint16_t*>(row.dst);
+      const int64_t done = NormaliseF16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
+      NormaliseRow<T, kWeight, kGemma, true>(src + done, 1, dst + done, 1, row.r, kWeight ? row.w + done : row.w,
+                                             row.n - done);
+      return;
+    }
+#endif
 #if ROTARY_NORM_VECTORS
     if constexpr (std::is_same_v<T, BF16>) {
       const auto* src = static_cast<const uint16_t*>(row.src);
