@@ -89,12 +89,40 @@ const float* effective_weights(const FusedKernelArgs& f, const KernelWeight& w, 
     if (data != DType::bf16 || std::none_of(values, values + n, nan_with_low_bits)) return values;
   }
   owned.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    float v = f.weight_offset == 0.0f ? load_weight(w, i) : f.weight_offset + load_weight(w, i);
-    if (data == DType::bf16 && nan_with_low_bits(v)) v = float_from_bits((float_bits(v) & 0xffff0000u) | 0x00400000u);
-    owned[static_cast<size_t>(i)] = v;
+  float* out = owned.data();
+  // load_weight's values, a loop per dtype (a decode call forms these every call)
+  if (w.dtype == DType::bf16 || w.dtype == DType::f16) {
+    const auto* bits = static_cast<const uint16_t*>(w.data);
+    if (w.dtype == DType::bf16) {
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(bits[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(bits[i]);
+    }
+  } else {
+    std::memcpy(out, w.data, static_cast<size_t>(n) * sizeof(float));
   }
-  return owned.data();
+  if (f.weight_offset != 0.0f) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f.weight_offset + out[i];
+  }
+  if (data == DType::bf16) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (nan_with_low_bits(out[i])) out[i] = float_from_bits((float_bits(out[i]) & 0xffff0000u) | 0x00400000u);
+    }
+  }
+  return out;
+}
+
+// The rows' float scratch on each thread, kept from call to call: a decode call would otherwise
+// allocate each vector on every call. Each is sized and written in full before it is read.
+struct FloatScratch {
+  std::vector<float> factors;
+  std::vector<float> operand_factors[2];
+  std::vector<float> laid_out[2];
+  std::vector<float> owned[2];
+};
+FloatScratch& float_scratch() {
+  thread_local FloatScratch scratch;
+  return scratch;
 }
 
 // Scratch a row is written to in full before it is read: not zeroed (a decode call's rows are most
@@ -168,9 +196,9 @@ void run_rows(const FusedKernelArgs& f, int team) {
   uint32_t error = 0;
   // Calls that stream from memory: apply's rows prefetch the next tokens' rows of q and k as they go
   // (cpu_apply_tokens' prefetch_limit) where they are the caller's: rope_store's inputs and outputs,
-  // and a norm's outputs (in place: its inputs too); a norm's inputs are per-thread scratch to apply,
-  // so out of place they are left to the hardware. Prefetching v's and the caches' rows too, or
-  // every row of a token at its start, measured no faster.
+  // a one-pass norm's inputs and outputs, and a two-pass norm's outputs (in place: its inputs too; out
+  // of place its inputs are per-thread scratch to apply, so they are left to the hardware).
+  // Prefetching v's and the caches' rows too, or every row of a token at its start, measured no faster.
   const int64_t prefetch_limit = a.tokens * token_bytes(f) >= prefetch_min_bytes() ? a.tokens : 0;
   if (prefetch_limit > 0) count_prefetched_call();
   // Tokens [first, last) on the calling thread, its scratch its own; unusable positions or'ed into *bits.
@@ -179,13 +207,14 @@ void run_rows(const FusedKernelArgs& f, int team) {
     // go straight to the output (norm_after, or an operand not written), [heads][head_dim] in T.
     Scratch pre[2];
     Scratch post[2];
-    std::vector<float> factors;
-    std::vector<float> operand_factors[2];  // one_pass: each operand's factors, for the rows
-    std::vector<float> laid_out[2];
+    FloatScratch& floats = float_scratch();
+    std::vector<float>& factors = floats.factors;
+    auto& operand_factors = floats.operand_factors;  // one_pass: each operand's factors, for the rows
+    auto& laid_out = floats.laid_out;
     RowNorm norms[2];
     const int64_t q_weights = f.all_heads ? a.operands[0].heads * hd : hd;
     const int64_t k_weights = f.all_heads && a.operand_count > 1 ? a.operands[1].heads * hd : hd;
-    std::vector<float> owned[2];
+    auto& owned = floats.owned;
     const float* weights[2] = {f.norm ? effective_weights(f, f.q_weight, q_weights, a.dtype, owned[0]) : nullptr,
                                f.norm ? effective_weights(f, f.k_weight, k_weights, a.dtype, owned[1]) : nullptr};
     const Scratch v_row = f.v.in != nullptr && f.v_norm ? scratch(f.v.dim * es) : nullptr;
