@@ -1072,10 +1072,11 @@ TEST_P(QuantRowsTargets, EveryCodeIsQuantHpps) {
 
 // The norms' sums of squares (src/cpu/norm_rows.cc) are the body's in-order double sums bit for
 // bit on every target. A bf16 row takes a vector-order sum only where that sum is exact, which
-// depends on how far apart its exponents are: rows whose nonzero values span 0 to 24 binades (as
-// outlier channels do, one in a row's tail too), subnormals beside normals, zeros, infinities and
-// NaNs, head and all-heads scope, lengths with and without a tail. The expected sums are the loop
-// written out here.
+// depends on the sum and on the smallest nonzero value (of the call's rows, then of the row's own):
+// rows whose nonzero values span 0 to 24 binades (as outlier channels do, one in a row's tail too),
+// subnormals beside normals, zeros, infinities and NaNs, head and all-heads scope, lengths with and
+// without a tail. The expected sums are the loop written out here. (A bound one binade too high, in
+// either check, fails this test.)
 class NormSumsTargets : public hwy::TestWithParamTarget {};
 HWY_TARGET_INSTANTIATE_TEST_SUITE_P(NormSumsTargets);
 

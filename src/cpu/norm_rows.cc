@@ -4,6 +4,9 @@
 // bf16 sums in vector order where they are exact, factors and bf16 rows lane by lane, the rest plain
 // loops the compiler vectorises. No step is reassociated (-ffp-contract=off, no fast-math): every
 // target gives the body's bits (tests/test_fused.cpp, FusedRowsTargets, NormSumsTargets).
+#include <algorithm>
+#include <cmath>
+
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/cpu/norm_rows.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -145,80 +148,78 @@ void FactorsFromSums(const double* sums, int64_t count, int64_t n, float eps, fl
 // ---- bf16: sums of squares that are exact, so the same in any order ----
 //
 // A bf16 value is M 2^q with M an integer below 2^8 and q = max(E, 1) - 134 (E its exponent field),
-// so its square is an integer below 2^16 times 2^(2q). If the nonzero values summed have exponent
-// fields (at least 1) in [lo, hi], every square is an integer multiple of u = 2^(2(lo - 134)), and
-// count of them sum to less than count 2^(16 + 2(hi - lo)) u. When that is at most 2^53 u, every
-// partial sum of every order is a double exactly, so the body's in-order sum (square_add) and the
-// sum of any other order are the same double. Rows spanning more (outliers, subnormals beside
-// normals) or holding an infinity or NaN (hi = 255) take the in-order sums.
-inline bool ExactBf16Sum(uint32_t lo, uint32_t hi, int64_t count) {
-  if (hi == 255) return false;  // an infinity or NaN
-  int64_t log2_count = 0;
-  while ((int64_t{1} << log2_count) < count) ++log2_count;
-  return 16 + 2 * static_cast<int64_t>(hi - lo) + log2_count <= 53;
-}
-
-// The running sum of one or more bf16 rows' squares (in an order of its own) and the exponent
-// fields [lo, hi] of their nonzero values (magnitude bits: the largest, and the smallest nonzero as
-// magnitude - 1, which wraps zero to the top).
-struct Bf16SquareSum {
+// so its square is an integer multiple of 2^(2q). Let lo be the smallest exponent field (at least 1)
+// among the nonzero values of the rows summed: every square is an integer multiple of
+// u = 2^(2(lo - 134)). If a row's exact sum S is below 2^53 u, every partial sum of every order is a
+// multiple of u at most S (squares are not negative), so a double exactly: the body's in-order sum
+// (square_add) and the vector's are both S. Conversely, an addition of the vector's order (its
+// operands multiples of u, by induction) rounds only where its exact result reaches 2^53 u, and every
+// later partial sum is at least its rounded result: a vector-order sum below 2^53 u is exact. So a
+// row takes its vector-order sum when that is below 2^53 u (an infinity or a NaN is not), else the
+// in-order sum. lo is first the smallest over all the rows of a call, so each row's check is one
+// compare; a row over that bound is checked again against its own lo before it is summed in order.
+struct Bf16SquareSums {
   using DD = hn::Repartition<double, bf16_lanes::DF>;
   using DH = hn::Half<bf16_lanes::DF>;
   using VD = hn::Vec<DD>;
   using DU16 = bf16_lanes::DU16;
-  VD acc[4];
-  hn::Vec<DU16> top, bottom;  // max magnitude; min (magnitude - 1)
-  double tail = 0;
-  uint32_t tail_top = 0, tail_bottom = 0xffff;
+  hn::Vec<DU16> bottom;  // min (magnitude - 1) of every value summed: zero wraps to the top
+  uint32_t tail_bottom = 0xffff;
 
-  Bf16SquareSum() : top(hn::Zero(DU16())), bottom(hn::Set(DU16(), 0xffff)) {
-    for (auto& a : acc) a = hn::Zero(DD());
-  }
-  void Add(const uint16_t* row, int64_t n) {
+  Bf16SquareSums() : bottom(hn::Set(DU16(), 0xffff)) {}
+  // The sum of one row's squares, in an order of its own.
+  double Row(const uint16_t* row, int64_t n) {
     const DU16 d16;
     const DD dd;
     const DH dh;
     const auto magnitude_bits = hn::Set(d16, 0x7fff);
     const auto one = hn::Set(d16, 1);
     const int64_t step = static_cast<int64_t>(hn::Lanes(d16));
+    VD acc0 = hn::Zero(dd), acc1 = hn::Zero(dd), acc2 = hn::Zero(dd), acc3 = hn::Zero(dd);
     int64_t c = 0;
     for (; c + step <= n; c += step) {
       const auto w16 = hn::LoadU(d16, row + c);
-      const auto m = hn::And(w16, magnitude_bits);
-      top = hn::Max(top, m);
-      bottom = hn::Min(bottom, hn::Sub(m, one));
+      bottom = hn::Min(bottom, hn::Sub(hn::And(w16, magnitude_bits), one));
       const auto w = hn::BitCast(bf16_lanes::DU(), w16);
       const auto even = bf16_lanes::Bf16Even(w), odd = bf16_lanes::Bf16Odd(w);
       const VD x0 = hn::PromoteTo(dd, hn::LowerHalf(dh, even)), x1 = hn::PromoteTo(dd, hn::UpperHalf(dh, even));
       const VD x2 = hn::PromoteTo(dd, hn::LowerHalf(dh, odd)), x3 = hn::PromoteTo(dd, hn::UpperHalf(dh, odd));
-      acc[0] = hn::MulAdd(x0, x0, acc[0]);  // exact products and sums: one rounding or two, the same
-      acc[1] = hn::MulAdd(x1, x1, acc[1]);
-      acc[2] = hn::MulAdd(x2, x2, acc[2]);
-      acc[3] = hn::MulAdd(x3, x3, acc[3]);
+      acc0 = hn::MulAdd(x0, x0, acc0);  // exact products and sums below the bound: one rounding or two, the same
+      acc1 = hn::MulAdd(x1, x1, acc1);
+      acc2 = hn::MulAdd(x2, x2, acc2);
+      acc3 = hn::MulAdd(x3, x3, acc3);
     }
+    double tail = 0;
     for (; c < n; ++c) {
-      const uint32_t m = row[c] & 0x7fffu;
-      tail_top = std::max(tail_top, m);
-      tail_bottom = std::min(tail_bottom, (m - 1) & 0xffffu);
+      tail_bottom = std::min(tail_bottom, (static_cast<uint32_t>(row[c] & 0x7fffu) - 1) & 0xffffu);
       tail = square_add(tail, bf16_to_f32(row[c]));
     }
+    return hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3)))) + tail;
   }
-  // The sum if it is exact (count values in all), else false.
-  bool Finish(int64_t count, double* sum) const {
+  // 2^53 u for the rows summed so far (infinity when every value was zero: every sum is then 0).
+  double Bound() const {
+    return BoundOf(std::min<uint32_t>(hn::GetLane(hn::MinOfLanes(DU16(), bottom)), tail_bottom));
+  }
+  // 2^53 u for one row alone: a row whose sum is not below the rows' bound may be below its own
+  // (the smallest value of all the rows need not be in it).
+  static double RowBound(const uint16_t* row, int64_t n) {
     const DU16 d16;
-    const uint32_t max_m = std::max<uint32_t>(hn::GetLane(hn::MaxOfLanes(d16, top)), tail_top);
-    if (max_m == 0) {  // zeros only
-      *sum = 0;
-      return true;
-    }
-    // A nonzero value exists, so min_m (its magnitude - 1) is below 0x7fff.
-    const uint32_t min_m = std::min<uint32_t>(hn::GetLane(hn::MinOfLanes(d16, bottom)), tail_bottom);
-    if (!ExactBf16Sum(std::max<uint32_t>((min_m + 1) >> 7, 1), std::max<uint32_t>(max_m >> 7, 1), count)) {
-      return false;
-    }
-    const DD dd;
-    *sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3])))) + tail;
-    return true;
+    const auto magnitude_bits = hn::Set(d16, 0x7fff);
+    const auto one = hn::Set(d16, 1);
+    const int64_t step = static_cast<int64_t>(hn::Lanes(d16));
+    auto low = hn::Set(d16, 0xffff);
+    int64_t c = 0;
+    for (; c + step <= n; c += step) low = hn::Min(low, hn::Sub(hn::And(hn::LoadU(d16, row + c), magnitude_bits), one));
+    uint32_t min_m = hn::GetLane(hn::MinOfLanes(d16, low));
+    for (; c < n; ++c) min_m = std::min(min_m, (static_cast<uint32_t>(row[c] & 0x7fffu) - 1) & 0xffffu);
+    return BoundOf(min_m);
+  }
+  // min_m: the smallest (magnitude - 1) as u16, 0xffff for zeros only (a nonzero magnitude minus one
+  // is at most 0x7ffe); lo = max(E, 1) of the smallest nonzero value.
+  static double BoundOf(uint32_t min_m) {
+    if (min_m == 0xffff) return HUGE_VAL;
+    const int lo = std::max<int>(static_cast<int>((min_m + 1) >> 7), 1);
+    return std::ldexp(1.0, 53 + 2 * (lo - 134));
   }
 };
 
@@ -250,23 +251,45 @@ void InOrderSums(const void* const* rows, int64_t count, int64_t stride, int64_t
 
 // The sums of squares of `heads` rows (row h at base + h * head_stride, element stride `stride`),
 // each as the body sums it (square_add in channel order): sums[h]; all_heads: one over them all,
-// head after head, sums[0]. A bf16 sum that is exact (Bf16SquareSum) is taken in the vector's
+// head after head, sums[0]. A bf16 sum that is exact (Bf16SquareSums) is taken in the vector's
 // order; the others (and every sum of other dtypes) in order.
 template <class T>
 void SquareSumsImpl(const void* base, int64_t head_stride, int64_t stride, int64_t heads, int64_t n, bool all_heads,
                     double* sums) {
   using Bits = typename Storage<T>::Bits;
   const auto row = [&](int64_t h) { return static_cast<const Bits*>(base) + h * head_stride; };
-  if (all_heads) {
+  [[maybe_unused]] bool vector_sums = false;  // sums[] hold the bf16 vector-order sums
+  [[maybe_unused]] double bound = 0;          // below which they are exact (Bf16SquareSums)
+  // Whether row h's vector-order sum is exact (bf16, head scope).
+  const auto exact = [&](int64_t h) {
 #if ROTARY_NORM_VECTORS
     if constexpr (std::is_same_v<T, BF16>) {
-      if (stride == 1) {
-        Bf16SquareSum sum;
-        for (int64_t h = 0; h < heads; ++h) sum.Add(row(h), n);
-        if (sum.Finish(heads * n, &sums[0])) return;
-      }
+      return vector_sums && (sums[h] < bound || sums[h] < Bf16SquareSums::RowBound(row(h), n));
     }
 #endif
+    static_cast<void>(h);
+    return false;
+  };
+#if ROTARY_NORM_VECTORS
+  if constexpr (std::is_same_v<T, BF16>) {
+    if (stride == 1) {
+      Bf16SquareSums sum;
+      if (all_heads) {  // exact: so is the sum of the rows' sums, in any order
+        double total = 0;
+        for (int64_t h = 0; h < heads; ++h) total += sum.Row(row(h), n);
+        if (total < sum.Bound()) {
+          sums[0] = total;
+          return;
+        }
+      } else {
+        for (int64_t h = 0; h < heads; ++h) sums[h] = sum.Row(row(h), n);
+        bound = sum.Bound();
+        vector_sums = true;
+      }
+    }
+  }
+#endif
+  if (all_heads) {
     double sum = 0;
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t c = 0; c < n; ++c) sum = square_add(sum, Storage<T>::load(row(h), c * stride));
@@ -282,15 +305,7 @@ void SquareSumsImpl(const void* base, int64_t head_stride, int64_t stride, int64
     const int64_t count = std::min(kChunk, heads - h0);
     int64_t left = 0;
     for (int64_t i = 0; i < count; ++i) {
-#if ROTARY_NORM_VECTORS
-      if constexpr (std::is_same_v<T, BF16>) {
-        if (stride == 1) {
-          Bf16SquareSum sum;
-          sum.Add(row(h0 + i), n);
-          if (sum.Finish(n, &sums[h0 + i])) continue;
-        }
-      }
-#endif
+      if (exact(h0 + i)) continue;
       rows[left] = row(h0 + i);
       which[left++] = h0 + i;
     }
