@@ -6,6 +6,7 @@
 #include <hwy/tests/hwy_gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <tuple>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/cpu.hpp"
@@ -837,6 +839,41 @@ TEST(FusedRows, QkNormRopeInOnePassEqualsTheBody) {
                                    {200, 64, 8, Pairing::half},
                                    {256, 64, 0, Pairing::interleaved}},
                                   {DType::bf16, DType::f16, DType::f32});
+}
+
+// The rows keep their float scratch per thread from call to call (cpu_rows.cpp's float_scratch):
+// callers on several threads at once, each alternating shapes that resize it (head counts, scopes,
+// dtypes, weights or none) and running one- and two-thread teams of their own, all get the body's bits.
+TEST(FusedRows, ConcurrentCallersEachKeepTheirOwnScratch) {
+  std::vector<test::NormCase> cases;
+  int seed = 6000;
+  for (const DType dtype : {DType::bf16, DType::f32, DType::f16}) {
+    for (const int64_t heads : {3, 16}) {
+      test::NormCase c{.schedule = schedule_of(heads == 3 ? 64 : 128, 64, Pairing::half, 0), .dtype = dtype,
+                       .seed = ++seed};
+      c.heads_q = heads;
+      c.heads_k = heads == 3 ? 1 : 4;
+      c.scope = heads == 3 ? NormScope::all_heads : NormScope::head;
+      c.weights = seed % 3 != 0;
+      c.tokens = heads == 3 ? 1 : 9;
+      cases.push_back(c);
+    }
+  }
+  std::vector<std::vector<rows::Output>> body;
+  for (const auto& c : cases) body.push_back(rows::run_norm(c, Backend::reference, 1));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const size_t which = static_cast<size_t>(t + i) % cases.size();
+        const auto fast = rows::run_norm(cases[which], Backend::automatic, 1 + (i + t) % 2);
+        for (size_t o = 0; o < fast.size(); ++o) wrong += rows::difference(body[which][o], fast[o]) != "none";
+      }
+    });
+  }
+  for (auto& caller : callers) caller.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(FusedRows, QkNormRopeOutsideTheOnePassLayoutsEqualsTheBody) {
