@@ -752,74 +752,153 @@ void expect_many_heads_equal_the_body(int seed) {
 
 TEST(FusedRows, QkNormRopeWithManyHeadsEqualsTheBody) { expect_many_heads_equal_the_body(5400); }
 
-// norm_then_rope with contiguous rows of one slice normalises inside apply's rows (cpu_rows.cpp's
-// one_pass_norm: each value normalised as the rotation loads it, the channels beside the slice
-// normalised alone): the body's bits in every layout those rows read. Both pairings; slices whose
-// pairs leave a scalar tail after the vector blocks (80 channels: 40 pairs) or fill them; channels
-// beside the slice before and after it, with and without a tail of their own; every rounding,
-// without weights, with f32 weights and weights in the data's dtype; head and all-heads scope; in
-// place, out of place (q_out, k_out: the inputs unchanged) and k written only to its cache; NaNs,
-// infinities and subnormals; one and two threads. Every such call is counted as one pass; the
-// layouts it does not serve (block_half, rope_then_norm) are not, and still give the body's bits.
+// norm_then_rope with rows of contiguous channels and one slice normalises inside apply's rows
+// (cpu_rows.cpp's one_pass_norm: each value normalised as the rotation loads it, the channels beside
+// the slice normalised alone): the body's bits in every layout those rows read. Both pairings;
+// slices whose pairs fill the vector blocks or leave a scalar tail on every target (19 and 35 pairs),
+// at odd offsets too; channels beside the slice before and after it; every rounding, without weights,
+// with f32 weights and weights in the data's dtype; head and all-heads scope, each in place, out of
+// place (q_out, k_out: the inputs unchanged) and with k written only to its cache; exact angles, a
+// table, the caller's cos/sin, hf_float32 and xPos; contiguous rows and rows with padded head and
+// token strides (the gaps must keep their poison); plain inputs, and inputs with NaNs, infinities
+// and subnormals (which leave most heads an infinite or NaN sum); calls of one thread and
+// prefill-sized calls on two. Every such call is counted as one pass. The layouts it does not serve
+// (channels with a stride, block_half, rope_then_norm) are not, and still give the body's bits.
 namespace one_pass {
 
 enum class Placement { in_place, out_of_place, k_to_cache_only };
+enum class Rows { contiguous, padded, channel_strided };
 
-std::vector<rows::Output> run(const test::NormCase& c, Placement placement, bool f32_weights, Backend backend,
-                              int threads) {
+struct Options {
+  Placement placement = Placement::in_place;
+  bool specials = true;  // most heads then have an infinite or NaN sum: plain inputs test the rest
+  bool f32_weights = false;
+  test::AngleSource source = test::AngleSource::exact;
+  Rows rows = Rows::contiguous;
+};
+
+// b ([tokens, heads, d] contiguous) copied into a buffer of 0x5a bytes laid out as `rows` says.
+struct LaidOut {
+  Buffer bytes;
+  TensorView view;
+};
+LaidOut lay_out(const Buffer& b, DType dtype, int64_t tokens, int64_t heads, int64_t d, Rows rows) {
+  const int64_t es = size_of(dtype);
+  const int64_t step = rows == Rows::channel_strided ? 2 : 1;
+  const int64_t head_stride = rows == Rows::contiguous ? d : rows == Rows::padded ? d + 8 : 2 * d + 2;
+  const int64_t token_stride = rows == Rows::contiguous ? heads * d : heads * head_stride + 16;
+  LaidOut out{Buffer(static_cast<size_t>(tokens * token_stride * es), 0x5a), {}};
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < d; ++c) {
+        std::memcpy(out.bytes.data() + (t * token_stride + h * head_stride + c * step) * es,
+                    b.data() + ((t * heads + h) * d + c) * es, static_cast<size_t>(es));
+      }
+    }
+  }
+  out.view = TensorView{.data = out.bytes.data(), .dtype = dtype, .shape = {1, tokens, heads, d},
+                        .strides = {tokens * token_stride, token_stride, head_stride, step}};
+  return out;
+}
+
+std::vector<rows::Output> run(const test::NormCase& c, const Options& o, Backend backend, int threads) {
   test::NormSetup s(c);
   std::mt19937 rng(static_cast<uint32_t>(c.seed) + 79);
-  rows::add_specials(s.q, c.dtype, rng);
-  rows::add_specials(s.k, c.dtype, rng);
-  rows::add_specials(s.v, c.dtype, rng);
-  if (f32_weights) {
+  if (o.specials) {
+    rows::add_specials(s.q, c.dtype, rng);
+    rows::add_specials(s.k, c.dtype, rng);
+    rows::add_specials(s.v, c.dtype, rng);
+  }
+  if (o.f32_weights) {
     s.weight_dtype = DType::f32;
     s.q_weight = test::random_values(DType::f32, static_cast<int64_t>(s.q_weight.size()) / size_of(c.dtype), rng, 1.0f);
     s.k_weight = test::random_values(DType::f32, static_cast<int64_t>(s.k_weight.size()) / size_of(c.dtype), rng, 1.0f);
   }
+  if (o.source != test::AngleSource::exact || c.schedule.xpos()) {
+    for (int64_t& p : s.positions) p %= 2048;  // the table's and the caller's rows
+  }
   QkNormRopeArgs a = s.norm_args();
   a.rope.backend = backend;
   a.rope.threads = threads;
-  Buffer q_out(s.q.size(), 0x5a);
-  Buffer k_out(s.k.size(), 0x5a);
-  if (placement == Placement::out_of_place) {
-    a.rope.q_out = s.view(q_out, c.heads_q);
-    a.rope.k_out = s.view(k_out, c.heads_k);
+  const Table table = Table::range(c.schedule, 0, 2048);
+  const int64_t width = c.schedule.rotary_dim / 2;
+  std::vector<float> cos(static_cast<size_t>(2048 * width)), sin(cos.size());
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& x : cos) x = unit(rng);
+  for (float& x : sin) x = unit(rng);
+  const CallerAngles caller{.index = CallerAngles::Index::per_position, .columns = CallerAngles::Columns::pairs,
+                            .cos = cos.data(), .sin = sin.data(), .shape = {1, 2048, width},
+                            .cos_strides = {0, width, 1}, .sin_strides = {0, width, 1}};
+  if (o.source == test::AngleSource::table) a.rope.table = &table;
+  if (o.source == test::AngleSource::caller) a.rope.caller_angles = &caller;
+  if (o.source == test::AngleSource::hf_float32) a.rope.numerics = AngleMode::hf_float32;
+  const int64_t d = c.schedule.head_dim;
+  LaidOut q = lay_out(s.q, c.dtype, c.tokens, c.heads_q, d, o.rows);
+  LaidOut k = lay_out(s.k, c.dtype, c.tokens, c.heads_k, d, o.rows);
+  LaidOut q_out = lay_out(Buffer(s.q.size(), 0x5a), c.dtype, c.tokens, c.heads_q, d, o.rows);
+  LaidOut k_out = lay_out(Buffer(s.k.size(), 0x5a), c.dtype, c.tokens, c.heads_k, d, o.rows);
+  a.rope.q = q.view;
+  a.rope.k = k.view;
+  if (o.placement == Placement::out_of_place) {
+    a.rope.q_out = q_out.view;
+    a.rope.k_out = k_out.view;
   }
   qk_norm_rope(c.schedule, a);
-  return {{s.q, c.dtype}, {s.k, c.dtype}, {q_out, c.dtype}, {k_out, c.dtype}, {s.v, c.dtype},
+  return {{q.bytes, c.dtype}, {k.bytes, c.dtype}, {q_out.bytes, c.dtype}, {k_out.bytes, c.dtype}, {s.v, c.dtype},
           {s.k_cache_bytes, c.dtype}, {s.v_cache_bytes, c.dtype}};
 }
 
 struct Shape {
   int64_t d, r, offset;
   Pairing pairing;
+  bool xpos = false;
 };
 
-void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
+// Each shape in each placement; the other options cycle with the seed (scope, rows and the angle
+// source per shape, so that every placement meets each). tokens and threads: the calls' size and the
+// teams asked for.
+void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std::vector<DType>& dtypes,
+                           int64_t tokens = 6, std::vector<int> thread_counts = {1, 2}, Rows only_rows = Rows::contiguous,
+                           bool cycle_rows = true) {
+  const test::AngleSource sources[] = {test::AngleSource::exact, test::AngleSource::table, test::AngleSource::caller,
+                                       test::AngleSource::hf_float32};
+  int shape_index = 0;
   for (const DType dtype : dtypes) {
     for (const Shape& shape : shapes) {
+      ++shape_index;
       for (const Placement placement : {Placement::in_place, Placement::out_of_place, Placement::k_to_cache_only}) {
         ++seed;
-        test::NormCase c{.schedule = schedule_of(shape.d, shape.r, shape.pairing, shape.offset), .dtype = dtype,
-                         .seed = seed};
+        const Schedule schedule =
+            shape.xpos ? make_schedule(Spec{.head_dim = shape.d, .rotary_dim = shape.r, .pairing = shape.pairing,
+                                            .rotary_offset = shape.offset, .xpos_scale_base = 512.0})
+                       : schedule_of(shape.d, shape.r, shape.pairing, shape.offset);
+        test::NormCase c{.schedule = schedule, .dtype = dtype, .seed = seed};
         c.rounding = seed % 2 == 0 ? NormRounding::llama : NormRounding::gemma;
         c.weight_offset = c.rounding == NormRounding::gemma && seed % 4 == 1 ? 1.0f : 0.0f;
-        c.scope = seed % 3 == 0 ? NormScope::all_heads : NormScope::head;
+        c.scope = shape_index % 2 == 0 ? NormScope::all_heads : NormScope::head;
         c.weights = seed % 5 != 0;
         c.v_norm = seed % 2 == 1;
         c.store = placement == Placement::k_to_cache_only || (placement == Placement::out_of_place && seed % 2 == 0);
-        c.heads_q = 5;
-        c.heads_k = 3;
-        c.tokens = 6;
-        const bool f32_weights = c.rounding == NormRounding::llama && seed % 4 == 2;
-        const std::string name =
-            fmt::format("{} placement {} f32 weights {}", c.name(), static_cast<int>(placement), f32_weights);
-        const auto body = run(c, placement, f32_weights, Backend::reference, 1);
-        for (const int threads : {1, 2}) {
-          const int64_t before = detail::one_pass_norm_call_count();
-          rows::expect_same(body, run(c, placement, f32_weights, Backend::automatic, threads), name);
-          EXPECT_EQ(detail::one_pass_norm_call_count() - before, 1) << name << " threads " << threads;
+        c.heads_q = tokens > 6 ? 16 : 5;
+        c.heads_k = tokens > 6 ? 4 : 3;
+        c.tokens = tokens;
+        Options o{.placement = placement,
+                  .f32_weights = c.weights && c.rounding == NormRounding::llama && seed % 4 == 2,
+                  .source = shape.xpos ? test::AngleSource::exact : sources[shape_index % 4],
+                  .rows = cycle_rows && shape_index % 3 == 1 ? Rows::padded : only_rows};
+        for (const bool specials : {false, true}) {
+          o.specials = specials;
+          const std::string name =
+              fmt::format("{} placement {} specials {} f32 weights {} source {} rows {}", c.name(),
+                          static_cast<int>(placement), specials, o.f32_weights, static_cast<int>(o.source),
+                          static_cast<int>(o.rows));
+          const auto body = run(c, o, Backend::reference, 1);
+          for (const int threads : thread_counts) {
+            const int64_t before = detail::one_pass_norm_call_count();
+            rows::expect_same(body, run(c, o, Backend::automatic, threads), name);
+            EXPECT_EQ(detail::one_pass_norm_call_count() - before, o.rows == Rows::channel_strided ? 0 : 1)
+                << name << " threads " << threads;
+          }
         }
       }
     }
@@ -833,12 +912,23 @@ TEST(FusedRows, QkNormRopeInOnePassEqualsTheBody) {
                                   {{128, 128, 0, Pairing::half},
                                    {128, 128, 0, Pairing::interleaved},
                                    {80, 80, 0, Pairing::half},
-                                   {80, 80, 0, Pairing::interleaved},
+                                   {96, 38, 3, Pairing::interleaved},
+                                   {128, 70, 0, Pairing::half},
+                                   {76, 38, 1, Pairing::half},
                                    {98, 64, 16, Pairing::half},
                                    {96, 48, 40, Pairing::interleaved},
                                    {200, 64, 8, Pairing::half},
-                                   {256, 64, 0, Pairing::interleaved}},
+                                   {64, 64, 0, Pairing::half, true},
+                                   {96, 70, 17, Pairing::interleaved, true}},
                                   {DType::bf16, DType::f16, DType::f32});
+}
+
+// Calls of 60 tokens of 16 q and 4 k heads move more than the 512 KiB that two threads take
+// (fused.cpp's team_size: one per 256 KiB; all but the bf16 96-channel calls), so two threads each run
+// their own rows' scratch and norms.
+TEST(FusedRows, QkNormRopeInOnePassOnTwoThreadsEqualsTheBody) {
+  one_pass::expect_equal_the_body(5870, {{128, 128, 0, Pairing::half}, {96, 38, 3, Pairing::interleaved}},
+                                  {DType::bf16, DType::f32}, 60, {2});
 }
 
 // The rows keep their float scratch per thread from call to call (cpu_rows.cpp's float_scratch):
@@ -877,6 +967,9 @@ TEST(FusedRows, ConcurrentCallersEachKeepTheirOwnScratch) {
 }
 
 TEST(FusedRows, QkNormRopeOutsideTheOnePassLayoutsEqualsTheBody) {
+  one_pass::expect_equal_the_body(5890, {{128, 128, 0, Pairing::half}, {96, 38, 3, Pairing::interleaved}},
+                                  {DType::bf16, DType::f16, DType::f32}, 6, {1, 2}, one_pass::Rows::channel_strided,
+                                  false);
   int seed = 5900;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     test::NormCase blocks{.schedule = make_schedule(Spec{.head_dim = 64, .rotary_dim = 64, .blocks = 2}),
@@ -1197,7 +1290,8 @@ TEST_P(FusedRowsTargets, RopeStoreAndQkNormRopeEqualTheBody) {
                       norm.name());
   }
   expect_many_heads_equal_the_body(5500);
-  one_pass::expect_equal_the_body(5950, {{80, 80, 0, Pairing::interleaved}, {98, 64, 16, Pairing::half}},
+  one_pass::expect_equal_the_body(5950, {{80, 80, 0, Pairing::interleaved}, {98, 64, 16, Pairing::half},
+                                         {96, 38, 3, Pairing::interleaved}, {128, 70, 0, Pairing::half}},
                                   {DType::bf16, DType::f16, DType::f32});
 }
 

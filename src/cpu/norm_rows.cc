@@ -60,6 +60,7 @@ HWY_INLINE VD LoadAsDouble(const void* row, int64_t c) {
     return hn::PromoteTo(dd, hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(row) + c)));
 #endif
   } else {
+    static_assert(std::is_same_v<T, BF16>, "f16 rows are widened by F16C only (ROTARY_NORM_F16)");
     const hn::Rebind<uint16_t, DD> d16;
     const hn::Rebind<uint32_t, DD> d32;
     const auto wide = hn::PromoteTo(d32, hn::LoadU(d16, static_cast<const uint16_t*>(row) + c));

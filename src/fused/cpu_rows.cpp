@@ -1,7 +1,9 @@
-// The fused operations' vectorised CPU path. Per token: the norms (src/cpu/norm_rows.cc, per Highway
-// target), the rotation by apply's own Highway rows (cpu_apply_tokens: apply's
-// bits), then the cache writes from the rows while they are in L1 (a copy when the cache has the
-// data's dtype, else the quantiser of math/quant.hpp). Every rounding point is the per-token body's
+// The fused operations' vectorised CPU path. Per token: the norms' factors (src/cpu/norm_rows.cc, per
+// Highway target), the rotation by apply's own Highway rows (cpu_apply_tokens: apply's bits), which
+// normalise each value as they load it (norm_then_rope on contiguous rows: RowNorm) or take rows
+// normalised into scratch before them (other layouts) or after them (rope_then_norm), then the cache
+// writes from the rows while they are in L1 (a copy when the cache has the data's dtype, else the
+// quantiser of math/quant.hpp). Every rounding point is the per-token body's
 // (body.hpp), which the reference backend and CUDA run: the two give the same bits
 // (tests/test_fused.cpp, FusedRows.*).
 #include <omp.h>
@@ -203,8 +205,8 @@ void run_rows(const FusedKernelArgs& f, int team) {
   if (prefetch_limit > 0) count_prefetched_call();
   // Tokens [first, last) on the calling thread, its scratch its own; unusable positions or'ed into *bits.
   auto run = [&](int64_t first, int64_t last, uint32_t* bits) {
-    // Per thread: each operand's normalised input (norm_first) and its rotated row when it does not
-    // go straight to the output (norm_after, or an operand not written), [heads][head_dim] in T.
+    // Per thread: each operand's normalised input (norm_first, two passes) and its rotated row when
+    // it does not go straight to the output (norm_after, or an operand not written), [heads][head_dim] in T.
     Scratch pre[2];
     Scratch post[2];
     FloatScratch& floats = float_scratch();
