@@ -149,16 +149,19 @@ void FactorsFromSums(const double* sums, int64_t count, int64_t n, float eps, fl
 // ---- bf16: sums of squares that are exact, so the same in any order ----
 //
 // A bf16 value is M 2^q with M an integer below 2^8 and q = max(E, 1) - 134 (E its exponent field),
-// so its square is an integer multiple of 2^(2q). Let lo be the smallest exponent field (at least 1)
-// among the nonzero values of the rows summed: every square is an integer multiple of
-// u = 2^(2(lo - 134)). If a row's exact sum S is below 2^53 u, every partial sum of every order is a
-// multiple of u at most S (squares are not negative), so a double exactly: the body's in-order sum
-// (square_add) and the vector's are both S. Conversely, an addition of the vector's order (its
-// operands multiples of u, by induction) rounds only where its exact result reaches 2^53 u, and every
-// later partial sum is at least its rounded result: a vector-order sum below 2^53 u is exact. So a
-// row takes its vector-order sum when that is below 2^53 u (an infinity or a NaN is not), else the
-// in-order sum. lo is first the smallest over all the rows of a call, so each row's check is one
-// compare; a row over that bound is checked again against its own lo before it is summed in order.
+// so its square is exact in double (at most 16 significant bits) and an integer multiple of 2^(2q).
+// Let lo be the smallest max(E, 1) among the nonzero values of the rows summed: every square is an
+// integer multiple of u = 2^(2(lo - 134)) >= 2^-266, and every multiple k u with k < 2^53 is a
+// normal double. If a row's exact sum S is below 2^53 u, every partial sum of every order is such a
+// multiple (squares are not negative, so none exceeds S): the body's in-order sum (square_add) and
+// the vector's are both S. Conversely, every operation of the vector's order (the fused
+// multiply-adds, the horizontal sum, the tail) has operands that are multiples of u until one
+// rounds, which it does only where its exact result reaches 2^53 u; its rounded result is then at
+// least 2^53 u (which is a double; rounding to nearest is monotone), and so is every sum computed
+// from it, the final one included. So a row takes its vector-order sum when that is below 2^53 u,
+// else the in-order sum. An infinity or a NaN (E = 255) makes the sum one, which is not below any
+// bound. lo is first the smallest over all the rows of a call, so each row's check is one compare; a
+// row over that bound is checked again against its own lo before it is summed in order.
 struct Bf16SquareSums {
   using DD = hn::Repartition<double, bf16_lanes::DF>;
   using DH = hn::Half<bf16_lanes::DF>;
@@ -185,7 +188,7 @@ struct Bf16SquareSums {
       const auto even = bf16_lanes::Bf16Even(w), odd = bf16_lanes::Bf16Odd(w);
       const VD x0 = hn::PromoteTo(dd, hn::LowerHalf(dh, even)), x1 = hn::PromoteTo(dd, hn::UpperHalf(dh, even));
       const VD x2 = hn::PromoteTo(dd, hn::LowerHalf(dh, odd)), x3 = hn::PromoteTo(dd, hn::UpperHalf(dh, odd));
-      acc0 = hn::MulAdd(x0, x0, acc0);  // exact products and sums below the bound: one rounding or two, the same
+      acc0 = hn::MulAdd(x0, x0, acc0);  // x x is exact: fma(x, x, a) = a + x x, bit for bit
       acc1 = hn::MulAdd(x1, x1, acc1);
       acc2 = hn::MulAdd(x2, x2, acc2);
       acc3 = hn::MulAdd(x3, x3, acc3);
