@@ -859,7 +859,7 @@ struct Shape {
 // teams asked for.
 void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std::vector<DType>& dtypes,
                            int64_t tokens = 6, std::vector<int> thread_counts = {1, 2}, Rows only_rows = Rows::contiguous,
-                           bool cycle_rows = true) {
+                           bool cycle_rows = true, NormOrder order = NormOrder::norm_then_rope) {
   const test::AngleSource sources[] = {test::AngleSource::exact, test::AngleSource::table, test::AngleSource::caller,
                                        test::AngleSource::hf_float32};
   int shape_index = 0;
@@ -873,6 +873,7 @@ void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std
                                             .rotary_offset = shape.offset, .xpos_scale_base = 512.0})
                        : schedule_of(shape.d, shape.r, shape.pairing, shape.offset);
         test::NormCase c{.schedule = schedule, .dtype = dtype, .seed = seed};
+        c.order = order;
         c.rounding = seed % 2 == 0 ? NormRounding::llama : NormRounding::gemma;
         c.weight_offset = c.rounding == NormRounding::gemma && seed % 4 == 1 ? 1.0f : 0.0f;
         c.scope = shape_index % 2 == 0 ? NormScope::all_heads : NormScope::head;
@@ -896,7 +897,8 @@ void expect_equal_the_body(int seed, const std::vector<Shape>& shapes, const std
           for (const int threads : thread_counts) {
             const int64_t before = detail::one_pass_norm_call_count();
             rows::expect_same(body, run(c, o, Backend::automatic, threads), name);
-            EXPECT_EQ(detail::one_pass_norm_call_count() - before, o.rows == Rows::channel_strided ? 0 : 1)
+            const bool one = o.rows != Rows::channel_strided && order == NormOrder::norm_then_rope;
+            EXPECT_EQ(detail::one_pass_norm_call_count() - before, one ? 1 : 0)
                 << name << " threads " << threads;
           }
         }
@@ -970,6 +972,14 @@ TEST(FusedRows, QkNormRopeOutsideTheOnePassLayoutsEqualsTheBody) {
   one_pass::expect_equal_the_body(5890, {{128, 128, 0, Pairing::half}, {96, 38, 3, Pairing::interleaved}},
                                   {DType::bf16, DType::f16, DType::f32}, 6, {1, 2}, one_pass::Rows::channel_strided,
                                   false);
+  // rope_then_norm (normalised from scratch into the output, or in scratch for a k only cached), in
+  // every placement, contiguous and padded rows, and channel-strided ones.
+  one_pass::expect_equal_the_body(5895, {{128, 128, 0, Pairing::half}, {96, 38, 3, Pairing::interleaved},
+                                         {80, 80, 0, Pairing::half}},
+                                  {DType::bf16, DType::f16, DType::f32}, 6, {1, 2}, one_pass::Rows::contiguous, true,
+                                  NormOrder::rope_then_norm);
+  one_pass::expect_equal_the_body(5897, {{96, 38, 3, Pairing::interleaved}}, {DType::bf16, DType::f32}, 6, {1},
+                                  one_pass::Rows::channel_strided, false, NormOrder::rope_then_norm);
   int seed = 5900;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     test::NormCase blocks{.schedule = make_schedule(Spec{.head_dim = 64, .rotary_dim = 64, .blocks = 2}),

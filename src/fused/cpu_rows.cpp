@@ -278,21 +278,25 @@ void run_rows(const FusedKernelArgs& f, int team) {
       for (int o = 0; o < a.operand_count; ++o) {
         const KernelOperand& op = a.operands[o];
         const int64_t out_at = head_offsets(op, b, s, 0).out;
+        // rope_then_norm: the rotated rows (scratch) normalised into the output when it is written,
+        // else in place in scratch.
+        const bool written = o == 0 ? f.write_q : f.write_k;
         if (norm_after) {
           norm_factors(a.dtype, post[o].get(), hd, 1, op.heads, hd, f.all_heads, f.eps, factors.data());
-          normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].get(), hd, 1,
-                            post[o].get(), hd, 1, op.heads, hd);
-          if (o == 0 ? f.write_q : f.write_k) {
-            for (int64_t h = 0; h < op.heads; ++h) {
-              put_row<T>(post[o].get() + h * hd * es, 1, op.out, out_at + h * op.out_strides[2], op.out_strides[3],
-                         a.dtype, a.dtype, 1.0f, ScaleOp::divide, hd);
-            }
+          if (written) {
+            normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].get(), hd, 1,
+                           static_cast<unsigned char*>(op.out) + out_at * es, op.out_strides[2], op.out_strides[3],
+                           op.heads, hd);
+          } else {
+            normalise_rows(f, a.dtype, weights[o], factors.data(), post[o].get(), hd, 1, post[o].get(), hd, 1,
+                           op.heads, hd);
           }
         }
         // The token's final row of this operand: the output, or scratch.
-        const unsigned char* row = direct[o] ? static_cast<const unsigned char*>(op.out) + out_at * es : post[o].get();
-        const int64_t row_head = direct[o] ? op.out_strides[2] : hd;
-        const int64_t row_step = direct[o] ? op.out_strides[3] : 1;
+        const bool in_output = direct[o] || (norm_after && written);
+        const unsigned char* row = in_output ? static_cast<const unsigned char*>(op.out) + out_at * es : post[o].get();
+        const int64_t row_head = in_output ? op.out_strides[2] : hd;
+        const int64_t row_step = in_output ? op.out_strides[3] : 1;
         if (o == 0 && f.q_quantized.out != nullptr) {
           const KernelFlat& qq = f.q_quantized;
           for (int64_t h = 0; h < op.heads; ++h) {
