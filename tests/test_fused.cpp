@@ -925,6 +925,28 @@ TEST(FusedRows, QkNormRopeInOnePassEqualsTheBody) {
                                   {DType::bf16, DType::f16, DType::f32});
 }
 
+// M-RoPE (Qwen3-VL's sections, half and interleaved pairing): three position streams per token, the
+// rows' angles per pair from its stream; the one pass serves it as any angle row.
+TEST(FusedRows, QkNormRopeInOnePassWithMropeEqualsTheBody) {
+  int seed = 5880;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+      test::NormCase c{.schedule = make_schedule(Spec{.head_dim = 128, .pairing = pairing,
+                                                      .stream_layout = StreamLayout::sections,
+                                                      .sections = {16, 24, 24}}),
+                       .dtype = dtype, .seed = ++seed};
+      c.mrope = true;
+      c.scope = seed % 2 == 0 ? NormScope::head : NormScope::all_heads;
+      for (const bool specials : {false, true}) {
+        const auto body = rows::run_norm(c, Backend::reference, 1, specials);
+        const int64_t before = detail::one_pass_norm_call_count();
+        rows::expect_same(body, rows::run_norm(c, Backend::automatic, 1, specials), c.name());
+        EXPECT_EQ(detail::one_pass_norm_call_count() - before, 1) << c.name();
+      }
+    }
+  }
+}
+
 // Calls of 60 tokens of 16 q and 4 k heads move more than the 512 KiB that two threads take
 // (fused.cpp's team_size: one per 256 KiB; all but the bf16 96-channel calls), so two threads each run
 // their own rows' scratch and norms.
