@@ -1,6 +1,7 @@
 // Cache-resident calls of the fused operations (Llama-3.1-8B shapes: 32 q / 8 kv heads, head_dim
 // 128; T tokens at positions 0..T-1, a table): ns per call, the median of 7 runs of `calls` calls, for
-// bench/record-issue25-2core.md. Arguments: bf16|f32, T, calls, norm|store|apply. Not part of the
+// bench/record-issue25-2core.md. Arguments: bf16|f32, T, calls, norm|store|apply [after: norm in
+// rope_then_norm order]. Not part of the
 // build; against a build tree's librotary.a (two builds alternated: run each binary in turn):
 //   g++ -O2 -std=c++20 bench/fused_resident.cpp -Iinclude -Lbuild -lrotary -lhwy -lfmt -fopenmp -o fused_resident
 //   ./fused_resident bf16 16 500 norm
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   qk.rope = rope;
   qk.q_weight = NormWeight{.data = w, .dtype = dt, .count = 128};
   qk.k_weight = qk.q_weight;
+  if (argc > 5 && std::strcmp(argv[5], "after") == 0) qk.order = NormOrder::rope_then_norm;  // Llama 4's order
   RopeStoreArgs st;
   st.rope = rope;
   st.cache.slots = Slots::of(std::span<const int64_t>(slot));

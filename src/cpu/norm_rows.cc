@@ -417,30 +417,29 @@ int64_t NormaliseF16Vectors(const uint16_t* src, uint16_t* dst, float r, const f
 }
 #endif
 
+// The values of a contiguous row that vectors normalised (bf16; f16 where F16C widens it), 0 for
+// the rest: NormaliseRow does what is left.
+template <class T, bool kWeight, bool kGemma>
+int64_t NormaliseVectors(const NormRow& row) {
+  [[maybe_unused]] const auto* src = static_cast<const uint16_t*>(row.src);
+  [[maybe_unused]] auto* dst = static_cast<uint16_t*>(row.dst);
+#if ROTARY_NORM_F16
+  if constexpr (std::is_same_v<T, F16>) return NormaliseF16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
+#endif
+#if ROTARY_NORM_VECTORS
+  if constexpr (std::is_same_v<T, BF16>) return NormaliseBf16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
+#endif
+  return 0;
+}
+
 template <class T, bool kWeight, bool kGemma>
 void NormaliseRowAnyStride(const NormRow& row) {
   if (row.src_stride == 1 && row.dst_stride == 1) {
-#if ROTARY_NORM_F16
-    if constexpr (std::is_same_v<T, F16>) {
-      const auto* src = static_cast<const uint16_t*>(row.src);
-      auto* dst = static_cast<uint16_t*>(row.dst);
-      const int64_t done = NormaliseF16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
-      NormaliseRow<T, kWeight, kGemma, true>(src + done, 1, dst + done, 1, row.r, kWeight ? row.w + done : row.w,
-                                             row.n - done);
-      return;
-    }
-#endif
-#if ROTARY_NORM_VECTORS
-    if constexpr (std::is_same_v<T, BF16>) {
-      const auto* src = static_cast<const uint16_t*>(row.src);
-      auto* dst = static_cast<uint16_t*>(row.dst);
-      const int64_t done = NormaliseBf16Vectors<kWeight, kGemma>(src, dst, row.r, row.w, row.n);
-      NormaliseRow<T, kWeight, kGemma, true>(src + done, 1, dst + done, 1, row.r, kWeight ? row.w + done : row.w,
-                                             row.n - done);
-      return;
-    }
-#endif
-    NormaliseRow<T, kWeight, kGemma, true>(row.src, 1, row.dst, 1, row.r, row.w, row.n);
+    const int64_t done = NormaliseVectors<T, kWeight, kGemma>(row);
+    const int64_t es = static_cast<int64_t>(sizeof(typename Storage<T>::Bits));
+    NormaliseRow<T, kWeight, kGemma, true>(static_cast<const unsigned char*>(row.src) + done * es, 1,
+                                           static_cast<unsigned char*>(row.dst) + done * es, 1, row.r,
+                                           kWeight ? row.w + done : row.w, row.n - done);
   } else {
     NormaliseRow<T, kWeight, kGemma, false>(row.src, row.src_stride, row.dst, row.dst_stride, row.r, row.w, row.n);
   }
