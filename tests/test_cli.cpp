@@ -643,6 +643,42 @@ TEST(Cli, BenchOnCudaTakesTheNamedCasesAndTheCallersAngles) {
   expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "mrope,partial_deepseek_v3,partial_phi",
                              "--angles", "table,on_the_fly,caller"}),
                         "rotary-dev: error: --device cuda: " + why);
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "rope_store,qk_norm_rope", "--angles", "caller"}),
+                        "rotary-dev: error: --device cuda: " + why);
+}
+
+// The fused operations on the device are named cases too; the CPU's rerotate_cache row is not one.
+TEST(Cli, BenchOnCudaTakesTheFusedCases) {
+  expect_one_line_error(run({"bench", "--device", "cuda", "--cases", "rope_store,rerotate_cache"}),
+                        "--cases='rerotate_cache' must be one of prefill, decode, batched_decode, mrope, "
+                        "partial_deepseek_v3, partial_phi, rope_store, qk_norm_rope");
+}
+
+// On a CUDA device (skipped elsewhere): rope_store and qk_norm_rope, prefill and decode, each row's
+// q, k and caches equal to the CPU's bit for bit, timed against the unfused composition and a copy
+// (prefill: the 1.15x target and faster than unfused; decode: graph replay, 1.5x of a plain call).
+TEST(Cli, BenchOnCudaTimesTheFusedOperations) {
+  if (const std::string why = cli::cuda_bench_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  const Result r = run({"bench", "--device", "cuda", "--cases", "qk_norm_rope,rope_store", "--dtypes", "bf16",
+                        "--pairings", "half", "--angles", "table,caller", "--reps", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto rows = nlohmann::json::parse(r.out);
+  ASSERT_EQ(rows.size(), 8u) << r.out;  // 2 ops (rope_store first) x prefill, decode x 2 angles
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    const bool decode = i % 4 >= 2;
+    EXPECT_EQ(row["case"], i < 4 ? "rope_store" : "qk_norm_rope") << row;
+    EXPECT_EQ(row["shape"], decode ? "decode" : "prefill") << row;
+    EXPECT_EQ(row["angles"], i % 2 == 0 ? "table" : "caller") << row;
+    EXPECT_EQ(row["timing"], decode ? "graph" : "events") << row;
+    EXPECT_EQ(row["bitwise"], true) << row;
+    EXPECT_EQ(row["target"].get<double>(), decode ? 1.5 : 1.15) << row;
+    EXPECT_EQ(row.contains("ratio_to_plain"), decode) << row;
+    for (const char* field : {"median_ns", "unfused_median_ns", "memcpy_median_ns", "ratio_to_unfused", "gbps"}) {
+      const double v = row[field].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << field << "=" << v << " in " << row;
+    }
+  }
 }
 
 // On a CUDA device (skipped elsewhere): M-RoPE and the partial-rotary cases, with the caller's

@@ -846,10 +846,11 @@ void print_fused_table(const std::vector<FusedRow>& rows, const BenchOptions& o,
   }
 }
 
-// The options --device cuda takes: kCudaBenchCases, the caller's angles too, and no --threads.
+// The options --device cuda takes: kCudaBenchCases and kCudaFusedCases, the caller's angles too, and no --threads.
 void check_cuda_options(const BenchOptions& o) {
   std::vector<std::string> case_names;
   for (const CudaBenchCase& c : kCudaBenchCases) case_names.emplace_back(c.name);
+  for (const char* name : kCudaFusedCases) case_names.emplace_back(name);
   check_list(o.cases, case_names, "--cases");
   check_list(o.angles, {"table", "on_the_fly", "caller"}, "--angles");
   if (!o.threads.empty()) throw Error("--threads applies to --device cpu only");

@@ -69,6 +69,9 @@ inline constexpr CudaBenchCase kCudaBenchCases[] = {
     {"mrope", 1, 4096, false, CudaCaseKind::mrope, 32, 8, 128, 0, 0, false},
     {"partial_deepseek_v3", 1, 4096, false, CudaCaseKind::partial, 128, 0, 192, 64, 128, false},
     {"partial_phi", 1, 4096, false, CudaCaseKind::partial, 32, 32, 80, 32, 0, false}};
+/// The fused operations `rotary-dev bench --device cuda` times when named (rope_store, qk_norm_rope:
+/// prefill and decode, against the unfused composition, a copy and a plain call; tools/bench_cuda.cpp).
+inline constexpr const char* kCudaFusedCases[] = {"rope_store", "qk_norm_rope"};
 inline constexpr int64_t kBenchHeadsQ = 32, kBenchHeadsK = 8, kBenchHeadDim = 128;
 inline constexpr int64_t kBenchDecodePosition = 131071;
 

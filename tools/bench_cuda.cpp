@@ -16,6 +16,7 @@
 
 #include "../src/cuda/launch.hpp"
 #include "bench.hpp"
+#include "bench_cuda_kernels.hpp"
 #include "parse.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/rotary.hpp"
@@ -597,6 +598,356 @@ void print_table(const std::vector<CudaRow>& rows, const DeviceInfo& info, const
                      passed, rows.size());
 }
 
+
+// ---- fused operations on the device (rotary/fused.hpp): rope_store and qk_norm_rope ----
+//
+// The CPU bench's fused rows (tools/bench.cpp) on the device: Llama-3.1-8B (32 q heads, 8 kv heads,
+// head_dim 128), a paged NHD cache of 16-slot blocks through a shuffled block table (twice the
+// blocks the tokens need), per-token int64 positions and slots in device memory (no host copy of
+// the slots: the form a CUDA graph captures). prefill: 4096 tokens at 0 .. 4095, each side timed
+// with events over kStreamingPasses passes through a pool of buffer sets (q|k|v, both caches, a
+// copy's destination) holding >= kStreamingL2Multiple L2s; decode: 1 token at kBenchDecodePosition,
+// a CUDA graph of kGraphCalls calls replayed over 8 resident sets. Each fused call against
+//   unfused: what an engine queues without the fusion: rope_store = cuda::apply(q, k in place) then
+//            a scatter kernel copying each token's k and v rows to its slot (reshape_and_cache);
+//            qk_norm_rope = an RMSNorm kernel on q's heads, one on k's (transformers' rounding), then
+//            cuda::apply (tools/bench_cuda_kernels.cu)
+//   copy:    cudaMemcpyAsync of the bytes the fused call must move (rope_store: q, k and v; its
+//            writes are q and the k and v rows; qk_norm_rope: q and k), device to device
+//   plain:   decode only, cuda::apply of the same q and k (the issue's 1.5x target)
+// bitwise: the device's q, k and both caches after one call on the check inputs (caches poisoned
+// with 0xff bytes) equal rotary::rope_store's / qk_norm_rope's on the CPU byte for byte.
+constexpr int64_t kFusedBlockSize = 16;
+constexpr int64_t kFusedDecodeSets = 8;
+constexpr float kFusedEps = 1e-6f;
+// Targets (issue 25, GPU): prefill faster than unfused and within 1.15x of the copy; decode within
+// 1.5x of a plain rotary call.
+constexpr double kFusedPrefillCopyTarget = 1.15;
+constexpr double kFusedDecodePlainTarget = 1.5;
+
+BenchElement element_of(DType dtype) {
+  return dtype == DType::f32 ? BenchElement::f32 : dtype == DType::bf16 ? BenchElement::bf16 : BenchElement::f16;
+}
+
+// One op, shape and dtype: host inputs and positions/slots/weights, and the device's pool of sets.
+struct FusedData {
+  bool store = false, decode = false;
+  DType dtype = DType::bf16;
+  int64_t tokens = 0, q_bytes = 0, kv_bytes = 0, in_bytes = 0, blocks = 0, cache_bytes = 0, moved = 0, count = 0;
+  std::vector<int64_t> positions, slots;
+  std::vector<unsigned char> host_in, host_weight;
+  DeviceMemory device_positions, device_slots, weight, error, in, k_cache, v_cache, copy_dst;
+  DeviceMemory check_in, check_k_cache, check_v_cache;
+
+  unsigned char* in_at(int64_t k) const { return in.get() + k % count * in_bytes; }
+  unsigned char* k_cache_at(int64_t k) const { return k_cache.get() + k % count * cache_bytes; }
+  unsigned char* v_cache_at(int64_t k) const { return v_cache.get() + k % count * cache_bytes; }
+  unsigned char* copy_dst_at(int64_t k) const { return copy_dst.get() + k % count * moved; }
+};
+
+template <class T>
+DeviceMemory device_copy(const std::vector<T>& host, const char* what) {
+  const auto bytes = static_cast<int64_t>(host.size() * sizeof(T));
+  DeviceMemory m = device_alloc(std::max<int64_t>(bytes, 1), what);
+  check(cudaMemcpy(m.get(), host.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice), what);
+  return m;
+}
+
+FusedData make_fused_data(const std::string& op, bool decode, DType dtype, int64_t l2_bytes, std::mt19937_64& rng) {
+  FusedData d;
+  d.store = op == "rope_store";
+  d.decode = decode;
+  d.dtype = dtype;
+  const int64_t es = size_of(dtype);
+  d.tokens = decode ? 1 : 4096;
+  d.q_bytes = d.tokens * kBenchHeadsQ * kBenchHeadDim * es;
+  d.kv_bytes = d.tokens * kBenchHeadsK * kBenchHeadDim * es;
+  d.in_bytes = d.q_bytes + 2 * d.kv_bytes;
+  d.blocks = 2 * ((d.tokens + kFusedBlockSize - 1) / kFusedBlockSize);
+  d.cache_bytes = d.store ? d.blocks * kFusedBlockSize * kBenchHeadsK * kBenchHeadDim * es : 0;
+  d.moved = d.store ? d.in_bytes : d.q_bytes + d.kv_bytes;
+  const int64_t set_bytes = d.in_bytes + 2 * d.cache_bytes + d.moved;
+  d.count = decode ? kFusedDecodeSets
+                   : std::max(kStreamingMinBuffers, (kStreamingL2Multiple * l2_bytes + set_bytes - 1) / set_bytes);
+  d.host_in = random_input(d.in_bytes / es, dtype, rng);
+  std::vector<int64_t> block_table(static_cast<size_t>(d.blocks));
+  std::iota(block_table.begin(), block_table.end(), int64_t{0});
+  std::shuffle(block_table.begin(), block_table.end(), rng);
+  d.slots.resize(static_cast<size_t>(d.tokens));
+  d.positions.resize(static_cast<size_t>(d.tokens));
+  for (int64_t t = 0; t < d.tokens; ++t) {
+    d.slots[static_cast<size_t>(t)] =
+        block_table[static_cast<size_t>(t / kFusedBlockSize)] * kFusedBlockSize + t % kFusedBlockSize;
+    d.positions[static_cast<size_t>(t)] = decode ? kBenchDecodePosition : t;
+  }
+  // Weights of 1 in the data's dtype: the calls run in place one after another, and a weight != 1
+  // would shrink or grow q and k call after call (the kernels' work does not depend on the values).
+  d.host_weight.resize(static_cast<size_t>(kBenchHeadDim * es));
+  for (int64_t i = 0; i < kBenchHeadDim; ++i) {
+    const uint32_t one = dtype == DType::f32 ? 0x3f800000u : dtype == DType::bf16 ? 0x3f80u : 0x3c00u;
+    std::memcpy(d.host_weight.data() + i * es, &one, static_cast<size_t>(es));  // little-endian
+  }
+  d.device_positions = device_copy(d.positions, "cudaMalloc (positions)");
+  d.device_slots = device_copy(d.slots, "cudaMalloc (slots)");
+  d.weight = device_copy(d.host_weight, "cudaMalloc (norm weight)");
+  d.error = device_alloc(sizeof(uint32_t), "cudaMalloc (error word)");
+  check(cudaMemset(d.error.get(), 0, sizeof(uint32_t)), "cudaMemset (error word)");
+  d.in = device_alloc(d.count * d.in_bytes, "cudaMalloc (inputs)");
+  d.copy_dst = device_alloc(d.count * d.moved, "cudaMalloc (copy destinations)");
+  d.check_in = device_alloc(d.in_bytes, "cudaMalloc (check input)");
+  for (int64_t k = 0; k < d.count; ++k) {
+    check(cudaMemcpy(d.in_at(k), d.host_in.data(), static_cast<size_t>(d.in_bytes), cudaMemcpyHostToDevice),
+          "cudaMemcpy (inputs)");
+  }
+  if (d.store) {
+    d.k_cache = device_alloc(d.count * d.cache_bytes, "cudaMalloc (k caches)");
+    d.v_cache = device_alloc(d.count * d.cache_bytes, "cudaMalloc (v caches)");
+    d.check_k_cache = device_alloc(d.cache_bytes, "cudaMalloc (check k cache)");
+    d.check_v_cache = device_alloc(d.cache_bytes, "cudaMalloc (check v cache)");
+    check(cudaMemset(d.k_cache.get(), 0, static_cast<size_t>(d.count * d.cache_bytes)), "cudaMemset (k caches)");
+    check(cudaMemset(d.v_cache.get(), 0, static_cast<size_t>(d.count * d.cache_bytes)), "cudaMemset (v caches)");
+  }
+  check(cudaMemset(d.copy_dst.get(), 0, static_cast<size_t>(d.count * d.moved)), "cudaMemset (copy destinations)");
+  // The memsets ran on the legacy stream, which the timer's non-blocking stream does not wait for.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return d;
+}
+
+// The calls of one row (a schedule and its angles) on buffer set k of the pool, or on given buffers.
+struct FusedCall {
+  const FusedData& d;
+  const Schedule& schedule;
+  const VariantAngles& angles;
+
+  TensorView view(unsigned char* data, int64_t heads) const {
+    return TensorView::bshd(data, d.dtype, 1, d.tokens, heads, kBenchHeadDim);
+  }
+  // apply's arguments for q and k (in place) of the set at `in`, positions and angles on the device
+  // or (host) the CPU's.
+  ApplyArgs rope(unsigned char* in, bool host) const {
+    const int64_t* p = host ? d.positions.data() : reinterpret_cast<const int64_t*>(d.device_positions.get());
+    ApplyArgs a{.q = view(in, kBenchHeadsQ), .k = view(in + d.q_bytes, kBenchHeadsK),
+                .positions = Positions::per_token(std::span<const int64_t>(p, static_cast<size_t>(d.tokens)))};
+    a.caller_angles = host ? angles.cpu_caller() : angles.device_caller();
+    if (host) a.table = angles.cpu_table();
+    return a;
+  }
+  RopeStoreArgs store_args(unsigned char* in, unsigned char* k_cache, unsigned char* v_cache, bool host) const {
+    RopeStoreArgs a{.rope = rope(in, host)};
+    const int64_t* s = host ? d.slots.data() : reinterpret_cast<const int64_t*>(d.device_slots.get());
+    a.cache.slots = Slots::of(std::span<const int64_t>(s, static_cast<size_t>(d.tokens)));
+    a.cache.k_cache = CacheView::nhd(k_cache, d.dtype, d.blocks, kFusedBlockSize, kBenchHeadsK, kBenchHeadDim);
+    a.cache.v_cache = CacheView::nhd(v_cache, d.dtype, d.blocks, kFusedBlockSize, kBenchHeadsK, kBenchHeadDim);
+    a.cache.v = view(in + d.q_bytes + d.kv_bytes, kBenchHeadsK);
+    return a;
+  }
+  QkNormRopeArgs norm_args(unsigned char* in, bool host) const {
+    QkNormRopeArgs a{.rope = rope(in, host)};
+    a.q_weight = NormWeight{host ? d.host_weight.data() : d.weight.get(), d.dtype, kBenchHeadDim};
+    a.k_weight = a.q_weight;
+    a.eps = kFusedEps;
+    return a;
+  }
+  cuda::FusedOptions fused_options() const {
+    return cuda::FusedOptions{.table = angles.device_table(), .error = reinterpret_cast<uint32_t*>(d.error.get())};
+  }
+  void fused_on(unsigned char* in, unsigned char* k_cache, unsigned char* v_cache, cudaStream_t stream) const {
+    if (d.store) {
+      cuda::rope_store(schedule, store_args(in, k_cache, v_cache, false), stream, fused_options());
+    } else {
+      cuda::qk_norm_rope(schedule, norm_args(in, false), stream, fused_options());
+    }
+  }
+  void plain_on(unsigned char* in, cudaStream_t stream) const {
+    const cuda::Options options{.table = angles.device_table(), .error = reinterpret_cast<uint32_t*>(d.error.get())};
+    cuda::apply(schedule, rope(in, false), stream, options);
+  }
+
+  void fused(int64_t k, cudaStream_t stream) const { fused_on(d.in_at(k), d.k_cache_at(k), d.v_cache_at(k), stream); }
+  void plain(int64_t k, cudaStream_t stream) const { plain_on(d.in_at(k), stream); }
+  void unfused(int64_t k, cudaStream_t stream) const {
+    unsigned char* in = d.in_at(k);
+    if (d.store) {
+      plain_on(in, stream);
+      check(bench_scatter_rows(in + d.q_bytes, in + d.q_bytes + d.kv_bytes, d.k_cache_at(k), d.v_cache_at(k),
+                               reinterpret_cast<const int64_t*>(d.device_slots.get()), d.tokens,
+                               kBenchHeadsK * kBenchHeadDim * size_of(d.dtype), stream),
+            "the scatter kernel's launch");
+    } else {
+      const BenchElement e = element_of(d.dtype);
+      check(bench_rms_norm(in, e, d.weight.get(), d.tokens * kBenchHeadsQ, kBenchHeadDim, kFusedEps, stream),
+            "the RMSNorm kernel's launch (q)");
+      check(bench_rms_norm(in + d.q_bytes, e, d.weight.get(), d.tokens * kBenchHeadsK, kBenchHeadDim, kFusedEps,
+                           stream),
+            "the RMSNorm kernel's launch (k)");
+      plain_on(in, stream);
+    }
+  }
+  void copy(int64_t k, cudaStream_t stream) const {
+    check(cudaMemcpyAsync(d.copy_dst_at(k), d.in_at(k), static_cast<size_t>(d.moved), cudaMemcpyDeviceToDevice,
+                          stream), "cudaMemcpyAsync");
+  }
+};
+
+// Whether one fused call on the device, on the check input with caches of 0xff bytes, leaves q, k,
+// v and both caches byte for byte as the same call on the CPU does; the error word must stay clear.
+bool fused_device_matches(const FusedCall& call, cudaStream_t stream) {
+  const FusedData& d = call.d;
+  std::vector<unsigned char> in = d.host_in, k_cache(static_cast<size_t>(d.cache_bytes), 0xff), v_cache = k_cache;
+  if (d.store) {
+    rope_store(call.schedule, call.store_args(in.data(), k_cache.data(), v_cache.data(), true));
+  } else {
+    qk_norm_rope(call.schedule, call.norm_args(in.data(), true));
+  }
+  check(cudaMemcpyAsync(d.check_in.get(), d.host_in.data(), static_cast<size_t>(d.in_bytes), cudaMemcpyHostToDevice,
+                        stream), "cudaMemcpyAsync");
+  if (d.store) {
+    check(cudaMemsetAsync(d.check_k_cache.get(), 0xff, static_cast<size_t>(d.cache_bytes), stream), "cudaMemsetAsync");
+    check(cudaMemsetAsync(d.check_v_cache.get(), 0xff, static_cast<size_t>(d.cache_bytes), stream), "cudaMemsetAsync");
+  }
+  call.fused_on(d.check_in.get(), d.check_k_cache.get(), d.check_v_cache.get(), stream);
+  cuda::check_positions(reinterpret_cast<uint32_t*>(d.error.get()), stream);
+  std::vector<unsigned char> got_in(in.size()), got_k(k_cache.size()), got_v(v_cache.size());
+  check(cudaMemcpyAsync(got_in.data(), d.check_in.get(), got_in.size(), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync");
+  if (d.store) {
+    check(cudaMemcpyAsync(got_k.data(), d.check_k_cache.get(), got_k.size(), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(got_v.data(), d.check_v_cache.get(), got_v.size(), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync");
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return got_in == in && got_k == k_cache && got_v == v_cache;
+}
+
+struct FusedCudaRow {
+  std::string op, shape, dtype, pairing, angles;
+  int64_t tokens = 0, calls = 0, buffers = 0, bytes = 0;
+  double fused_ns = 0, unfused_ns = 0, copy_ns = 0, plain_ns = 0;  // plain: decode only
+  bool bitwise = false, pass = false;
+};
+
+// The medians per call of every side, interleaved repetition by repetition after two warm-up
+// repetitions: prefill by events around a queue of calls, decode by graph replay.
+void time_fused_row(const FusedCall& call, const BenchOptions& o, Timer& timer, FusedCudaRow& row) {
+  using Side = void (FusedCall::*)(int64_t, cudaStream_t) const;
+  std::vector<Side> sides = {&FusedCall::fused, &FusedCall::unfused, &FusedCall::copy};
+  if (call.d.decode) sides.push_back(&FusedCall::plain);
+  const auto queue_of = [&](Side side) {
+    return [&call, side, n = row.calls](cudaStream_t stream) {
+      for (int64_t k = 0; k < n; ++k) (call.*side)(k, stream);
+    };
+  };
+  std::vector<std::vector<double>> ns(sides.size());
+  std::vector<std::unique_ptr<Graph>> graphs;
+  if (call.d.decode) {
+    for (Side side : sides) graphs.push_back(std::make_unique<Graph>(timer.stream(), queue_of(side)));
+  }
+  for (int rep = -2; rep < o.reps; ++rep) {
+    for (size_t i = 0; i < sides.size(); ++i) {
+      const double t = call.d.decode
+                           ? timer.per_call_ns(row.calls, [&](cudaStream_t s) { graphs[i]->launch(s); })
+                           : timer.per_call_ns(row.calls, queue_of(sides[i]));
+      if (rep >= 0) ns[i].push_back(t);
+    }
+  }
+  // No call flagged a position or a slot (the bench's are all valid: a flag is a defect).
+  cuda::check_positions(reinterpret_cast<uint32_t*>(call.d.error.get()), timer.stream());
+  row.fused_ns = median(ns[0]);
+  row.unfused_ns = median(ns[1]);
+  row.copy_ns = median(ns[2]);
+  row.plain_ns = call.d.decode ? median(ns[3]) : 0.0;
+}
+
+void bench_fused(const FusedData& d, const std::string& op, const std::string& dtype_name, const BenchOptions& o,
+                 Timer& timer, std::vector<FusedCudaRow>& rows) {
+  const auto [lowest, highest] = std::minmax_element(d.positions.begin(), d.positions.end());
+  for (const std::string& pairing_name : o.pairings) {
+    const Schedule schedule = llama31_schedule(parse_pairing(pairing_name));
+    for (const std::string& angles_name : o.angles) {
+      const VariantAngles angles(schedule, angles_name, *lowest, *highest);
+      const FusedCall call{d, schedule, angles};
+      FusedCudaRow row{op, d.decode ? "decode" : "prefill", dtype_name, pairing_name, angles_name, d.tokens,
+                       d.decode ? kGraphCalls : kStreamingPasses * d.count, d.count, 2 * d.moved};
+      row.bitwise = fused_device_matches(call, timer.stream());
+      time_fused_row(call, o, timer, row);
+      row.pass = row.bitwise && (d.decode ? row.fused_ns / row.plain_ns <= kFusedDecodePlainTarget
+                                          : row.fused_ns < row.unfused_ns &&
+                                                row.fused_ns / row.copy_ns <= kFusedPrefillCopyTarget);
+      rows.push_back(row);
+    }
+  }
+}
+
+std::string json_fused_row(const FusedCudaRow& r) {
+  for (const auto& [value, name] : {std::pair{r.fused_ns, "median_ns"}, std::pair{r.unfused_ns, "unfused_median_ns"},
+                                    std::pair{r.copy_ns, "memcpy_median_ns"}, std::pair{r.plain_ns, "plain_median_ns"}}) {
+    require_finite_for_json(value, fmt::format("{} of {}", name, r.op));
+  }
+  nlohmann::ordered_json j;
+  j["device"] = "cuda";
+  j["case"] = r.op;
+  j["shape"] = r.shape;
+  j["dtype"] = r.dtype;
+  j["pairing"] = r.pairing;
+  j["angles"] = r.angles;
+  j["timing"] = r.shape == "decode" ? "graph" : "events";
+  j["tokens"] = r.tokens;
+  j["calls_per_rep"] = r.calls;
+  j["buffers"] = r.buffers;
+  j["bytes"] = r.bytes;
+  j["median_ns"] = json_rounded(r.fused_ns, 1);
+  j["gbps"] = json_rounded(static_cast<double>(r.bytes) / r.fused_ns, 3);
+  j["unfused_median_ns"] = json_rounded(r.unfused_ns, 1);
+  j["ratio_to_unfused"] = json_rounded(r.fused_ns / r.unfused_ns, 4);
+  j["memcpy_median_ns"] = json_rounded(r.copy_ns, 1);
+  j["ratio_to_memcpy"] = json_rounded(r.fused_ns / r.copy_ns, 4);
+  if (r.plain_ns > 0) {
+    j["plain_median_ns"] = json_rounded(r.plain_ns, 1);
+    j["ratio_to_plain"] = json_rounded(r.fused_ns / r.plain_ns, 4);
+  }
+  j["target"] = r.plain_ns > 0 ? kFusedDecodePlainTarget : kFusedPrefillCopyTarget;
+  j["target_against"] = r.plain_ns > 0 ? "plain" : "memcpy and unfused";
+  j["bitwise"] = r.bitwise;
+  j["pass"] = r.pass;
+  return j.dump();
+}
+
+void print_fused_table(const std::vector<FusedCudaRow>& rows, const DeviceInfo& info, const BenchOptions& o,
+                       std::ostream& out) {
+  out << fmt::format(
+      "rotary-dev bench --device cuda — fused operations on {} ({} SMs, L2 {} MiB): Llama-3.1-8B (32 q / 8 kv heads, "
+      "head_dim 128), a paged NHD cache of {}-slot blocks through a shuffled block table; medians of {} interleaved "
+      "repetitions; prefill: 4096 tokens, events around {} passes over a pool >= {}x the L2; decode: 1 token, a CUDA "
+      "graph of {} calls replayed; unfused: cuda::apply + a scatter kernel (rope_store), two RMSNorm kernels + "
+      "cuda::apply (qk_norm_rope); copy: cudaMemcpyAsync of the bytes the fused call moves; plain: cuda::apply of "
+      "the same q and k; bitwise: q, k and the caches equal the CPU's\n",
+      info.name, info.multiprocessors, info.l2_bytes >> 20, kFusedBlockSize, o.reps, kStreamingPasses,
+      kStreamingL2Multiple, kGraphCalls);
+  out << fmt::format("{:<13} {:<8} {:<5} {:<12} {:<10} {:>10} {:>8} {:>11} {:>9} {:>9} {:>7} {:>9} {:>7} {:>16} {:<4} "
+                     "{}\n",
+                     "case", "shape", "dtype", "pairing", "angles", "median_us", "GB/s", "unfused_us", "/unfused",
+                     "copy_us", "/copy", "plain_us", "/plain", "target", "pass", "bitwise");
+  int passed = 0;
+  for (const FusedCudaRow& r : rows) {
+    passed += r.pass ? 1 : 0;
+    const bool decode = r.plain_ns > 0;
+    out << fmt::format("{:<13} {:<8} {:<5} {:<12} {:<10} {:>10.3f} {:>8.1f} {:>11.3f} {:>9.3f} {:>9.3f} {:>7.3f} "
+                       "{:>9} {:>7} {:>16} {:<4} {}\n",
+                       r.op, r.shape, r.dtype, r.pairing, r.angles, r.fused_ns / 1e3,
+                       static_cast<double>(r.bytes) / r.fused_ns, r.unfused_ns / 1e3, r.fused_ns / r.unfused_ns,
+                       r.copy_ns / 1e3, r.fused_ns / r.copy_ns,
+                       decode ? fmt::format("{:.3f}", r.plain_ns / 1e3) : "-",
+                       decode ? fmt::format("{:.3f}", r.fused_ns / r.plain_ns) : "-",
+                       decode ? fmt::format("<={:.2f}x plain", kFusedDecodePlainTarget)
+                              : fmt::format("<1 unf, <={:.2f}x", kFusedPrefillCopyTarget),
+                       r.pass ? "yes" : "NO", r.bitwise ? "yes" : "NO");
+  }
+  out << fmt::format("{} of {} fused rows meet their targets (prefill: faster than unfused and within {:.2f}x of the "
+                     "copy; decode: within {:.2f}x of the plain call; every row: bitwise)\n",
+                     passed, rows.size(), kFusedPrefillCopyTarget, kFusedDecodePlainTarget);
+}
+
 }  // namespace
 
 std::string cuda_bench_unavailable() {
@@ -622,13 +973,27 @@ int run_cuda_bench(const BenchOptions& o, std::ostream& out) {
       bench_case(d, dtype_name, o, timer, rows);
     }
   }
+  std::vector<FusedCudaRow> fused;
+  for (const char* op : kCudaFusedCases) {
+    if (std::find(o.cases.begin(), o.cases.end(), op) == o.cases.end()) continue;
+    for (const bool decode : {false, true}) {
+      for (const std::string& dtype_name : o.dtypes) {
+        const FusedData d = make_fused_data(op, decode, dtype_of(dtype_name), info.l2_bytes, rng);
+        bench_fused(d, op, dtype_name, o, timer, fused);
+      }
+    }
+  }
   if (o.json) {
+    std::vector<std::string> lines;
+    for (const CudaRow& r : rows) lines.push_back(json_row(r));
+    for (const FusedCudaRow& r : fused) lines.push_back(json_fused_row(r));
     std::string text = "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) text += json_row(rows[i]) + (i + 1 < rows.size() ? ",\n" : "\n");
+    for (size_t i = 0; i < lines.size(); ++i) text += lines[i] + (i + 1 < lines.size() ? ",\n" : "\n");
     out << text << "]\n";
     return 0;
   }
-  print_table(rows, info, o, out);
+  if (!rows.empty()) print_table(rows, info, o, out);
+  if (!fused.empty()) print_fused_table(fused, info, o, out);
   return 0;
 }
 

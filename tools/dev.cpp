@@ -46,7 +46,8 @@ struct DevCommands {
                       "cpu (default) or cuda (against a device-to-device copy; CUDA events, graph replay for decode)");
     bench->add_option("--cases", bench_cases,
                       "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch, rope_store, qk_norm_rope; "
-                      "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi");
+                      "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi, "
+                      "rope_store, qk_norm_rope");
     bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
     bench->add_option("--pairings", bench_pairings, "half,interleaved (default both)");
     bench->add_option("--angles", bench_angles, "table,on_the_fly (default both); cuda: also caller (cos/sin cache)");
