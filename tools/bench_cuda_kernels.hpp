@@ -1,4 +1,4 @@
-// tools/bench_cuda_kernels.cu: the kernels `rotary-dev bench --device cuda` runs beside a plain
+// The kernels (tools/bench_cuda_kernels.cu) `rotary-dev bench --device cuda` runs beside a plain
 // rotary call for the fused operations' unfused composition. Each queues on `stream` and returns
 // the launch's cudaError_t (0: queued).
 #pragma once
