@@ -61,6 +61,10 @@ __global__ void __launch_bounds__(kFusedThreads)
     fused_angles<Value>(f, pairs, token, thread, threads, cells);
     __syncthreads();
     const bool usable = token_error(f.rope, token) == 0;  // else fused_angles reported it
+    if (thread == 0 && f.rope.error != nullptr && f.slots != nullptr &&
+        slot_beyond_caches(f, raw_token_slot(f, token))) {
+      atomicOr(f.rope.error, kSlotOutOfRange);  // its cache writes are skipped (token_slot)
+    }
     if (usable && thread == 0) fused_token_norms<T>(f, pairs, cells, token, token_r);
     __syncthreads();
     if (usable) {

@@ -177,10 +177,20 @@ ROTARY_HD inline ChannelPair channel_pair(const KernelArgs& a, int64_t c) {
 }
 
 /// Token `token`'s slot, or -1 (no cache write, or a skipped token).
-ROTARY_HD inline int64_t token_slot(const FusedKernelArgs& f, int64_t token) {
+ROTARY_HD inline int64_t raw_token_slot(const FusedKernelArgs& f, int64_t token) {
   if (f.slots == nullptr) return -1;
   return f.slots_i64 ? static_cast<const int64_t*>(f.slots)[token]
                      : static_cast<int64_t>(static_cast<const int32_t*>(f.slots)[token]);
+}
+/// Whether a slot lies beyond a cache the call writes (only without host-checked slots: CUDA
+/// calls whose slots live on the device; the kernel skips the token's writes and flags it).
+ROTARY_HD inline bool slot_beyond_caches(const FusedKernelArgs& f, int64_t slot) {
+  return slot >= f.k_cache.capacity || (f.has_v_cache && slot >= f.v_cache.capacity) ||
+         (f.has_k_pass && slot >= f.k_pass_cache.capacity);
+}
+ROTARY_HD inline int64_t token_slot(const FusedKernelArgs& f, int64_t token) {
+  const int64_t slot = raw_token_slot(f, token);
+  return slot_beyond_caches(f, slot) ? -1 : slot;  // never written beyond a cache
 }
 
 ROTARY_HD inline float cache_scale(const KernelCache& c, int64_t h) {
