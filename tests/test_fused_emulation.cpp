@@ -137,5 +137,33 @@ TEST(FusedEmulation, RerotateCacheGridEqualsTheCpu) {
   }
 }
 
+// A slot beyond a cache's capacity reaches the kernels only from device memory (the host checks
+// host slots): the grid skips that token's cache writes, never writing past the cache, and still
+// writes the others and q. (fused.cu also flags it as slot_out_of_range: a device test.)
+TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
+  const Schedule s = make_schedule(Spec{.head_dim = 64});
+  const int64_t tokens = 4, d = 64, capacity = 8;
+  std::vector<float> q(static_cast<size_t>(tokens * 2 * d), 1.0f), k(static_cast<size_t>(tokens * d), 1.0f);
+  std::vector<float> v = k;
+  // k and v caches of 2 blocks x 4 slots x 1 head, each followed by a guard of zeros.
+  const size_t cache = static_cast<size_t>(capacity * d), guard = 64 * 64 * 2;
+  std::vector<float> k_mem(cache + guard, 0.0f), v_mem(cache + guard, 0.0f);
+  const std::vector<int64_t> slots = {0, 1, 99, 2};
+  RopeStoreArgs a;
+  a.rope.q = TensorView::bshd(q.data(), DType::f32, 1, tokens, 2, d);
+  a.rope.k = TensorView::bshd(k.data(), DType::f32, 1, tokens, 1, d);
+  a.cache.slots = Slots::of(std::span<const int64_t>(slots));
+  a.cache.k_cache = CacheView::nhd(k_mem.data(), DType::f32, 2, 4, 1, d);
+  a.cache.v_cache = CacheView::nhd(v_mem.data(), DType::f32, 2, 4, 1, d);
+  a.cache.v = TensorView::bshd(v.data(), DType::f32, 1, tokens, 1, d);
+  detail::validate_rope_store(s, a, false);  // a device call's validation: slot values not read
+  emulate(detail::make_rope_store_args(s, a, nullptr), 32);
+  for (const auto* mem : {&k_mem, &v_mem}) {
+    for (size_t i = cache; i < mem->size(); ++i) ASSERT_EQ((*mem)[i], 0.0f) << "written past the cache at " << i;
+    for (const int64_t slot : {0, 1, 2}) EXPECT_NE((*mem)[static_cast<size_t>(slot * d)], 0.0f) << "slot " << slot;
+  }
+}
+
 }  // namespace
 }  // namespace rotary
+
