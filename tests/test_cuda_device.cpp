@@ -872,5 +872,65 @@ TEST(CudaDevice, FusedOperationsMatchTheCpuByteForByte) {
   }
 }
 
+// With check_duplicate_slots, a slot two tokens share is written by neither and flagged; the device
+// result equals the CPU's with those tokens' slots set to -1 (and rerotate_cache's likewise).
+TEST(CudaDevice, ADuplicateSlotIsWrittenByNeitherTokenAndFlagged) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64});
+  const int64_t tokens = 300, h = 2, d = 64, blocks = 40, block = 16;  // tokens > a block's threads
+  std::mt19937_64 rng(31);
+  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int64_t> slots(order.begin(), order.begin() + tokens), unique = slots;
+  slots[290] = slots[3];  // shared by tokens 3 and 290
+  unique[290] = unique[3] = -1;
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
+  std::iota(positions.begin(), positions.end(), 1000);
+  const int64_t cache_bytes = blocks * block * h * d * 2;
+  Mirror q(bf16_values(tokens * h * d, rng)), k(bf16_values(tokens * h * d, rng)), v(bf16_values(tokens * h * d, rng));
+  Mirror kc(std::vector<unsigned char>(static_cast<size_t>(cache_bytes), 0xA5));
+  Mirror vc(std::vector<unsigned char>(static_cast<size_t>(cache_bytes), 0x5A));
+  Mirror pos(bytes_of(positions)), sl(bytes_of(slots)), un(bytes_of(unique));
+  const auto args = [&](bool on_device) {
+    const auto at = [&](Mirror& m) { return on_device ? m.d() : m.h(); };
+    RopeStoreArgs a;
+    a.rope = ApplyArgs{.q = TensorView::bshd(at(q), DType::bf16, 1, tokens, h, d),
+                       .k = TensorView::bshd(at(k), DType::bf16, 1, tokens, h, d),
+                       .positions = Positions::per_token(std::span(static_cast<const int64_t*>(at(pos)),
+                                                                   static_cast<size_t>(tokens)))};
+    a.cache.slots = Slots{.data = on_device ? sl.d() : un.h(), .is_i64 = true, .count = tokens};
+    a.cache.k_cache = CacheView::nhd(at(kc), DType::bf16, blocks, block, h, d);
+    a.cache.v_cache = CacheView::nhd(at(vc), DType::bf16, blocks, block, h, d);
+    a.cache.v = TensorView::bshd(at(v), DType::bf16, 1, tokens, h, d);
+    return a;
+  };
+  const ErrorWord error;
+  EXPECT_ROTARY_ERROR(cuda::rope_store(schedule, args(true), nullptr, {.check_duplicate_slots = true}),
+                      "check_duplicate_slots needs FusedOptions::error");
+  cuda::rope_store(schedule, args(true), nullptr, {.error = error.get(), .check_duplicate_slots = true});
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  rope_store(schedule, args(false));
+  EXPECT_EQ(error.read(), cuda::slot_duplicate);
+  EXPECT_TRUE(q.down() == q.host) << "q";
+  EXPECT_TRUE(kc.down() == kc.host) << "k_cache";
+  EXPECT_TRUE(vc.down() == vc.host) << "v_cache";
+  EXPECT_ROTARY_ERROR(cuda::check_positions(error.get(), nullptr), "slots: a slot was listed twice");
+
+  std::vector<int64_t> delta(static_cast<size_t>(tokens), 77);
+  Mirror dl(bytes_of(delta));
+  const auto re = [&](bool on_device) {
+    RerotateCacheArgs r{.cache = args(on_device).cache.k_cache,
+                        .slots = Slots{.data = on_device ? sl.d() : un.h(), .is_i64 = true, .count = tokens}};
+    r.delta = static_cast<const int64_t*>(on_device ? dl.d() : dl.h());
+    return r;
+  };
+  cuda::rerotate_cache(schedule, re(true), nullptr, {.error = error.get(), .check_duplicate_slots = true});
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  rerotate_cache(schedule, re(false));
+  EXPECT_EQ(error.read(), cuda::slot_duplicate);
+  EXPECT_TRUE(kc.down() == kc.host) << "rerotated k_cache";
+}
+
 }  // namespace
 }  // namespace rotary

@@ -114,16 +114,25 @@ void apply(const Schedule& schedule, const ApplyArgs& args, Stream stream, const
 /// Bit a fused kernel ors into FusedOptions::error for a token whose slot is beyond a cache's
 /// capacity (the token's cache writes are skipped; q and k_out are still written).
 inline constexpr uint32_t slot_out_of_range = 16;
+/// Bit a fused kernel ors into FusedOptions::error for a slot two tokens (or, for rerotate_cache,
+/// two entries) share, with FusedOptions::check_duplicate_slots (neither token's cache writes are
+/// made, neither entry's keys turned: no race, the cache rows keep what they held).
+inline constexpr uint32_t slot_duplicate = 32;
 
 /// What a fused CUDA call takes besides its arguments.
 struct FusedOptions {
   const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope)
-  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range
+  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range, slot_duplicate
   /// A host copy of the call's slots (same count and type): checked on the host (range,
   /// duplicates) before anything is queued, as the CPU checks them. Null: the slots live on the
   /// device only; the kernels skip and flag an out-of-range slot, and duplicates are not detected
   /// (which of two tokens writes a shared slot is then undefined) — the form a CUDA graph captures.
   const Slots* host_slots = nullptr;
+  /// Without host_slots: the kernels also look for a slot two tokens share, each token's block
+  /// scanning every other token's slot (work of tokens² compares per call, spread over the grid:
+  /// a debugging aid for prefill sizes, cheap for decode batches), and flag it as slot_duplicate
+  /// (capturable in a CUDA graph). Needs `error`. Ignored with host_slots (checked on the host).
+  bool check_duplicate_slots = false;
 };
 
 /// rotary::rope_store on a CUDA device: every pointer of args (views, caches, slots, scales,
@@ -163,7 +172,7 @@ BuildInfo build_info();
 /// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
 /// (Options::error, FusedOptions::error) and clears it; throws rotary::Error naming what the skipped
 /// tokens' positions broke when it was set (one rule per position_* bit; slot_out_of_range: a slot
-/// beyond its cache, whose writes were skipped), RuntimeError when a CUDA call fails (an
+/// beyond its cache, whose writes were skipped; slot_duplicate: a slot listed twice), RuntimeError when a CUDA call fails (an
 /// earlier asynchronous error on the stream shows here too). Synchronises, so not for a captured
 /// graph.
 void check_positions(uint32_t* error, Stream stream);

@@ -86,6 +86,9 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
  *  cache's capacity (its cache writes skipped; q and k_out still written), when the slots were not
  *  checked on the host (rotary::cuda::slot_out_of_range). */
 #define ROTARY_CUDA_SLOT_OUT_OF_RANGE 16u
+/** The bit the fused kernels or into rotary_cuda_fused_options.error, with check_duplicate_slots, for
+ *  a slot two tokens share (neither token's cache writes made; rotary::cuda::slot_duplicate). */
+#define ROTARY_CUDA_SLOT_DUPLICATE 32u
 
 /** What the fused calls on a device take besides their arguments. Zero-initialised: exact angles, no
  *  error word, slots in device memory only. */
@@ -93,12 +96,16 @@ typedef struct rotary_cuda_fused_options {
   /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope; the
    *  re-rotation takes exact angles only). The args' host table must be NULL. */
   const rotary_cuda_table* table;
-  /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE. */
+  /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE and ROTARY_CUDA_SLOT_DUPLICATE. */
   uint32_t* error;
   /** A host copy of the call's slots (same kind and count): checked on the host (range, duplicates)
    *  before anything is queued, as rotary_rope_store checks them. NULL: the kernels skip and flag an
    *  out-of-range slot, and duplicates are not detected (the form a CUDA graph captures). */
   const rotary_slots* host_slots;
+  /** Non-zero, without host_slots: the kernels also look for a slot two tokens share (tokens²
+   *  compares per call: a debugging aid for prefill sizes) and flag ROTARY_CUDA_SLOT_DUPLICATE;
+   *  needs error (rotary::cuda::FusedOptions::check_duplicate_slots). */
+  int check_duplicate_slots;
 } rotary_cuda_fused_options;
 
 /** rotary_rope_store, rotary_qk_norm_rope and rotary_rerotate_cache on a CUDA device: every pointer
@@ -117,7 +124,8 @@ int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rer
 /** The opt-in check of per-token positions: waits for `stream`, reads the error word (device
  *  memory, rotary_cuda_options.error or rotary_cuda_fused_options.error) and clears it. Fails
  *  (ROTARY_ERROR_INVALID_ARGUMENT) naming what the skipped tokens' positions broke (and
- *  ROTARY_CUDA_SLOT_OUT_OF_RANGE: a slot beyond its cache) when it was set, or with ROTARY_ERROR_CUDA.
+ *  ROTARY_CUDA_SLOT_OUT_OF_RANGE: a slot beyond its cache; ROTARY_CUDA_SLOT_DUPLICATE: a slot
+ *  listed twice) when it was set, or with ROTARY_ERROR_CUDA.
  *  Synchronises: not for a captured graph. */
 int rotary_cuda_check_positions(uint32_t* error, struct CUstream_st* stream);
 

@@ -28,7 +28,7 @@ void check(int status, const char* what) {
 std::string positions_message(uint32_t bits) {
   using namespace rotary::cuda;
   const uint32_t known = position_out_of_range | position_not_in_table | position_not_in_angles |
-                         position_beyond_xpos_reach | slot_out_of_range;
+                         position_beyond_xpos_reach | slot_out_of_range | slot_duplicate;
   if ((bits & ~known) != 0) {
     return fmt::format("positions: the error word holds {:#x}, bits no kernel sets (was it zeroed "
                        "before the calls?)", bits);
@@ -45,6 +45,10 @@ std::string positions_message(uint32_t bits) {
   if ((bits & slot_out_of_range) != 0) {  // the fused kernels' (slots on the device only)
     message += std::string(message.empty() ? "" : "; ") +
                "slots: a slot was beyond its cache's capacity (those tokens' cache writes were skipped)";
+  }
+  if ((bits & slot_duplicate) != 0) {  // with FusedOptions::check_duplicate_slots
+    message += std::string(message.empty() ? "" : "; ") +
+               "slots: a slot was listed twice (neither token's cache writes were made)";
   }
   return message;
 }
@@ -255,6 +259,15 @@ const detail::TableRows* fused_table(const Schedule& schedule, const ApplyArgs& 
   return &range;
 }
 
+// The device's duplicate check: only for slots the host does not check, and only with an error word.
+bool device_duplicate_check(const FusedOptions& options) {
+  if (!options.check_duplicate_slots || options.host_slots != nullptr) return false;
+  if (options.error == nullptr) {
+    throw Error("FusedOptions::check_duplicate_slots needs FusedOptions::error (the kernels flag a shared slot there)");
+  }
+  return true;
+}
+
 void check_write_slots(const CacheWrite& w, int64_t tokens, const FusedOptions& options) {
   if (options.host_slots == nullptr) return;
   detail::check_host_slots(*options.host_slots, w.slots, tokens,
@@ -272,8 +285,10 @@ void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stre
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
   check_write_slots(args.cache, args.rope.q.batch() * args.rope.q.seq(), options);
+  const bool duplicates = device_duplicate_check(options);
   detail::FusedKernelArgs f = detail::make_rope_store_args(schedule, args, table);
   f.rope.error = options.error;
+  f.check_duplicates = duplicates;
   detail::cuda::launch_fused(f, stream);
 }
 
@@ -286,8 +301,10 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
   if (args.store != nullptr) check_write_slots(*args.store, args.rope.q.batch() * args.rope.q.seq(), options);
+  const bool duplicates = args.store != nullptr && device_duplicate_check(options);
   detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(schedule, args, table);
   f.rope.error = options.error;
+  f.check_duplicates = duplicates;
   detail::cuda::launch_fused(f, stream);
 }
 
@@ -305,8 +322,10 @@ void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Str
     detail::check_host_slots(*options.host_slots, args.slots, args.slots.count,
                              {{&args.cache, "cache"}, {&args.out, "out"}});
   }
+  const bool duplicates = device_duplicate_check(options);
   detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, args, nullptr);
   r.rope.error = options.error;
+  r.check_duplicates = duplicates;
   detail::cuda::launch_rerotate(r, stream);
 }
 

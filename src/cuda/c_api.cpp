@@ -21,7 +21,8 @@ static_assert(ROTARY_ERROR_CUDA == ROTARY_ERROR_INTERNAL + 1, "a status of its o
 static_assert(ROTARY_CUDA_POSITION_OUT_OF_RANGE == rotary::cuda::position_out_of_range &&
               ROTARY_CUDA_POSITION_NOT_IN_TABLE == rotary::cuda::position_not_in_table &&
               ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH == rotary::cuda::position_beyond_xpos_reach &&
-              ROTARY_CUDA_SLOT_OUT_OF_RANGE == rotary::cuda::slot_out_of_range);
+              ROTARY_CUDA_SLOT_OUT_OF_RANGE == rotary::cuda::slot_out_of_range &&
+              ROTARY_CUDA_SLOT_DUPLICATE == rotary::cuda::slot_duplicate);
 
 // rotary.h's guard, with the CUDA runtime's failures (rotary::cuda::RuntimeError) as
 // ROTARY_ERROR_CUDA.
@@ -42,7 +43,8 @@ int guarded(Body&& body) noexcept {
 // `slots`, which the result points to).
 rotary::cuda::FusedOptions fused_options(const rotary_cuda_fused_options* options, rotary::Slots& slots) {
   const rotary_cuda_fused_options o = options != nullptr ? *options : rotary_cuda_fused_options{};
-  rotary::cuda::FusedOptions out{.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error};
+  rotary::cuda::FusedOptions out{.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error,
+                                 .check_duplicate_slots = o.check_duplicate_slots != 0};
   if (o.host_slots != nullptr) {
     slots = rotary::detail::c_abi::to_slots(*o.host_slots, "options.host_slots");
     out.host_slots = &slots;

@@ -19,7 +19,7 @@
 namespace rotary::detail::cuda {
 namespace {
 
-static_assert(kSlotOutOfRange == rotary::cuda::slot_out_of_range);
+static_assert(kSlotOutOfRange == rotary::cuda::slot_out_of_range && kSlotDuplicate == rotary::cuda::slot_duplicate);
 
 // As apply.cu's parameter_frequency: hf_float32 reads transformers' float32 frequencies, held here
 // as each float's exact double.
@@ -61,10 +61,15 @@ __global__ void __launch_bounds__(kFusedThreads)
     fused_angles<Value>(f, pairs, token, thread, threads, cells);
     __syncthreads();
     const bool usable = token_error(f.rope, token) == 0;  // else fused_angles reported it
-    if (thread == 0 && f.rope.error != nullptr && f.slots != nullptr &&
-        slot_beyond_caches(f, raw_token_slot(f, token))) {
+    const int64_t slot = raw_token_slot(f, token);
+    if (thread == 0 && f.rope.error != nullptr && f.slots != nullptr && slot_beyond_caches(f, slot)) {
       atomicOr(f.rope.error, kSlotOutOfRange);  // its cache writes are skipped (token_slot)
     }
+    // The opt-in duplicate check (the same for every block: all threads reach the barrier): a slot
+    // another token shares is written by neither, and flagged.
+    const bool shared_slot = f.check_duplicates && f.slots != nullptr &&
+                             __syncthreads_or(slot_shared(f.slots, f.slots_i64, f.rope.tokens, token, slot, thread, threads)) != 0;
+    if (shared_slot && thread == 0 && f.rope.error != nullptr) atomicOr(f.rope.error, kSlotDuplicate);
     if (usable && thread == 0) fused_token_norms<T>(f, pairs, cells, token, token_r);
     __syncthreads();
     if (usable) {
@@ -76,7 +81,7 @@ __global__ void __launch_bounds__(kFusedThreads)
         float r = 1.0f;
         if (lane == 0) r = fused_item_factor<T>(f, pairs, cells, token, item, token_r);
         r = __shfl_sync(0xffffffffu, r, 0);
-        fused_item<T>(f, pairs, cells, token, item, r, lane, 32);
+        fused_item<T>(f, pairs, cells, token, item, r, lane, 32, shared_slot);
       }
     }
     __syncthreads();
@@ -94,10 +99,16 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int threads = static_cast<int>(blockDim.x);
   const int64_t pair_count = r.rope.rotary_dim / 2;
   for (int64_t i = blockIdx.x; i < r.count; i += gridDim.x) {
-    const int64_t slot = r.slots_i64 ? static_cast<const int64_t*>(r.slots)[i] : static_cast<const int32_t*>(r.slots)[i];
+    const int64_t slot = slot_entry(r.slots, r.slots_i64, i);
     const bool beyond = slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity);
     if (beyond) {  // only without host slots (those are checked on the host): skipped and flagged
       if (thread == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, kSlotOutOfRange);
+      continue;
+    }
+    // The opt-in duplicate check (a whole block agrees on the slot: all its threads reach the
+    // barrier): a slot listed twice is turned by neither entry, and flagged.
+    if (r.check_duplicates && __syncthreads_or(slot_shared(r.slots, r.slots_i64, r.count, i, slot, thread, threads)) != 0) {
+      if (thread == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, kSlotDuplicate);
       continue;
     }
     if (slot >= 0) {  // a whole block agrees: the __syncthreads below are reached by all or none

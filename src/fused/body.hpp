@@ -55,8 +55,9 @@ struct KernelFlat {
   int64_t strides[4] = {};
 };
 
-/// Slot errors a kernel reports (rotary::cuda::slot_out_of_range).
+/// Slot errors a kernel reports (rotary::cuda::slot_out_of_range, slot_duplicate).
 inline constexpr uint32_t kSlotOutOfRange = 16;
+inline constexpr uint32_t kSlotDuplicate = 32;
 
 /// A fused call for a kernel. rope: apply's KernelArgs (operand 0 q, operand 1 k; their `out`
 /// pointers are the q_out / k_out targets, written when write_q / write_k).
@@ -69,6 +70,7 @@ struct FusedKernelArgs {
   // Cache write.
   const void* slots = nullptr;  ///< null: no cache write
   bool slots_i64 = true;
+  bool check_duplicates = false;  ///< a device looks for tokens sharing a slot (slot_shared)
   KernelCache k_cache{};
   bool has_v_cache = false;
   KernelCache v_cache{};
@@ -191,6 +193,23 @@ ROTARY_HD inline bool slot_beyond_caches(const FusedKernelArgs& f, int64_t slot)
 ROTARY_HD inline int64_t token_slot(const FusedKernelArgs& f, int64_t token) {
   const int64_t slot = raw_token_slot(f, token);
   return slot_beyond_caches(f, slot) ? -1 : slot;  // never written beyond a cache
+}
+
+/// Entry i of a slot array (int64 or int32).
+ROTARY_HD inline int64_t slot_entry(const void* slots, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(slots)[i] : static_cast<int64_t>(static_cast<const int32_t*>(slots)[i]);
+}
+/// Whether an entry other than i of the `count` slots equals slot (>= 0): the device's duplicate
+/// check, lanes sharing the scan (lane reads entries lane, lane + lanes, ...; a block ors the lanes'
+/// answers). O(count) per entry: opt-in (FusedOptions::check_duplicate_slots), as the host check of
+/// host slots is the cheap one.
+ROTARY_HD inline bool slot_shared(const void* slots, bool i64, int64_t count, int64_t i, int64_t slot, int64_t lane,
+                                  int64_t lanes) {
+  if (slot < 0) return false;
+  for (int64_t other = lane; other < count; other += lanes) {
+    if (other != i && slot_entry(slots, i64, other) == slot) return true;
+  }
+  return false;
 }
 
 ROTARY_HD inline float cache_scale(const KernelCache& c, int64_t h) {
@@ -387,15 +406,16 @@ ROTARY_HD inline float fused_item_factor(const FusedKernelArgs& f, const PairArr
 /// of pairs (and of channels outside the rotated slice, of v's and k_pass's channels) lane, lane +
 /// lanes, ...: lanes threads share an item, each element written by one of them (a warp on a
 /// device: neighbouring channels, coalesced). r: fused_item_factor's, formed before any lane writes.
+/// skip_cache: no cache write for the token (its slot shared by another token: slot_shared).
 template <class T>
 ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pairs,
                                  const AngleCell<typename Storage<T>::Value>* cells, int64_t token, int64_t item,
-                                 float r, int64_t lane = 0, int64_t lanes = 1) {
+                                 float r, int64_t lane = 0, int64_t lanes = 1, bool skip_cache = false) {
   using Value = typename Storage<T>::Value;
   const KernelArgs& a = f.rope;
   const int64_t b = token / a.seq;
   const int64_t s = token % a.seq;
-  const int64_t slot = token_slot(f, token);
+  const int64_t slot = skip_cache ? -1 : token_slot(f, token);
   const int64_t q_heads = a.operands[0].heads;
   const int64_t k_heads = a.operand_count > 1 ? a.operands[1].heads : 0;
   if (item < q_heads + k_heads) {
@@ -509,6 +529,7 @@ struct RerotateKernelArgs {
   int64_t count = 0;   ///< slots
   const void* slots = nullptr;
   bool slots_i64 = true;
+  bool check_duplicates = false;  ///< a device looks for slots listed twice (slot_shared)
   int64_t heads = 0;
   KernelCache in{};
   KernelCache out{};
@@ -532,8 +553,7 @@ ROTARY_HD inline AngleCell<float> rerotate_angle(const RerotateKernelArgs& r, co
 /// are read before either is written.
 ROTARY_HD inline void rerotate_item(const RerotateKernelArgs& r, const PairArrays& pairs, const AngleCell<float>* cells,
                                     int64_t i, int64_t h, int64_t lane = 0, int64_t lanes = 1) {
-  const int64_t slot = r.slots_i64 ? static_cast<const int64_t*>(r.slots)[i]
-                                   : static_cast<int64_t>(static_cast<const int32_t*>(r.slots)[i]);
+  const int64_t slot = slot_entry(r.slots, r.slots_i64, i);
   if (slot < 0) return;
   const KernelArgs& a = r.rope;
   const float in_scale = cache_scale(r.in, h);
