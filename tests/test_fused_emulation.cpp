@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -29,19 +30,59 @@ void emulate_grid(const detail::FusedKernelArgs& f, int threads) {
   const int64_t items = detail::fused_items(f);
   for (int64_t token = f.rope.tokens - 1; token >= 0; --token) {  // blocks in any order
     for (int t = 0; t < threads; ++t) detail::fused_angles<Value>(f, pairs, token, t, threads, shared.data());
+    const int64_t slot = detail::raw_token_slot(f, token);
+    if (f.rope.error != nullptr && f.slots != nullptr && detail::slot_beyond_caches(f, slot)) {
+      *f.rope.error |= detail::kSlotOutOfRange;
+    }
+    // The duplicate check: the block's threads each scan their share of the slots, then or.
+    bool shared_slot = false;
+    for (int t = 0; f.check_duplicates && f.slots != nullptr && t < threads; ++t) {
+      shared_slot = detail::slot_shared(f.slots, f.slots_i64, f.rope.tokens, token, slot, t, threads) || shared_slot;
+    }
+    if (shared_slot && f.rope.error != nullptr) *f.rope.error |= detail::kSlotDuplicate;
     if (detail::token_error(f.rope, token) != 0) continue;
     float token_r[2];
     detail::fused_token_norms<T>(f, pairs, shared.data(), token, token_r);
     // A warp per item: the factor first (its first thread), then its 32 lanes, here in reverse.
     for (int64_t item = items - 1; item >= 0; --item) {
       const float r = detail::fused_item_factor<T>(f, pairs, shared.data(), token, item, token_r);
-      for (int64_t lane = 31; lane >= 0; --lane) detail::fused_item<T>(f, pairs, shared.data(), token, item, r, lane, 32);
+      for (int64_t lane = 31; lane >= 0; --lane) {
+        detail::fused_item<T>(f, pairs, shared.data(), token, item, r, lane, 32, shared_slot);
+      }
     }
   }
 }
 
 void emulate(const detail::FusedKernelArgs& f, int threads) {
   detail::with_storage(f.rope.dtype, [&]<class T>() { emulate_grid<T>(f, threads); });
+}
+
+// rerotate_kernel's split: per slot entry (blocks in any order) the range flag, the duplicate check
+// (the block's threads each scanning their share), the angle row, then a warp per head, its 32 lanes
+// (in reverse).
+void emulate_rerotate(const detail::RerotateKernelArgs& r, int threads) {
+  const detail::PairArrays pairs = detail::pair_arrays(r.rope);
+  std::vector<detail::AngleCell<float>> cells(static_cast<size_t>(r.rope.rotary_dim / 2));
+  for (int64_t i = r.count - 1; i >= 0; --i) {
+    const int64_t slot = detail::slot_entry(r.slots, r.slots_i64, i);
+    if (slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity)) {
+      if (r.rope.error != nullptr) *r.rope.error |= detail::kSlotOutOfRange;
+      continue;
+    }
+    bool shared = false;
+    for (int t = 0; r.check_duplicates && t < threads; ++t) {
+      shared = detail::slot_shared(r.slots, r.slots_i64, r.count, i, slot, t, threads) || shared;
+    }
+    if (shared) {
+      if (r.rope.error != nullptr) *r.rope.error |= detail::kSlotDuplicate;
+      continue;
+    }
+    if (slot < 0) continue;
+    for (int64_t j = 0; j < r.rope.rotary_dim / 2; ++j) cells[static_cast<size_t>(j)] = detail::rerotate_angle(r, pairs, i, j);
+    for (int64_t h = r.heads - 1; h >= 0; --h) {
+      for (int64_t lane = 31; lane >= 0; --lane) detail::rerotate_item(r, pairs, cells.data(), i, h, lane, 32);
+    }
+  }
 }
 
 TEST(FusedEmulation, RopeStoreGridEqualsTheCpu) {
@@ -121,16 +162,7 @@ TEST(FusedEmulation, RerotateCacheGridEqualsTheCpu) {
       rerotate_cache(schedule, args(cpu_in, cpu_out));
       const RerotateCacheArgs gpu = args(gpu_in, gpu_out);
       detail::validate_rerotate_cache(schedule, gpu, true);
-      const detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, gpu, nullptr);
-      const detail::PairArrays pairs = detail::pair_arrays(r.rope);
-      std::vector<detail::AngleCell<float>> cells(static_cast<size_t>(r.rope.rotary_dim / 2));
-      for (int64_t i = r.count - 1; i >= 0; --i) {  // blocks in any order
-        if (slots[static_cast<size_t>(i)] < 0) continue;
-        for (int64_t j = 0; j < r.rope.rotary_dim / 2; ++j) cells[static_cast<size_t>(j)] = detail::rerotate_angle(r, pairs, i, j);
-        for (int64_t h = r.heads - 1; h >= 0; --h) {
-          for (int64_t lane = 31; lane >= 0; --lane) detail::rerotate_item(r, pairs, cells.data(), i, h, lane, 32);
-        }
-      }
+      emulate_rerotate(detail::make_rerotate_args(schedule, gpu, nullptr), 64);
       EXPECT_TRUE(cpu_in == gpu_in);
       EXPECT_TRUE(cpu_out == gpu_out);
     }
@@ -162,6 +194,286 @@ TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
     for (size_t i = cache; i < mem->size(); ++i) ASSERT_EQ((*mem)[i], 0.0f) << "written past the cache at " << i;
     for (const int64_t slot : {0, 1, 2}) EXPECT_NE((*mem)[static_cast<size_t>(slot * d)], 0.0f) << "slot " << slot;
   }
+}
+
+// ---- The CPU suite's case grids (tests/test_fused.cpp) through the device's split ----
+
+// A device call's form of a case: validated as the CUDA entry points validate (nothing in device
+// memory read), a table given as a DeviceTable's range of rows, the block's thread count as a launch
+// of its size would have it.
+void expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
+  SCOPED_TRACE(c.name() + " threads=" + std::to_string(threads));
+  test::StoreSetup cpu(c), gpu(c);
+  rope_store(c.schedule, cpu.store_args());
+  const RopeStoreArgs args = gpu.store_args();
+  detail::validate_rope_store(c.schedule, args, false);
+  std::optional<detail::TableRows> rows;
+  if (gpu.table) rows = detail::table_range(*gpu.table);
+  uint32_t error = 0;
+  detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, rows ? &*rows : nullptr);
+  f.rope.error = &error;
+  f.check_duplicates = threads == 64;  // the check changes nothing with distinct slots
+  emulate(f, threads);
+  EXPECT_EQ(error, 0u);
+  EXPECT_TRUE(cpu.q == gpu.q) << "q " << test::first_difference(cpu.q, gpu.q);
+  EXPECT_TRUE(cpu.k == gpu.k) << "k";
+  EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache " << test::first_difference(cpu.k_cache_bytes, gpu.k_cache_bytes);
+  EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << "v_cache " << test::first_difference(cpu.v_cache_bytes, gpu.v_cache_bytes);
+}
+
+void expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
+  SCOPED_TRACE(c.name() + " threads=" + std::to_string(threads));
+  test::NormSetup cpu(c), gpu(c);
+  qk_norm_rope(c.schedule, cpu.norm_args());
+  const QkNormRopeArgs args = gpu.norm_args();
+  detail::validate_qk_norm_rope(c.schedule, args, false);
+  uint32_t error = 0;
+  detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
+  f.rope.error = &error;
+  emulate(f, threads);
+  EXPECT_EQ(error, 0u);
+  EXPECT_TRUE(cpu.q == gpu.q) << "q " << test::first_difference(cpu.q, gpu.q);
+  EXPECT_TRUE(cpu.k == gpu.k) << "k " << test::first_difference(cpu.k, gpu.k);
+  EXPECT_TRUE(cpu.v == gpu.v) << "v " << test::first_difference(cpu.v, gpu.v);
+  EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache";
+  EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << "v_cache";
+}
+
+constexpr int kLaunchThreads[] = {32, 64, 256};
+
+TEST(FusedEmulation, RopeStoreOverEveryLayoutBlockSizeHeadDimAndPairing) {
+  int seed = 0;
+  for (const test::Layout layout : {test::Layout::nhd, test::Layout::hnd, test::Layout::contiguous}) {
+    for (const int64_t block : {1, 16, 64}) {
+      for (const int64_t d : {64, 80, 96, 128, 192, 256, 512}) {
+        for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+          test::StoreCase c;
+          c.schedule = make_schedule(Spec{.head_dim = d, .pairing = pairing});
+          c.layout = layout;
+          c.block_size = layout == test::Layout::contiguous ? 32 : block;
+          c.tokens = 7;
+          c.seed = ++seed;
+          expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
+        }
+      }
+    }
+  }
+}
+
+TEST(FusedEmulation, RopeStoreOverGqaRatiosPartialRotaryOffsetsDtypesAndScales) {
+  int seed = 100;
+  for (const int64_t ratio : {1, 2, 4, 8, 16}) {
+    for (const DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+      for (const auto& [d, r, off] : {std::tuple{128, 64, 0}, std::tuple{80, 32, 0}, std::tuple{192, 64, 128}}) {
+        test::StoreCase c;
+        c.schedule = make_schedule(Spec{.head_dim = d, .rotary_dim = r,
+                                        .pairing = ratio % 2 ? Pairing::half : Pairing::interleaved, .rotary_offset = off});
+        c.heads_k = 2;
+        c.heads_q = 2 * ratio;
+        c.dtype = dtype;
+        c.cache_dtype = dtype;
+        c.seed = ++seed;
+        expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
+      }
+    }
+  }
+  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f16, DType::f32}) {
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      for (const bool per_head : {false, true}) {
+        for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
+          test::StoreCase c;
+          c.schedule = make_schedule(Spec{.head_dim = 64});
+          c.dtype = dtype;
+          c.cache_dtype = cache;
+          c.scaled = is_quantised_dtype(cache);
+          c.per_head_scale = per_head;
+          c.mode = mode;
+          c.magnitude = cache == DType::i8 ? 200.0f : 600.0f;  // beyond ±max: saturation
+          c.seed = ++seed;
+          expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
+        }
+      }
+    }
+  }
+  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    for (const float magnitude : {1e-3f, 448.0f, 57344.0f, 1e5f}) {  // subnormals to beyond ±max
+      test::StoreCase c;
+      c.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
+      c.dtype = DType::f32;
+      c.cache_dtype = cache;
+      c.scaled = true;
+      c.magnitude = magnitude;
+      c.seed = ++seed;
+      expect_store_grid_equals_cpu(c, 32);
+    }
+  }
+}
+
+TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
+  int seed = 400;
+  test::StoreCase c;
+  c.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}});
+  c.mrope = true;
+  c.seed = ++seed;
+  expect_store_grid_equals_cpu(c, 64);
+  c.schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 64, .pairing = Pairing::interleaved,
+                                  .stream_layout = StreamLayout::sections, .sections = {8, 12, 12}});  // GLM-4.1V
+  expect_store_grid_equals_cpu(c, 256);
+  for (const test::AngleSource source :
+       {test::AngleSource::table, test::AngleSource::caller, test::AngleSource::hf_float32, test::AngleSource::exact}) {
+    test::StoreCase s;
+    s.schedule = make_schedule(Spec{.head_dim = 64, .schedule = ScheduleType::yarn, .factor = 4.0,
+                                    .original_max_position = 4096});
+    s.source = source;
+    s.seed = ++seed;
+    expect_store_grid_equals_cpu(s, 64);
+  }
+  test::StoreCase x;
+  x.schedule = with_xpos(make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved}), 512.0);
+  x.seed = ++seed;
+  expect_store_grid_equals_cpu(x, 32);
+  test::StoreCase mla;  // DeepSeek-V3's latent rows [kv_c 512 | k_pe 64]
+  mla.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
+  mla.layout = test::Layout::mla;
+  mla.heads_q = 16;
+  mla.heads_k = 1;
+  mla.pass_dim = 512;
+  mla.block_size = 64;
+  mla.seed = ++seed;
+  expect_store_grid_equals_cpu(mla, 256);
+}
+
+TEST(FusedEmulation, QkNormRopeOverEveryModelsNormDtypeAndHeadDim) {
+  int seed = 900;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const int64_t d : {64, 128, 256, 512}) {
+      test::NormCase qwen3{.schedule = make_schedule(Spec{.head_dim = d}), .dtype = dtype, .seed = ++seed};
+      expect_norm_grid_equals_cpu(qwen3, kLaunchThreads[seed % 3]);
+      test::NormCase gemma3 = qwen3;  // 1 + w, all float32
+      gemma3.rounding = NormRounding::gemma;
+      gemma3.weight_offset = 1.0f;
+      expect_norm_grid_equals_cpu(gemma3, 256);
+      test::NormCase gemma4 = gemma3;  // + weightless v norm, cache write
+      gemma4.v_norm = true;
+      gemma4.store = true;
+      expect_norm_grid_equals_cpu(gemma4, 32);
+    }
+    test::NormCase olmo2{.schedule = make_schedule(Spec{.head_dim = 128}), .dtype = dtype, .seed = ++seed};
+    olmo2.scope = NormScope::all_heads;
+    olmo2.rounding = NormRounding::gemma;
+    expect_norm_grid_equals_cpu(olmo2, 64);
+    test::NormCase llama4{.schedule = make_schedule(Spec{.head_dim = 128, .pairing = Pairing::interleaved}),
+                          .dtype = dtype, .seed = ++seed};
+    llama4.order = NormOrder::rope_then_norm;
+    llama4.weights = false;
+    llama4.rounding = NormRounding::gemma;
+    expect_norm_grid_equals_cpu(llama4, 64);
+    test::NormCase partial{.schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 64}), .dtype = dtype,
+                           .seed = ++seed};
+    partial.store = true;
+    expect_norm_grid_equals_cpu(partial, 32);
+    test::NormCase mrope{.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections,
+                                                        .sections = {16, 24, 24}}),
+                         .dtype = dtype, .seed = ++seed};
+    mrope.mrope = true;
+    expect_norm_grid_equals_cpu(mrope, 256);
+    test::NormCase rope_all = olmo2;
+    rope_all.order = NormOrder::rope_then_norm;
+    rope_all.store = true;
+    expect_norm_grid_equals_cpu(rope_all, 32);
+  }
+}
+
+// ---- Duplicate slots on the device (FusedOptions::check_duplicate_slots) ----
+
+// Two tokens sharing a slot: the grid writes neither token's cache rows, flags slot_duplicate, and
+// leaves everything else as the CPU call with those two slots set to -1 leaves it.
+TEST(FusedEmulation, ASlotTwoTokensShareIsWrittenByNeitherAndFlagged) {
+  for (const bool i32 : {false, true}) {
+    for (const int threads : {32, 256}) {
+      test::StoreCase c;
+      c.schedule = make_schedule(Spec{.head_dim = 128});
+      c.tokens = 40;  // more tokens than a block of 32 threads: each thread scans several
+      c.seed = threads + (i32 ? 1 : 0);
+      SCOPED_TRACE(std::string(i32 ? "int32" : "int64") + " slots, threads " + std::to_string(threads));
+      test::StoreSetup cpu(c), gpu(c);
+      std::vector<int64_t> valid;
+      for (size_t t = 0; t < gpu.slots.size(); ++t) {
+        if (gpu.slots[t] >= 0) valid.push_back(static_cast<int64_t>(t));
+      }
+      const auto first = static_cast<size_t>(valid[3]), second = static_cast<size_t>(valid.back());
+      gpu.slots[second] = gpu.slots[first];
+      cpu.slots[first] = cpu.slots[second] = -1;
+      rope_store(c.schedule, cpu.store_args());
+      RopeStoreArgs args = gpu.store_args();
+      const std::vector<int32_t> slots32(gpu.slots.begin(), gpu.slots.end());
+      if (i32) args.cache.slots = Slots::of(std::span<const int32_t>(slots32));
+      detail::validate_rope_store(c.schedule, args, false);
+      uint32_t error = 0;
+      detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, nullptr);
+      f.rope.error = &error;
+      f.check_duplicates = true;
+      emulate(f, threads);
+      EXPECT_EQ(error, detail::kSlotDuplicate);
+      EXPECT_TRUE(cpu.q == gpu.q) << "q";
+      EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << test::first_difference(cpu.k_cache_bytes, gpu.k_cache_bytes);
+      EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << test::first_difference(cpu.v_cache_bytes, gpu.v_cache_bytes);
+    }
+  }
+  // qk_norm_rope's cache write takes the same check.
+  test::NormCase c{.schedule = make_schedule(Spec{.head_dim = 64}), .dtype = DType::bf16, .seed = 5};
+  c.store = true;
+  c.tokens = 9;
+  test::NormSetup cpu(c), gpu(c);
+  std::vector<size_t> valid;
+  for (size_t t = 0; t < gpu.slots.size(); ++t) {
+    if (gpu.slots[t] >= 0) valid.push_back(t);
+  }
+  gpu.slots[valid[0]] = gpu.slots[valid[1]];
+  cpu.slots[valid[0]] = cpu.slots[valid[1]] = -1;
+  qk_norm_rope(c.schedule, cpu.norm_args());
+  const QkNormRopeArgs args = gpu.norm_args();
+  uint32_t error = 0;
+  detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
+  f.rope.error = &error;
+  f.check_duplicates = true;
+  emulate(f, 64);
+  EXPECT_EQ(error, detail::kSlotDuplicate);
+  EXPECT_TRUE(cpu.q == gpu.q && cpu.k == gpu.k) << "q, k";
+  EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache";
+  EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << "v_cache";
+}
+
+// rerotate_cache: a slot listed twice is turned by neither entry (not twice, not racing) and flagged.
+TEST(FusedEmulation, ASlotListedTwiceIsNotRerotatedAndFlagged) {
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64});
+  const int64_t blocks = 4, block = 16, heads = 2, d = 64, count = 20;
+  std::mt19937 rng(9);
+  std::vector<unsigned char> cpu_cache(static_cast<size_t>(blocks * block * heads * d * 2));
+  for (auto& byte : cpu_cache) byte = static_cast<unsigned char>(rng() % 0x70);
+  std::vector<unsigned char> gpu_cache = cpu_cache;
+  std::vector<int64_t> gpu_slots(static_cast<size_t>(count)), delta(static_cast<size_t>(count));
+  std::iota(gpu_slots.begin(), gpu_slots.end(), 30);
+  for (auto& x : delta) x = static_cast<int64_t>(rng() % 2001) - 1000;
+  gpu_slots[17] = gpu_slots[2];
+  std::vector<int64_t> cpu_slots = gpu_slots;
+  cpu_slots[17] = cpu_slots[2] = -1;
+  const auto args = [&](std::vector<unsigned char>& cache, const std::vector<int64_t>& slots) {
+    RerotateCacheArgs a{.cache = CacheView::nhd(cache.data(), DType::bf16, blocks, block, heads, d),
+                        .slots = Slots::of(std::span<const int64_t>(slots))};
+    a.delta = delta.data();
+    return a;
+  };
+  rerotate_cache(schedule, args(cpu_cache, cpu_slots));
+  const RerotateCacheArgs gpu = args(gpu_cache, gpu_slots);
+  detail::validate_rerotate_cache(schedule, gpu, false);
+  uint32_t error = 0;
+  detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, gpu, nullptr);
+  r.rope.error = &error;
+  r.check_duplicates = true;
+  emulate_rerotate(r, 32);
+  EXPECT_EQ(error, detail::kSlotDuplicate);
+  EXPECT_TRUE(cpu_cache == gpu_cache);
 }
 
 }  // namespace
