@@ -13,6 +13,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -484,6 +485,101 @@ TEST(FusedRerotateCache, Fp8RequantisationErrorIsAtMostOneCodeStep) {
     }
   }
   EXPECT_GT(changed, 0) << "requantisation adds error: some codes move";
+}
+
+// One move of quantised keys: each value lands within half a code step of the exact rotation (long
+// double, angle Δ·10000^(-2j/d) written out here) of its dequantised pair, as the docs state (e4m3
+// 2^-4 relative, e5m2 2^-3, int8 half a unit), beyond which only saturation goes (int8: ±127).
+TEST(FusedRerotateCache, RequantisationAddsAtMostHalfACodeStepPerMove) {
+  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8}) {
+    SCOPED_TRACE(to_string(cache));
+    test::RerotateCase c;
+    c.schedule = schedule_of(64, 64, Pairing::half);
+    c.cache_dtype = cache;
+    c.tokens = 30;
+    c.seed = 1300 + static_cast<int>(cache);
+    test::RerotateSetup s(c);
+    const Buffer before = s.cache_bytes;
+    rerotate_cache(c.schedule, s.args());
+    const auto code_value = [&](const Buffer& b, int64_t i) -> long double {
+      if (cache == DType::i8) return static_cast<int8_t>(b[static_cast<size_t>(i)]);
+      return test::oracle_fp8_value(b[static_cast<size_t>(i)], cache == DType::fp8_e4m3);
+    };
+    const auto half_step = [&](long double v) -> long double {  // in code units, at |v|
+      if (cache == DType::i8) return 0.5L;
+      const int e = v == 0 ? -100 : std::ilogb(static_cast<double>(v));
+      return cache == DType::fp8_e4m3 ? std::ldexp(1.0L, std::max(e, -6) - 4) : std::ldexp(1.0L, std::max(e, -14) - 3);
+    };
+    long double worst = 0;  // the largest error seen, in half steps
+    int64_t saturated = 0;
+    for (size_t t = 0; t < s.slots.size(); ++t) {
+      const int64_t slot = s.slots[t];
+      if (slot < 0) continue;
+      for (int64_t h = 0; h < c.heads; ++h) {
+        for (int64_t j = 0; j < 32; ++j) {
+          const int64_t ia = test::cache_element(s.cache, slot, h, j), ib = test::cache_element(s.cache, slot, h, j + 32);
+          const long double x = code_value(before, ia) * s.scale, y = code_value(before, ib) * s.scale;
+          const long double angle = static_cast<long double>(s.delta[t]) * std::pow(10000.0L, -2.0L * j / 64.0L);
+          const long double ideal[2] = {x * std::cos(angle) - y * std::sin(angle), x * std::sin(angle) + y * std::cos(angle)};
+          const int64_t at[2] = {ia, ib};
+          for (int side = 0; side < 2; ++side) {
+            const long double want = ideal[side] / s.scale, got = code_value(s.cache_bytes, at[side]);
+            if (cache == DType::i8 && std::fabs(want) > 127.5L) {
+              EXPECT_EQ(std::fabs(got), 127.0L) << "saturated at " << at[side];
+              ++saturated;
+              continue;
+            }
+            const long double error = std::fabs(got - want), bound = half_step(std::fabs(want));
+            EXPECT_LE(error, bound + 1e-5L * (std::fabs(x) + std::fabs(y)) / s.scale)
+                << "at " << at[side] << ": code value " << got << ", exact " << want;
+            worst = std::max(worst, error / bound);
+          }
+        }
+      }
+    }
+    EXPECT_GT(worst, 0.9L) << "the bound is tight: some value errs by nearly half a step";
+    static_cast<void>(saturated);  // int8 codes of N(0, 40) pairs: a few rotate beyond ±127
+  }
+}
+
+// CacheView's layouts against their formulas written out: v (copied unchanged into v_cache) lands
+// at (slot / bs)·s_block + (slot % bs)·s_token + h·s_head + offset + d with the strides of
+// [num_blocks, block_size, heads, row] (NHD) or [num_blocks, heads, block_size, row] (HND).
+TEST(FusedRopeStore, CacheViewsAddressTheirLayoutsElementForElement) {
+  const int64_t tokens = 5, heads = 3, d = 8, blocks = 4, bs = 4, row = 13, offset = 2;
+  const Schedule schedule = make_schedule(Spec{.head_dim = d});
+  for (const bool hnd : {false, true}) {
+    SCOPED_TRACE(hnd ? "HND" : "NHD");
+    std::vector<float> q(static_cast<size_t>(tokens * heads * d), 1.0f), k = q, v(q.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i + 1);
+    std::vector<float> k_mem(static_cast<size_t>(blocks * bs * heads * row), -1.0f), v_mem = k_mem;
+    const std::vector<int64_t> slots = {9, 0, 15, -1, 6};
+    RopeStoreArgs a;
+    a.rope.q = TensorView::bshd(q.data(), DType::f32, 1, tokens, heads, d);
+    a.rope.k = TensorView::bshd(k.data(), DType::f32, 1, tokens, heads, d);
+    a.cache.slots = Slots::of(std::span<const int64_t>(slots));
+    const auto view = hnd ? &CacheView::hnd : &CacheView::nhd;
+    a.cache.k_cache = view(k_mem.data(), DType::f32, blocks, bs, heads, d, offset, row);
+    a.cache.v_cache = view(v_mem.data(), DType::f32, blocks, bs, heads, d, offset, row);
+    a.cache.v = TensorView::bshd(v.data(), DType::f32, 1, tokens, heads, d);
+    rope_store(schedule, a);
+    std::vector<float> want(v_mem.size(), -1.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t slot = slots[static_cast<size_t>(t)];
+      if (slot < 0) continue;
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t e = 0; e < d; ++e) {
+          const int64_t at = hnd ? (slot / bs) * heads * bs * row + h * bs * row + (slot % bs) * row + offset + e
+                                 : (slot / bs) * bs * heads * row + (slot % bs) * heads * row + h * row + offset + e;
+          want[static_cast<size_t>(at)] = v[static_cast<size_t>((t * heads + h) * d + e)];
+        }
+      }
+    }
+    EXPECT_TRUE(want == v_mem);
+    for (size_t i = 0; i < k_mem.size(); ++i) {
+      EXPECT_EQ(k_mem[i] == -1.0f, want[i] == -1.0f) << "k_cache's written elements are v_cache's, at " << i;
+    }
+  }
 }
 
 TEST(FusedRerotateCache, BadArgumentsThrowAndWriteNothing) {
