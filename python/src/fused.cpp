@@ -310,8 +310,9 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                               const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
                               const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
                               const py::object& k_pass_cache, const py::object& k_pass_scale,
-                              const py::object& cos_sin_cache, const std::string& angles) {
+                              const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates) {
     const Schedule& schedule = hooks.schedule_of(rope);
+    static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     const ScaleMode mode = scale_mode_of(scale_mode);
     RopeStoreArgs args;
     args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
@@ -333,7 +334,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #if ROTARY_PY_CUDA
       hooks.on_device(rope, *device, device_table_rows(args.rope), numerics, [&](const DeviceCall& d) {
         py::gil_scoped_release release;
-        cuda::rope_store(schedule, args, d.stream, {.table = d.table, .error = d.error});
+        cuda::rope_store(schedule, args, d.stream,
+                         {.table = d.table, .error = d.error, .check_duplicate_slots = check_duplicates});
       });
       return;
 #else
@@ -356,8 +358,9 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                                 const std::string& rounding, const py::object& v, bool v_norm,
                                 const py::object& k_cache, const py::object& v_cache, const py::object& slots,
                                 const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
-                                const py::object& cos_sin_cache, const std::string& angles) {
+                                const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates) {
     const Schedule& schedule = hooks.schedule_of(rope);
+    static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     QkNormRopeArgs args;
     args.rope = ApplyArgs{.q = view_of(q, "q"), .k = view_of(k, "k"),
                           .positions = positions_of(positions, streams, offset),
@@ -394,7 +397,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #if ROTARY_PY_CUDA
       hooks.on_device(rope, *device, device_table_rows(args.rope), numerics, [&](const DeviceCall& d) {
         py::gil_scoped_release release;
-        cuda::qk_norm_rope(schedule, args, d.stream, {.table = d.table, .error = d.error});
+        cuda::qk_norm_rope(schedule, args, d.stream,
+                           {.table = d.table, .error = d.error, .check_duplicate_slots = check_duplicates});
       });
       return;
 #else
@@ -410,8 +414,10 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 
   m.def("rerotate_cache", [hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
                                   const py::object& delta, int delta_streams, const py::object& positions, int streams,
-                                  bool inverse, const py::object& k_scale, const std::string& scale_mode) {
+                                  bool inverse, const py::object& k_scale, const std::string& scale_mode,
+                                  bool check_duplicates) {
     const Schedule& schedule = hooks.schedule_of(rope);
+    static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     RerotateCacheArgs args{.cache = cache_of(k_cache, "k_cache"), .slots = slots_of(slots)};
     args.rotated = inverse ? Direction::inverse : Direction::forward;
     if (!delta.is_none()) {
@@ -428,7 +434,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       // Exact angles computed on the device (the CUDA rerotate_cache takes no table yet).
       hooks.on_device(rope, *device, 0, AngleMode::exact, [&](const DeviceCall& d) {
         py::gil_scoped_release release;
-        cuda::rerotate_cache(schedule, args, d.stream, {.error = d.error});
+        cuda::rerotate_cache(schedule, args, d.stream, {.error = d.error, .check_duplicate_slots = check_duplicates});
       });
       return;
 #else

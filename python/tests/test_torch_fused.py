@@ -322,7 +322,8 @@ def test_rope_store_and_qk_norm_rope_take_every_descriptor(make_rope):
     qw = torch.ones(rope.head_dim).bfloat16() * 1.5
     q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, None, eps=1e-6, positions=positions)
     q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, None, 1e-6), positions=positions)
-    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+    assert_same_bits(q2, q_want, "q")
+    assert_same_bits(k2, k_want, "k")
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16], ids=["f32 table", "bf16 table"])
@@ -344,7 +345,8 @@ def test_the_engines_cos_sin_cache_instead_of_rotarys_angles(cache_dtype):
     q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, qw, eps=1e-6, positions=positions, cos_sin_cache=table)
     q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, qw, 1e-6), positions=positions,
                                 cos_sin_cache=table)
-    assert_same_bits(q2, q_want, "q normed") and assert_same_bits(k2, k_want, "k normed")
+    assert_same_bits(q2, q_want, "q normed")
+    assert_same_bits(k2, k_want, "k normed")
     with pytest.raises(ValueError, match=r"^cos_sin_cache shape \(8192, 128\) must be \[rows, rotary_dim=64\]"):
         _untouched(rope_store, dict(rope=rope, q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots,
                                     positions=positions, cos_sin_cache=torch.zeros(8192, 128)))
@@ -367,7 +369,8 @@ def test_transformers_float32_angles_as_apply_rope_takes_them():
     q2, k2 = qk_norm_rope(rope, q.clone(), k.clone(), qw, qw, eps=1e-6, positions=positions, angles="hf-float32")
     q_want, k_want = apply_rope(rope, rms_norm(q, qw, 1e-6), rms_norm(k, qw, 1e-6), positions=positions,
                                 angles="hf-float32")
-    assert_same_bits(q2, q_want, "q normed") and assert_same_bits(k2, k_want, "k normed")
+    assert_same_bits(q2, q_want, "q normed")
+    assert_same_bits(k2, k_want, "k normed")
     with pytest.raises(ValueError, match="^angles='fast' must be 'exact' or 'hf-float32'"):
         rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, angles="fast")
 
@@ -383,7 +386,8 @@ def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     want = expected_store(rope, q.clone(), k.clone(), v.clone(), k_cache, v_cache, slots, positions, "NHD")
     rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions)
     assert_same_bits(q, want[0], "q")
-    assert_same_bits(k_cache, want[1], "k_cache") and assert_same_bits(v_cache, want[2], "v_cache")
+    assert_same_bits(k_cache, want[1], "k_cache")
+    assert_same_bits(v_cache, want[2], "v_cache")
     assert torch.equal(qkv[:, 8 * 128:], original[:, 8 * 128:])  # k and v only read
 
 
@@ -402,7 +406,8 @@ def test_rope_store_quantised_q_out_leaves_q_alone(q_dtype):
     want = expected_store(rope, q, k, v, k_cache, v_cache, slots, positions, "NHD", torch.tensor([0.5]),
                           torch.tensor([0.5]), "multiply")
     assert_same_bits(q_out, quantise(want[0].float(), q_dtype, q_scale, "multiply"), "q_out")
-    assert_same_bits(kc, want[1], "k_cache") and assert_same_bits(vc, want[2], "v_cache")
+    assert_same_bits(kc, want[1], "k_cache")
+    assert_same_bits(vc, want[2], "v_cache")
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
@@ -516,10 +521,14 @@ STORE_BAD_TYPES = {
     "scale_mode bytes": (dict(scale_mode=b"divide"), "^scale_mode must be a str, got bytes"),
     "kv_layout array": (dict(kv_layout=np.array("NHD")), "^kv_layout must be a str, got ndarray"),
     "numerics bytes": (dict(numerics=b"exact"), "^numerics must be a str, got bytes"),
+    "check_duplicate_slots int": (dict(check_duplicate_slots=1), "^check_duplicate_slots must be a bool, got int"),
 }
 
 STORE_BAD_VALUES = {
     "duplicate slot": (dict(slots=torch.tensor([3, 7, 3, -1, 0, 1])), r"slots\[2\]=3 repeats slots\[0\]"),
+    # the CPU checks every call's slots: the device's opt-in check changes nothing here
+    "duplicate slot, check asked": (dict(slots=torch.tensor([3, 7, 3, -1, 0, 1]), check_duplicate_slots=True),
+                                    r"slots\[2\]=3 repeats slots\[0\]"),
     "slot beyond": (dict(slots=torch.tensor([3, 7, 20, -1, 0, 1])),
                     r"slots\[2\]=20 is beyond k_cache's capacity 20 \(num_blocks=5 \* block_size=4\)"),
     "slots count": (dict(slots=torch.tensor([3, 7])), "slots has 2 entries"),
@@ -740,7 +749,8 @@ def test_qk_norm_rope_with_v_norm_and_cache_write_equals_norm_rope_then_store(ca
     # Without a cache: q, k and v normed in place.
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
     qk_norm_rope(rope, q2, k2, qw, kw, eps=eps, positions=positions, v=v2, v_norm=True, **kw_args)
-    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+    assert_same_bits(q2, q_want, "q")
+    assert_same_bits(k2, k_want, "k")
     assert_same_bits(v2, v_want, "v")
     # With caches (HND, shuffled slots, one skipped): k also written, v's norm to v_cache only.
     k_cache, v_cache = poisoned((3, 1, 8, 512), cache_dtype, 5), poisoned((3, 1, 8, 512), cache_dtype, 6)
@@ -750,7 +760,8 @@ def test_qk_norm_rope_with_v_norm_and_cache_write_equals_norm_rope_then_store(ca
     kc, vc = k_cache.clone(), v_cache.clone()
     qk_norm_rope(rope, q2, k2, qw, kw, eps=eps, positions=positions, v=v2, v_norm=True, k_cache=kc, v_cache=vc,
                  slots=slots, kv_layout="HND", k_scale=scale, v_scale=scale, **kw_args)
-    assert_same_bits(q2, q_want, "q") and assert_same_bits(k2, k_want, "k")
+    assert_same_bits(q2, q_want, "q")
+    assert_same_bits(k2, k_want, "k")
     assert_same_bits(v2, v, "v (not written with a cache)")
     assert_same_bits(kc, scatter(k_cache, store(k_want, cache_dtype, scale), slots, "HND"), "k_cache")
     assert_same_bits(vc, scatter(v_cache, store(v_want, cache_dtype, scale), slots, "HND"), "v_cache")

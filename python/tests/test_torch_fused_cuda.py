@@ -159,6 +159,31 @@ def test_a_slot_beyond_the_cache_is_skipped_and_reported_on_check():
 
 
 @gpu
+def test_a_slot_two_tokens_share_is_written_by_neither_and_reported_with_the_check():
+    rope = Rope(64)
+    q, k, v = torch.randn(300, 2, 64, device="cuda"), torch.randn(300, 1, 64, device="cuda"), \
+        torch.randn(300, 1, 64, device="cuda")
+    slots = torch.randperm(512, device="cuda")[:300]
+    slots[290] = slots[3]  # shared by tokens 3 and 290 (more tokens than a block's threads)
+    unique = slots.clone()
+    unique[3] = unique[290] = -1
+    want = [q.clone(), torch.zeros(32, 16, 1, 64, device="cuda"), torch.zeros(32, 16, 1, 64, device="cuda")]
+    rope_store(rope, want[0], k, v, want[1], want[2], unique)
+    got = [q.clone(), torch.zeros_like(want[1]), torch.zeros_like(want[2])]
+    rope_store(rope, got[0], k, v, got[1], got[2], slots, check_duplicate_slots=True)
+    with pytest.raises(ValueError, match="slots: a slot was listed twice"):
+        check_positions(0)
+    for g_, w in zip(got, want):
+        assert torch.equal(g_.view(torch.int32), w.view(torch.int32))
+    delta = torch.full((300,), 5, device="cuda")
+    rerotate_cache(rope, want[1], unique, delta)
+    rerotate_cache(rope, got[1], slots, delta, check_duplicate_slots=True)
+    with pytest.raises(ValueError, match="slots: a slot was listed twice"):
+        check_positions(0)
+    assert torch.equal(got[1].view(torch.int32), want[1].view(torch.int32))
+
+
+@gpu
 def test_mixed_devices_are_refused_and_nothing_written():
     rope = Rope(64)
     q, k = torch.randn(4, 2, 64, device="cuda"), torch.randn(4, 1, 64)

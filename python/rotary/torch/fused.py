@@ -23,8 +23,8 @@ every tensor of a call on one device (positions, slots, scales, weights and ``co
 On CUDA a call is queued on torch's current stream without a host synchronisation (capturable in a
 CUDA graph after a first call on the device): the kernels skip a token whose position is unusable or
 whose slot is beyond the cache, and ``rotary.torch.check_positions(device)`` raises for them; slots
-are not checked for duplicates there (which token writes a shared slot is then undefined), as the
-CPU checks them.
+are checked for duplicates there only with ``check_duplicate_slots=True`` (otherwise which token
+writes a shared slot is undefined), as the CPU always checks them.
 
 Conventions where engines differ: the scale divides (``x / scale``: vLLM, SGLang) unless
 ``scale_mode="multiply"`` (``x * scale``: FlashInfer, TensorRT-LLM), the two giving different bits;
@@ -70,6 +70,12 @@ def _choice(value: Any, name: str, choices: tuple) -> str:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if value not in choices:
         raise ValueError(f"{name}={_show(value)} must be " + " or ".join(f"'{c}'" for c in choices))
+    return value
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
 
 
@@ -272,7 +278,8 @@ def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
 # ---- rope_store ------------------------------------------------------------------------------------
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles):
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
+                       check_duplicate_slots=False):
     _one_device("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
               k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
@@ -292,7 +299,7 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale,
                            None if k_pass is None else _activation(k_pass, "k_pass"),
                            None if k_pass_cache is None else _cache(k_pass_cache, "k_pass_cache", kv_layout),
-                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r), angles)
+                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots)
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -302,14 +309,17 @@ def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
                    q_scale: Optional[Tensor], k_pass: Optional[Tensor], k_pass_cache: Optional[Tensor],
-                   k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor], angles: str) -> None:
+                   k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor], angles: str,
+                   check_duplicate_slots: bool = False) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles)
+                       scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
+                       check_duplicate_slots)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
-                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles):
+                     scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
+                     check_duplicate_slots=False):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
                  k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
                  k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
@@ -320,7 +330,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
                slots: Tensor, *, positions: Optional[Tensor] = None, offset: int = 0, kv_layout: str = "NHD",
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
                q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
-               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, numerics: str = "exact") -> Tensor:
+               k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, numerics: str = "exact",
+               check_duplicate_slots: bool = False) -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -383,6 +394,11 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         rotary's angles' numerics (without cos_sin_cache): exact (default), or transformers' float32
         numerics (whole positions), as ``apply_rope`` takes them. ``angles=``, its former name, is
         taken until the next release, with a DeprecationWarning.
+    check_duplicate_slots : bool
+        CUDA: the kernels also look for a slot two tokens share (every token's slot against every
+        other's: tokens² compares, a debugging aid at prefill sizes, cheap for decode), write neither
+        token's cache rows and flag it, raised by ``rotary.torch.check_positions(device)``. The CPU
+        always checks (ValueError, nothing written); there it changes nothing.
 
     Returns
     -------
@@ -400,7 +416,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
             and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None
             and k_pass_scale is None and cos_sin_cache is None and type(scale_mode) is str and type(numerics) is str
-            and type(kv_layout) is str and kv_layout == "NHD"
+            and type(kv_layout) is str and kv_layout == "NHD" and type(check_duplicate_slots) is bool
             and type(offset) is int and (offset == 0 or positions is None)
             and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
@@ -408,7 +424,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         try:  # the eager fast path (see _eager); anything it does not take, the general path below
             _rotary.rope_store(rope._impl, q, k, v, k_cache, v_cache, slots, positions, 1, offset,
                                rope.rotates_backward, k_scale, v_scale, scale_mode, None, None, None, None, None, None,
-                               numerics)
+                               numerics, check_duplicate_slots)
             return q
         except (TypeError, ValueError):
             pass
@@ -430,7 +446,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
             scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
             _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache,
-            _choice(numerics, "numerics", _NUMERICS))
+            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"))
     if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache):
         _rope_store_kernel(*args)
     else:
@@ -442,7 +458,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
                          rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode,
-                         cos_sin_cache, angles):
+                         cos_sin_cache, angles, check_duplicate_slots=False):
     _one_device("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
               cos_sin_cache=cos_sin_cache)
@@ -462,7 +478,7 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              None if k_cache is None else _cache(k_cache, "k_cache", kv_layout),
                              None if v_cache is None else _cache(v_cache, "v_cache", kv_layout),
                              None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode,
-                             _cos_sin_cache(cos_sin_cache, r), angles)
+                             _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots)
     except ValueError as e:
         raise _in_call_words(e) from None
 
@@ -472,16 +488,17 @@ def _qk_norm_rope_op(q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor],
                      eps: float, positions: Optional[Tensor], offset: int, weight_offset: float, order: str,
                      scope: str, rounding: str, v: Optional[Tensor], v_norm: bool, k_cache: Optional[Tensor],
                      v_cache: Optional[Tensor], slots: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor],
-                     v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor], angles: str) -> None:
+                     v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor], angles: str,
+                     check_duplicate_slots: bool = False) -> None:
     _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
                          v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
-                         angles)
+                         angles, check_duplicate_slots)
 
 
 @_qk_norm_rope_op.register_fake
 def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
                        v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
-                       angles):
+                       angles, check_duplicate_slots=False):
     _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
                  k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
                  cos_sin_cache=cos_sin_cache)
@@ -494,7 +511,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
                  v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
                  slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
                  scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None,
-                 numerics: str = "exact") -> tuple[Tensor, Tensor]:
+                 numerics: str = "exact", check_duplicate_slots: bool = False) -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
     OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
     the cache write of ``rope_store`` in the same pass.
@@ -540,6 +557,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     cos_sin_cache, numerics
         The engine's own table instead of rotary's angles, or rotary's angles' numerics, as
         ``rope_store`` takes them (``angles=``, numerics' former name, too).
+    check_duplicate_slots : bool
+        With the cache write, as ``rope_store`` takes it.
 
     Returns
     -------
@@ -554,7 +573,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     if (type(rope) is Rope and q is not None and cos_sin_cache is None
             and type(kv_layout) is str and kv_layout == "NHD" and type(offset) is int
             and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
-            and type(v_norm) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
+            and type(v_norm) is bool and type(check_duplicate_slots) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and type(order) is str and type(scope) is str and type(rounding) is str and type(numerics) is str
             and scale_mode in ("divide", "multiply")  # (a str: the binding reads it only with a cache)
             and ((k_cache is None and v_cache is None and slots is None and k_scale is None and v_scale is None)
@@ -566,7 +585,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
         try:  # the eager fast path (see _eager); anything it does not take, the general path below
             _rotary.qk_norm_rope(rope._impl, q, k, q_weight, k_weight, eps, positions, 1, offset, rope.rotates_backward,
                                  weight_offset, order, scope, rounding, v, v_norm, k_cache, v_cache, slots, k_scale,
-                                 v_scale, scale_mode, None, numerics)
+                                 v_scale, scale_mode, None, numerics, check_duplicate_slots)
             return q, k
         except (TypeError, ValueError):
             pass
@@ -591,7 +610,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
             v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
             _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache,
-            _choice(numerics, "numerics", _NUMERICS))
+            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"))
     if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache):
         _qk_norm_rope_kernel(*args)
     else:
@@ -601,7 +620,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
 
 # ---- rerotate_cache --------------------------------------------------------------------------------
 
-def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode):
+def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
+                           check_duplicate_slots=False):
     _one_device("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
     r = _rope_of_handle(rope)
     slots = _indices(slots, "slots")
@@ -620,25 +640,28 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
                                                         positions.shape[0] if positions.ndim == 2 else 1)
     try:
         _rotary.rerotate_cache(r._impl, _cache(k_cache, "k_cache", kv_layout), slots, delta, delta_streams, pos,
-                               streams, r.rotates_backward, k_scale, scale_mode)
+                               streams, r.rotates_backward, k_scale, scale_mode, check_duplicate_slots)
     except ValueError as e:
         raise _in_call_words(e, cache="k_cache") from None
 
 
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache",))
 def _rerotate_cache_op(k_cache: Tensor, slots: Tensor, rope: int, delta: Optional[Tensor],
-                       positions: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor], scale_mode: str) -> None:
-    _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode)
+                       positions: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor], scale_mode: str,
+                       check_duplicate_slots: bool = False) -> None:
+    _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
+                           check_duplicate_slots)
 
 
 @_rerotate_cache_op.register_fake
-def _rerotate_cache_fake(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode):
+def _rerotate_cache_fake(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
+                         check_duplicate_slots=False):
     _shapes_only("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
 
 
 def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None, int, Tensor], *,
                    kv_layout: str = "NHD", k_scale: Scale = None, scale_mode: str = "divide",
-                   positions: Optional[Tensor] = None) -> Tensor:
+                   positions: Optional[Tensor] = None, check_duplicate_slots: bool = False) -> Tensor:
     """Moves cached keys in place: the keys of each slot, rotated at position p, to p + delta (a
     context shift, StreamingLLM/attention-sink eviction), without recomputing them; or, with
     ``delta=None`` and ``positions``, raw (un-rotated) stored keys rotated once to their positions.
@@ -668,6 +691,9 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
         As ``rope_store``.
     positions : torch.Tensor, optional
         Raw mode only: ``[n]`` (or ``[streams, n]``) positions to rotate the raw keys to.
+    check_duplicate_slots : bool
+        CUDA: the kernel also looks for a slot listed twice, turns neither entry's keys and flags it
+        (``rotary.torch.check_positions(device)`` raises), as ``rope_store`` takes it.
 
     Returns
     -------
@@ -694,7 +720,8 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
         if not isinstance(delta, torch.Tensor):
             delta = torch.full(slots.shape, _int(delta, "delta"), dtype=torch.int64, device=slots.device)
     _refuse_grad(k_cache=k_cache)
-    args = (k_cache, slots, rope._handle, delta, positions, kv_layout, _scale(k_scale, "k_scale", k_cache), scale_mode)
+    args = (k_cache, slots, rope._handle, delta, positions, kv_layout, _scale(k_scale, "k_scale", k_cache), scale_mode,
+            _flag(check_duplicate_slots, "check_duplicate_slots"))
     if _direct(k_cache, slots, delta, positions):
         _rerotate_cache_kernel(*args)
     else:
