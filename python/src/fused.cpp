@@ -310,7 +310,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                               const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
                               const py::object& q_quantized, const py::object& q_scale, const py::object& k_pass,
                               const py::object& k_pass_cache, const py::object& k_pass_scale,
-                              const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates) {
+                              const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates,
+                              const py::object& k_out) {
     const Schedule& schedule = hooks.schedule_of(rope);
     static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     const ScaleMode mode = scale_mode_of(scale_mode);
@@ -321,7 +322,14 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
                             .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
                             .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
-    args.q_quantized = view_of(q_quantized, "q_out");
+    // q_out: a quantised copy of q (q_quantized), or q's rotation out of place (q's dtype).
+    const TensorView q_out = view_of(q_quantized, "q_out");
+    if (!q_quantized.is_none() && !is_quantised_dtype(q_out.dtype)) {
+      args.rope.q_out = q_out;
+    } else {
+      args.q_quantized = q_out;
+    }
+    args.rope.k_out = view_of(k_out, "k_out");
     args.q_quant = quant_of(q_scale, mode);
     args.cache.k_pass = view_of(k_pass, "k_pass");
     args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");

@@ -391,6 +391,56 @@ def test_rope_store_writes_through_views_of_a_fused_qkv_tensor():
     assert torch.equal(qkv[:, 8 * 128:], original[:, 8 * 128:])  # k and v only read
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
+def test_rope_store_takes_engines_flat_heads_q_out_and_k_out(cache_dtype):
+    # vLLM's q, k, v: [tokens, heads * head_size] slices of one qkv projection; q_out in q's dtype
+    # (q left alone) and k_out (the rotated k beside the cache write), against the 3-D in-place call.
+    rope = Rope(128, base=1e6)
+    g = torch.Generator().manual_seed(21)
+    qkv = torch.randn(7, (8 + 2 + 2) * 128, generator=g).bfloat16()
+    q, k, v = qkv.split([8 * 128, 2 * 128, 2 * 128], dim=-1)  # strided 2-D views
+    k_cache, v_cache = poisoned((4, 16, 2, 128), cache_dtype, 5), poisoned((4, 16, 2, 128), cache_dtype, 6)
+    slots, positions = torch.tensor([9, 3, -1, 60, 33, 0, 17]), torch.tensor([100, 7, 102, 4095, 103, 0, 65536])
+    scale = 0.5 if cache_dtype == torch.float8_e4m3fn else None
+    want_q, want_k = q.reshape(7, 8, 128).clone(), k.reshape(7, 2, 128).clone()
+    want_kc, want_vc = k_cache.clone(), v_cache.clone()
+    rope_store(rope, want_q, want_k, v.reshape(7, 2, 128), want_kc, want_vc, slots, positions=positions,
+               k_scale=scale, v_scale=scale)
+    want_k = apply_rope(rope, k.reshape(7, 2, 128), positions=positions)
+    original = qkv.clone()
+    q_out, k_out = torch.empty(7, 8 * 128, dtype=torch.bfloat16), torch.empty(7, 2 * 128, dtype=torch.bfloat16)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    got = rope_store(rope, q, k, v, kc, vc, slots, positions=positions, k_scale=scale, v_scale=scale, q_out=q_out,
+                     k_out=k_out)
+    assert got is q_out and torch.equal(qkv, original)  # q, k and v only read
+    assert_same_bits(q_out.view(7, 8, 128), want_q, "q_out")
+    assert_same_bits(k_out.view(7, 2, 128), want_k, "k_out")
+    assert_same_bits(kc, want_kc, "k_cache")
+    assert_same_bits(vc, want_vc, "v_cache")
+    # In place through the flat views: q and k (k_out=k) rotated in qkv's own memory.
+    kc, vc = k_cache.clone(), v_cache.clone()
+    assert rope_store(rope, q, k, v, kc, vc, slots, positions=positions, k_scale=scale, v_scale=scale, k_out=k) is q
+    assert_same_bits(q.reshape(7, 8, 128), want_q, "q in place")
+    assert_same_bits(k.reshape(7, 2, 128), want_k, "k in place")
+    assert_same_bits(kc, want_kc, "k_cache in place")
+    assert torch.equal(qkv[:, 10 * 128:], original[:, 10 * 128:])  # v only read
+
+
+def test_qk_norm_rope_takes_engines_flat_heads():
+    rope = Rope(64, base=1e6)
+    g = torch.Generator().manual_seed(22)
+    qkv = torch.randn(5, (4 + 2 + 2) * 64, generator=g).bfloat16()
+    qw, kw = torch.randn(64, generator=g).bfloat16(), torch.randn(64, generator=g).bfloat16()
+    positions = torch.tensor([3, 0, 70000, 9, 4])
+    want_q, want_k = (t.unflatten(-1, (-1, 64)).clone() for t in qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)[:2])
+    qk_norm_rope(rope, want_q, want_k, qw, kw, eps=1e-6, positions=positions)
+    q, k, _ = qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)
+    got = qk_norm_rope(rope, q, k, qw, kw, eps=1e-6, positions=positions)
+    assert got[0] is q and got[1] is k
+    assert_same_bits(q.reshape(5, 4, 64), want_q, "q")
+    assert_same_bits(k.reshape(5, 2, 64), want_k, "k")
+
+
 @pytest.mark.parametrize("q_dtype", [torch.float8_e4m3fn, torch.int8], ids=["e4m3", "i8"])
 def test_rope_store_quantised_q_out_leaves_q_alone(q_dtype):
     rope = Rope(128, base=1e6)
@@ -516,7 +566,10 @@ STORE_BAD_TYPES = {
     "k_scale": (dict(k_scale="0.5"), "^k_scale must be a number, got str"),
     "offset": (dict(offset=1.5, positions=None), "^offset must be an int, got float"),
     "q int": (dict(q=torch.zeros(6, 4, 64, dtype=torch.int32)), "^q dtype must be float32"),
-    "q_out bf16": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16)), "^q_out dtype must be float8_e4m3fn"),
+    "q_out f16": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.float16)),
+                  r"^q_out dtype must be q's \(torch.bfloat16: q rotated out of place\) or float8_e4m3fn"),
+    "k_out f32": (dict(k_out=torch.zeros(6, 2, 64)), r"^k_out dtype must be k's \(torch.bfloat16\), got torch.float32"),
+    "k_out list": (dict(k_out=[0.0]), "^k_out must be a torch.Tensor or None, got list"),
     # bytes where a str is asked for (the extension's string arguments would take them)
     "scale_mode bytes": (dict(scale_mode=b"divide"), "^scale_mode must be a str, got bytes"),
     "kv_layout array": (dict(kv_layout=np.array("NHD")), "^kv_layout must be a str, got ndarray"),
@@ -543,11 +596,18 @@ STORE_BAD_VALUES = {
     "scale_mode": (dict(scale_mode="times"), "^scale_mode='times' must be 'divide' or 'multiply'"),
     "position": (dict(positions=torch.tensor([0, 1, 2, -3, 4, 5])), r"positions\[3\]=-3"),
     "offset with positions": (dict(offset=4), "^offset=4 is for sequential positions only"),
-    "q 2-D": (dict(q=torch.zeros(6, 256, dtype=torch.bfloat16)), "^q must have 3 dimensions"),
+    "q 2-D width": (dict(q=torch.zeros(6, 250, dtype=torch.bfloat16)),
+                    r"^q width=250 must be a multiple of head_dim=64 \(\[tokens, heads \* head_dim\]\)"),
+    "q 1-D": (dict(q=torch.zeros(6, dtype=torch.bfloat16)), "^q must have 3 dimensions"),
+    "v 2-D width": (dict(v=torch.zeros(6, 129, dtype=torch.bfloat16)),
+                    "^v width=129 must be a multiple of k's heads=2"),
+    "q_scale with a bf16 q_out": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16), q_scale=0.5),
+                                  "^q_scale is given without a quantised q_out"),
+    "k_out shape": (dict(k_out=torch.zeros(6, 3, 64, dtype=torch.bfloat16)), r"^k_out shape .* differs from k shape"),
     "q head_dim": (dict(q=torch.zeros(6, 4, 32, dtype=torch.bfloat16)), "head_dim=32"),
     "meta": (dict(v=torch.zeros(6, 2, 64, dtype=torch.bfloat16, device="meta")), "^v is on meta but"),
     "requires grad": (dict(q=torch.zeros(6, 4, 64, requires_grad=True)), "^q requires grad"),
-    "q_scale without q_out": (dict(q_scale=0.5), "^q_scale is given without q_out"),
+    "q_scale without q_out": (dict(q_scale=0.5), "^q_scale is given without a quantised q_out"),
     "q_out shape": (dict(q_out=torch.zeros(6, 4, 32, dtype=torch.float8_e4m3fn)), "q_out shape"),
 }
 
@@ -1029,6 +1089,10 @@ def test_opcheck_of_the_three_operators():
     torch.library.opcheck(torch.ops.rotary.rope_store.default,
                           (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
                            "divide", None, None, None, None, None, None, "exact"))
+    torch.library.opcheck(torch.ops.rotary.rope_store.default,  # q out of place, k_out, the duplicate check
+                          (q, k, v, k_cache, v_cache, slots, rope._handle, positions, 0, "NHD", None, None,
+                           "divide", torch.empty_like(q), None, None, None, None, None, "exact", True,
+                           torch.empty_like(k)))
     qn, kn, qw, kw, pn = make_norm_case(rope, 4, 2, torch.bfloat16, "head", 13)
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,

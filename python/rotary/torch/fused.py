@@ -103,6 +103,23 @@ def _activation(t: Tensor, name: str) -> Tensor:
                      f"head_dim]), got {t.ndim}")
 
 
+def _heads(t: Optional[Tensor], name: str, head_dim: int = 0, heads: int = 0) -> Optional[Tensor]:
+    """A ``[tokens, heads * head_dim]`` tensor (as engines pass q, k and v) as its ``[tokens, heads,
+    head_dim]`` view (splitting a dimension: the caller's memory, any strides); given head_dim (q, k:
+    the Rope's) or heads (v: k's heads). Any other shape is returned as it is."""
+    if t is None or t.ndim != 2:
+        return t
+    width = t.shape[1]
+    if head_dim:
+        if width % head_dim != 0:
+            raise ValueError(f"{name} width={width} must be a multiple of head_dim={head_dim} ([tokens, heads * "
+                             f"head_dim])")
+        return t.view(t.shape[0], width // head_dim, head_dim)
+    if heads <= 0 or width % heads != 0:
+        raise ValueError(f"{name} width={width} must be a multiple of k's heads={heads} ([tokens, heads * head_dim])")
+    return t.view(t.shape[0], heads, width // heads)
+
+
 def _cache(t: Tensor, name: str, kv_layout: str) -> Tensor:
     """A cache as the library's [num_blocks, block_size, heads, dim] (a view: the same memory)."""
     if t.dtype not in _CACHE_DTYPES:
@@ -279,16 +296,21 @@ def _eager(written: tuple, *tensors: Optional[Tensor]) -> bool:
 
 def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
                        scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
-                       check_duplicate_slots=False):
+                       check_duplicate_slots=False, k_out=None):
     _one_device("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
               k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
-              k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
-    if q_out is not None and q_out.dtype not in _QUANTISED_DTYPES:
-        raise TypeError(f"q_out dtype must be float8_e4m3fn, float8_e5m2 or int8 (a quantised copy of q), got "
-                        f"{q_out.dtype}")
-    if q_out is None and q_scale is not None:
-        raise ValueError("q_scale is given without q_out (it scales the quantised copy of q)")
+              k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache, k_out=k_out)
+    if q_out is not None and q_out.dtype not in _QUANTISED_DTYPES and q_out.dtype != q.dtype:
+        raise TypeError(f"q_out dtype must be q's ({q.dtype}: q rotated out of place) or float8_e4m3fn, float8_e5m2 "
+                        f"or int8 (a quantised copy of q), got {q_out.dtype}")
+    if q_scale is not None and (q_out is None or q_out.dtype not in _QUANTISED_DTYPES):
+        raise ValueError("q_scale is given without a quantised q_out (it scales the quantised copy of q)")
+    if k_out is not None and k_out.dtype != k.dtype:
+        raise TypeError(f"k_out dtype must be k's ({k.dtype}), got {k_out.dtype}")
     r = _rope_of_handle(rope)
+    q, k, q_out, k_out = (_heads(t, n, head_dim=r.head_dim) for t, n in ((q, "q"), (k, "k"), (q_out, "q_out"),
+                                                                          (k_out, "k_out")))
+    v = _heads(v, "v", heads=k.shape[-2])
     pos, streams = _positions(positions, q)
     try:
         _rotary.rope_store(r._impl, _activation(q, "q"), _activation(k, "k"),
@@ -299,30 +321,32 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if q_out is None else (q_out.unsqueeze(0) if q_out.ndim == 3 else q_out), q_scale,
                            None if k_pass is None else _activation(k_pass, "k_pass"),
                            None if k_pass_cache is None else _cache(k_pass_cache, "k_pass_cache", kv_layout),
-                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots)
+                           k_pass_scale, _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots,
+                           None if k_out is None else (k_out.unsqueeze(0) if k_out.ndim == 3 else k_out))
     except ValueError as e:
         raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::rope_store", mutates_args=("q", "k_cache", "v_cache", "q_out", "k_pass_cache"))
+@torch.library.custom_op("rotary::rope_store",
+                         mutates_args=("q", "k_cache", "v_cache", "q_out", "k_pass_cache", "k_out"))
 def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
                    q_scale: Optional[Tensor], k_pass: Optional[Tensor], k_pass_cache: Optional[Tensor],
                    k_pass_scale: Optional[Tensor], cos_sin_cache: Optional[Tensor], angles: str,
-                   check_duplicate_slots: bool = False) -> None:
+                   check_duplicate_slots: bool = False, k_out: Optional[Tensor] = None) -> None:
     _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
                        scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
-                       check_duplicate_slots)
+                       check_duplicate_slots, k_out)
 
 
 @_rope_store_op.register_fake
 def _rope_store_fake(q, k, v, k_cache, v_cache, slots, rope, positions, offset, kv_layout, k_scale, v_scale,
                      scale_mode, q_out, q_scale, k_pass, k_pass_cache, k_pass_scale, cos_sin_cache, angles,
-                     check_duplicate_slots=False):
+                     check_duplicate_slots=False, k_out=None):
     _shapes_only("rope_store", q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache, slots=slots, positions=positions,
                  k_scale=k_scale, v_scale=v_scale, q_out=q_out, q_scale=q_scale, k_pass=k_pass,
-                 k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache)
+                 k_pass_cache=k_pass_cache, k_pass_scale=k_pass_scale, cos_sin_cache=cos_sin_cache, k_out=k_out)
 
 
 @_renamed("angles")
@@ -331,7 +355,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
                k_scale: Scale = None, v_scale: Scale = None, scale_mode: str = "divide", q_out: Optional[Tensor] = None,
                q_scale: Scale = None, k_pass: Optional[Tensor] = None, k_pass_cache: Optional[Tensor] = None,
                k_pass_scale: Scale = None, cos_sin_cache: Optional[Tensor] = None, numerics: str = "exact",
-               check_duplicate_slots: bool = False) -> Tensor:
+               check_duplicate_slots: bool = False, k_out: Optional[Tensor] = None) -> Tensor:
     """RoPE + KV-cache write in one pass: q rotated in place; k rotated and written, with v, to the
     caches at the slots.
 
@@ -345,12 +369,14 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     rope : rotary.Rope
         The model's RoPE (any schedule, pairing, partial rotary, M-RoPE streams, xPos).
     q : torch.Tensor
-        ``[tokens, heads, head_dim]`` (or ``[batch, seq, heads, head_dim]``), float32/float64/float16/
-        bfloat16, any strides; rotated in place.
+        ``[tokens, heads, head_dim]`` (or ``[batch, seq, heads, head_dim]``, or ``[tokens, heads *
+        head_dim]`` as engines pass it: a view of the same memory), float32/float64/float16/bfloat16,
+        any strides; rotated in place.
     k : torch.Tensor
-        ``[tokens, kv_heads, head_dim]`` (as q), q's dtype; only read.
+        ``[tokens, kv_heads, head_dim]`` (as q), q's dtype; only read (see k_out).
     v : torch.Tensor or None
-        ``[tokens, kv_heads, head_dim_v]``, q's dtype; None with v_cache None.
+        ``[tokens, kv_heads, head_dim_v]`` (or ``[tokens, kv_heads * head_dim_v]``), q's dtype; None
+        with v_cache None.
     k_cache, v_cache : torch.Tensor
         ``[num_blocks, block_size, kv_heads, head_dim]`` (``kv_layout="NHD"``: vLLM, FlashInfer NHD),
         ``[num_blocks, kv_heads, block_size, head_dim]`` (``"HND"``), or ``[slots, kv_heads, head_dim]``
@@ -375,9 +401,12 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         (FlashInfer, TensorRT-LLM). In float32, then one rounding: nearest-even, saturating (fp8 e4m3
         to ±448, e5m2 to ±57344, int8 to ±127), NaN kept (int8: 0).
     q_out : torch.Tensor, optional
-        A quantised copy of the rotated q (FlashInfer's fp8 q): q's shape, float8_e4m3fn, float8_e5m2
-        or int8; ``quantise(q')`` with ``q_scale`` (q' rotated and rounded to q's dtype, every channel).
-        q itself is then not written.
+        q's shape. In q's dtype: the rotated q out of place. Or a quantised copy of the rotated q
+        (FlashInfer's fp8 q): float8_e4m3fn, float8_e5m2 or int8, ``quantise(q')`` with ``q_scale``
+        (q' rotated and rounded to q's dtype, every channel). q itself is then not written.
+    k_out : torch.Tensor, optional
+        k's shape and dtype: the rotated k, as the cache receives it before quantising (k itself for
+        k rotated in place). Default: k is only read.
     q_scale : float or torch.Tensor, optional
         q_out's scale (1 value or one per head; default 1), applied as ``scale_mode`` says.
     k_pass, k_pass_cache, k_pass_scale : optional
@@ -403,7 +432,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     Returns
     -------
     torch.Tensor
-        q, rotated in place; or q_out when given.
+        q, rotated in place; or q_out when given (the caller's tensors, as passed).
 
     Raises
     ------
@@ -414,7 +443,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         twice, a scale, positions, a tensor on a device without a kernel); then nothing is written.
     """
     if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
-            and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None
+            and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None and k_out is None
             and k_pass_scale is None and cos_sin_cache is None and type(scale_mode) is str and type(numerics) is str
             and type(kv_layout) is str and kv_layout == "NHD" and type(check_duplicate_slots) is bool
             and type(offset) is int and (offset == 0 or positions is None)
@@ -424,7 +453,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         try:  # the eager fast path (see _eager); anything it does not take, the general path below
             _rotary.rope_store(rope._impl, q, k, v, k_cache, v_cache, slots, positions, 1, offset,
                                rope.rotates_backward, k_scale, v_scale, scale_mode, None, None, None, None, None, None,
-                               numerics, check_duplicate_slots)
+                               numerics, check_duplicate_slots, None)
             return q
         except (TypeError, ValueError):
             pass
@@ -433,7 +462,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
                               ("v_cache", v_cache, True), ("slots", slots, False)):
         _tensor(t, name, optional)
     for name, t in (("q_out", q_out), ("k_pass", k_pass), ("k_pass_cache", k_pass_cache),
-                    ("cos_sin_cache", cos_sin_cache)):
+                    ("cos_sin_cache", cos_sin_cache), ("k_out", k_out)):
         _tensor(t, name, optional=True)
     kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
     scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
@@ -441,13 +470,13 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
     if positions is not None:
         _tensor(positions, "positions")
     _refuse_grad(q=q if q_out is None else None, k_cache=k_cache, v_cache=v_cache, q_out=q_out,
-                 k_pass_cache=k_pass_cache)
+                 k_pass_cache=k_pass_cache, k_out=k_out)
     k_scale_t, v_scale_t = _scale(k_scale, "k_scale", k_cache), _scale(v_scale, "v_scale", k_cache)
     args = (q, k, v, k_cache, v_cache, slots, rope._handle, positions, offset, kv_layout, k_scale_t, v_scale_t,
             scale_mode, q_out, _scale(q_scale, "q_scale", q), k_pass, k_pass_cache,
             _scale(k_pass_scale, "k_pass_scale", k_cache), cos_sin_cache,
-            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"))
-    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache):
+            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"), k_out)
+    if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache, k_out):
         _rope_store_kernel(*args)
     else:
         torch.ops.rotary.rope_store(*args)
@@ -463,6 +492,8 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
               cos_sin_cache=cos_sin_cache)
     r = _rope_of_handle(rope)
+    q, k = _heads(q, "q", head_dim=r.head_dim), _heads(k, "k", head_dim=r.head_dim)
+    v = _heads(v, "v", heads=0 if k is None else k.shape[-2])
     pos, streams = _positions(positions, q)
     weights = [None if w is None else w.detach().contiguous() for w in (q_weight, k_weight)]
     if k_cache is not None and slots is None:
@@ -527,8 +558,9 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     rope : rotary.Rope
         The model's RoPE.
     q, k : torch.Tensor
-        ``[tokens, heads, head_dim]`` (or ``[batch, seq, heads, head_dim]``), float32/float16/bfloat16,
-        any strides; normed and rotated in place. k may be None (without a cache).
+        ``[tokens, heads, head_dim]`` (or ``[batch, seq, heads, head_dim]``, or ``[tokens, heads *
+        head_dim]``: a view of the same memory), float32/float16/bfloat16, any strides; normed and
+        rotated in place. k may be None (without a cache).
     q_weight, k_weight : torch.Tensor or None
         The norms' weights: ``[head_dim]`` (``scope="head"``) or ``[heads * head_dim]`` (``"all_heads"``),
         float32 or the data's dtype; None: no weight (Llama 4's L2 norm).
@@ -573,7 +605,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     if (type(rope) is Rope and q is not None and cos_sin_cache is None
             and type(kv_layout) is str and kv_layout == "NHD" and type(offset) is int
             and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
-            and type(v_norm) is bool and type(check_duplicate_slots) is bool and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
+            and type(v_norm) is bool and type(check_duplicate_slots) is bool
+            and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and type(order) is str and type(scope) is str and type(rounding) is str and type(numerics) is str
             and scale_mode in ("divide", "multiply")  # (a str: the binding reads it only with a cache)
             and ((k_cache is None and v_cache is None and slots is None and k_scale is None and v_scale is None)
