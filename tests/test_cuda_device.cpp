@@ -21,8 +21,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -930,6 +932,31 @@ TEST(CudaDevice, ADuplicateSlotIsWrittenByNeitherTokenAndFlagged) {
   rerotate_cache(schedule, re(false));
   EXPECT_EQ(error.read(), cuda::slot_duplicate);
   EXPECT_TRUE(kc.down() == kc.host) << "rerotated k_cache";
+}
+
+// A scale in device memory that is not finite and > 0: nothing written, scale_invalid flagged.
+TEST(CudaDevice, AnUnusableDeviceScaleWritesNothingAndIsFlagged) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64});
+  const int64_t tokens = 5, h = 2, d = 64;
+  std::mt19937_64 rng(41);
+  Mirror q(bf16_values(tokens * h * d, rng)), k(bf16_values(tokens * h * d, rng));
+  Mirror kc(std::vector<unsigned char>(static_cast<size_t>(4 * 16 * h * d), 0xA5));
+  Mirror sl(bytes_of(std::vector<int64_t>{7, 1, 30, -1, 4}));
+  Mirror sc(bytes_of(std::vector<float>{0.5f, std::numeric_limits<float>::quiet_NaN()}));
+  RopeStoreArgs a;
+  a.rope = ApplyArgs{.q = TensorView::bshd(q.d(), DType::bf16, 1, tokens, h, d),
+                     .k = TensorView::bshd(k.d(), DType::bf16, 1, tokens, h, d)};
+  a.cache.slots = Slots{.data = sl.d(), .is_i64 = true, .count = tokens};
+  a.cache.k_cache = CacheView::nhd(kc.d(), DType::fp8_e4m3, 4, 16, h, d);
+  a.cache.k_quant = CacheQuant{.scale = static_cast<const float*>(sc.d()), .count = 2};
+  const ErrorWord error;
+  cuda::rope_store(schedule, a, nullptr, {.error = error.get()});
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  EXPECT_EQ(error.read(), cuda::scale_invalid);
+  EXPECT_TRUE(q.down() == q.host) << "q";
+  EXPECT_TRUE(kc.down() == kc.host) << "k_cache";
+  EXPECT_ROTARY_ERROR(cuda::check_positions(error.get(), nullptr), "scales: a scale was not finite and > 0");
 }
 
 }  // namespace

@@ -689,8 +689,10 @@ TEST(CudaApi, CheckPositionsNamesEveryFlag) {
   EXPECT_EQ(positions_message(cuda::slot_duplicate | cuda::slot_out_of_range),
             "slots: a slot was beyond its cache's capacity (those tokens' cache writes were skipped); slots: a slot "
             "was listed twice (neither token's cache writes were made)");
-  EXPECT_EQ(positions_message(0x40 | cuda::position_out_of_range),
-            "positions: the error word holds 0x41, bits no kernel sets (was it zeroed before the calls?)");
+  EXPECT_EQ(positions_message(cuda::scale_invalid),
+            "scales: a scale was not finite and > 0 (nothing was written)");
+  EXPECT_EQ(positions_message(0x80 | cuda::position_out_of_range),
+            "positions: the error word holds 0x81, bits no kernel sets (was it zeroed before the calls?)");
   EXPECT_ROTARY_ERROR(cuda::check_positions(nullptr, nullptr), "error is null");
 }
 #endif

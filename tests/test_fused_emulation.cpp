@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -28,6 +29,10 @@ void emulate_grid(const detail::FusedKernelArgs& f, int threads) {
   const detail::PairArrays pairs = detail::pair_arrays(f.rope);
   std::vector<detail::AngleCell<Value>> shared(static_cast<size_t>(f.rope.rotary_dim / 2));
   const int64_t items = detail::fused_items(f);
+  if (!detail::fused_scales_usable(f)) {  // every block alike: nothing written, flagged once
+    if (f.rope.error != nullptr) *f.rope.error |= detail::kScaleInvalid;
+    return;
+  }
   for (int64_t token = f.rope.tokens - 1; token >= 0; --token) {  // blocks in any order
     for (int t = 0; t < threads; ++t) detail::fused_angles<Value>(f, pairs, token, t, threads, shared.data());
     const int64_t slot = detail::raw_token_slot(f, token);
@@ -63,6 +68,10 @@ void emulate(const detail::FusedKernelArgs& f, int threads) {
 void emulate_rerotate(const detail::RerotateKernelArgs& r, int threads) {
   const detail::PairArrays pairs = detail::pair_arrays(r.rope);
   std::vector<detail::AngleCell<float>> cells(static_cast<size_t>(r.rope.rotary_dim / 2));
+  if (!detail::scales_usable(r.in, r.heads)) {
+    if (r.rope.error != nullptr) *r.rope.error |= detail::kScaleInvalid;
+    return;
+  }
   for (int64_t i = r.count - 1; i >= 0; --i) {
     const int64_t slot = detail::slot_entry(r.slots, r.slots_i64, i);
     if (slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity)) {
@@ -474,6 +483,61 @@ TEST(FusedEmulation, ASlotListedTwiceIsNotRerotatedAndFlagged) {
   emulate_rerotate(r, 32);
   EXPECT_EQ(error, detail::kSlotDuplicate);
   EXPECT_TRUE(cpu_cache == gpu_cache);
+}
+
+// ---- Scales in device memory ----
+
+// A scale not finite and > 0 (a cache's per head, q_out's, rerotate_cache's): the grid writes
+// nothing at all (as the host refuses such host scales) and flags scale_invalid.
+TEST(FusedEmulation, AScaleNotFiniteAndPositiveWritesNothingAndIsFlagged) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {0.0f, -0.5f, nan, inf, -0.0f}) {
+    for (const int which : {0, 1, 2}) {  // k_scale's head 1, v_scale, q_out's scale
+      SCOPED_TRACE("scale " + std::to_string(bad) + " in " + std::to_string(which));
+      test::StoreCase c;
+      c.schedule = make_schedule(Spec{.head_dim = 64});
+      c.cache_dtype = DType::fp8_e4m3;
+      c.scaled = true;
+      c.per_head_scale = true;
+      c.seed = 7 + which;
+      test::StoreSetup s(c);
+      if (which == 0) s.k_scales[1] = bad;
+      if (which == 1) s.v_scales[0] = bad;
+      RopeStoreArgs args = s.store_args();
+      std::vector<unsigned char> q_out(static_cast<size_t>(c.tokens * c.heads_q * 64), 0x3c);
+      const float q_scale = which == 2 ? bad : 1.0f;
+      args.q_quantized = TensorView::bshd(q_out.data(), DType::fp8_e4m3, 1, c.tokens, c.heads_q, 64);
+      args.q_quant = CacheQuant{.scale = &q_scale};
+      detail::validate_rope_store(c.schedule, args, false);  // a device call's: scale values not read
+      const test::Buffer q = s.q, k_cache = s.k_cache_bytes, v_cache = s.v_cache_bytes;
+      const std::vector<unsigned char> q_out_before = q_out;
+      uint32_t error = 0;
+      detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, nullptr);
+      f.rope.error = &error;
+      emulate(f, 64);
+      EXPECT_EQ(error, detail::kScaleInvalid);
+      EXPECT_TRUE(q == s.q && k_cache == s.k_cache_bytes && v_cache == s.v_cache_bytes && q_out == q_out_before)
+          << "written";
+      EXPECT_ANY_THROW(validate(c.schedule, args)) << "the host refuses the same scale";
+    }
+  }
+  // rerotate_cache
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64});
+  std::vector<unsigned char> cache(static_cast<size_t>(2 * 16 * 2 * 64), 0x21);
+  const std::vector<unsigned char> before = cache;
+  const std::vector<int64_t> slots = {3, 9}, delta = {5, -7};
+  const float scales[2] = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+  RerotateCacheArgs a{.cache = CacheView::nhd(cache.data(), DType::fp8_e5m2, 2, 16, 2, 64),
+                      .slots = Slots::of(std::span<const int64_t>(slots))};
+  a.delta = delta.data();
+  a.quant = CacheQuant{.scale = scales, .count = 2};
+  detail::validate_rerotate_cache(schedule, a, false);
+  uint32_t error = 0;
+  detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, a, nullptr);
+  r.rope.error = &error;
+  emulate_rerotate(r, 32);
+  EXPECT_EQ(error, detail::kScaleInvalid);
+  EXPECT_TRUE(cache == before);
 }
 
 }  // namespace

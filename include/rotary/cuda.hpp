@@ -118,11 +118,14 @@ inline constexpr uint32_t slot_out_of_range = 16;
 /// two entries) share, with FusedOptions::check_duplicate_slots (neither token's cache writes are
 /// made, neither entry's keys turned: no race, the cache rows keep what they held).
 inline constexpr uint32_t slot_duplicate = 32;
+/// Bit a fused kernel ors into FusedOptions::error when a scale it reads (a cache's, q_out's) is not
+/// finite and > 0: the host's rule for host scales; the kernels then write nothing at all.
+inline constexpr uint32_t scale_invalid = 64;
 
 /// What a fused CUDA call takes besides its arguments.
 struct FusedOptions {
   const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope)
-  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range, slot_duplicate
+  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range, slot_duplicate, scale_invalid
   /// A host copy of the call's slots (same count and type): checked on the host (range,
   /// duplicates) before anything is queued, as the CPU checks them. Null: the slots live on the
   /// device only; the kernels skip and flag an out-of-range slot, and duplicates are not detected
@@ -139,7 +142,8 @@ struct FusedOptions {
 /// positions, the caller's cos/sin) in device memory, queued on `stream`, no allocation, no
 /// synchronisation. Bit-identical to the CPU (the same ROTARY_HD body, src/fused/body.hpp).
 /// Checked on the host: everything validate checks but the per-token entries (positions as
-/// validate_shapes; slots when options.host_slots is given; scales' values are not read).
+/// validate_shapes; slots when options.host_slots is given). Scales' values are checked by the
+/// kernels (scale_invalid).
 void rope_store(const Schedule& schedule, const RopeStoreArgs& args, Stream stream, const FusedOptions& options = {});
 
 /// rotary::qk_norm_rope on a CUDA device, as rope_store above (norm weights in device memory).
@@ -172,7 +176,8 @@ BuildInfo build_info();
 /// The opt-in check of per-token positions: waits for `stream`, reads the flag at `error`
 /// (Options::error, FusedOptions::error) and clears it; throws rotary::Error naming what the skipped
 /// tokens' positions broke when it was set (one rule per position_* bit; slot_out_of_range: a slot
-/// beyond its cache, whose writes were skipped; slot_duplicate: a slot listed twice), RuntimeError when a CUDA call fails (an
+/// beyond its cache, whose writes were skipped; slot_duplicate: a slot listed twice; scale_invalid: a
+/// scale not finite and > 0, nothing written), RuntimeError when a CUDA call fails (an
 /// earlier asynchronous error on the stream shows here too). Synchronises, so not for a captured
 /// graph.
 void check_positions(uint32_t* error, Stream stream);

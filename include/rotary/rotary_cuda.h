@@ -89,6 +89,9 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
 /** The bit the fused kernels or into rotary_cuda_fused_options.error, with check_duplicate_slots, for
  *  a slot two tokens share (neither token's cache writes made; rotary::cuda::slot_duplicate). */
 #define ROTARY_CUDA_SLOT_DUPLICATE 32u
+/** The bit the fused kernels or into rotary_cuda_fused_options.error when a scale in device memory
+ *  is not finite and > 0; nothing is then written (rotary::cuda::scale_invalid). */
+#define ROTARY_CUDA_SCALE_INVALID 64u
 
 /** What the fused calls on a device take besides their arguments. Zero-initialised: exact angles, no
  *  error word, slots in device memory only. */
@@ -96,7 +99,8 @@ typedef struct rotary_cuda_fused_options {
   /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope; the
    *  re-rotation takes exact angles only). The args' host table must be NULL. */
   const rotary_cuda_table* table;
-  /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE and ROTARY_CUDA_SLOT_DUPLICATE. */
+  /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE, ROTARY_CUDA_SLOT_DUPLICATE and
+   *  ROTARY_CUDA_SCALE_INVALID. */
   uint32_t* error;
   /** A host copy of the call's slots (same kind and count): checked on the host (range, duplicates)
    *  before anything is queued, as rotary_rope_store checks them. NULL: the kernels skip and flag an
@@ -112,8 +116,8 @@ typedef struct rotary_cuda_fused_options {
  *  of args (tensors, caches, slots, scales, weights, deltas, per-token positions) in device memory,
  *  the kernels queued on `stream` (no synchronisation, no allocation). Bit-identical to the CPU calls
  *  (the same per-token body). Checked first, on the host, by their rules but for values in device
- *  memory (positions, and slots without options.host_slots, are checked by the kernels; scales'
- *  values are not read). options NULL: the defaults. threads and backend are not used. */
+ *  memory (positions, scales, and slots without options.host_slots, are checked by the kernels).
+ *  options NULL: the defaults. threads and backend are not used. */
 int rotary_cuda_rope_store(const rotary_schedule* schedule, const rotary_rope_store_args* args,
                            struct CUstream_st* stream, const rotary_cuda_fused_options* options);
 int rotary_cuda_qk_norm_rope(const rotary_schedule* schedule, const rotary_qk_norm_rope_args* args,
@@ -125,7 +129,7 @@ int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rer
  *  memory, rotary_cuda_options.error or rotary_cuda_fused_options.error) and clears it. Fails
  *  (ROTARY_ERROR_INVALID_ARGUMENT) naming what the skipped tokens' positions broke (and
  *  ROTARY_CUDA_SLOT_OUT_OF_RANGE: a slot beyond its cache; ROTARY_CUDA_SLOT_DUPLICATE: a slot
- *  listed twice) when it was set, or with ROTARY_ERROR_CUDA.
+ *  listed twice; ROTARY_CUDA_SCALE_INVALID: a scale not finite and > 0) when it was set, or with ROTARY_ERROR_CUDA.
  *  Synchronises: not for a captured graph. */
 int rotary_cuda_check_positions(uint32_t* error, struct CUstream_st* stream);
 

@@ -28,7 +28,7 @@ void check(int status, const char* what) {
 std::string positions_message(uint32_t bits) {
   using namespace rotary::cuda;
   const uint32_t known = position_out_of_range | position_not_in_table | position_not_in_angles |
-                         position_beyond_xpos_reach | slot_out_of_range | slot_duplicate;
+                         position_beyond_xpos_reach | slot_out_of_range | slot_duplicate | scale_invalid;
   if ((bits & ~known) != 0) {
     return fmt::format("positions: the error word holds {:#x}, bits no kernel sets (was it zeroed "
                        "before the calls?)", bits);
@@ -49,6 +49,10 @@ std::string positions_message(uint32_t bits) {
   if ((bits & slot_duplicate) != 0) {  // with FusedOptions::check_duplicate_slots
     message += std::string(message.empty() ? "" : "; ") +
                "slots: a slot was listed twice (neither token's cache writes were made)";
+  }
+  if ((bits & scale_invalid) != 0) {  // the fused kernels' (scales in device memory)
+    message += std::string(message.empty() ? "" : "; ") +
+               "scales: a scale was not finite and > 0 (nothing was written)";
   }
   return message;
 }

@@ -22,7 +22,8 @@ static_assert(ROTARY_CUDA_POSITION_OUT_OF_RANGE == rotary::cuda::position_out_of
               ROTARY_CUDA_POSITION_NOT_IN_TABLE == rotary::cuda::position_not_in_table &&
               ROTARY_CUDA_POSITION_BEYOND_XPOS_REACH == rotary::cuda::position_beyond_xpos_reach &&
               ROTARY_CUDA_SLOT_OUT_OF_RANGE == rotary::cuda::slot_out_of_range &&
-              ROTARY_CUDA_SLOT_DUPLICATE == rotary::cuda::slot_duplicate);
+              ROTARY_CUDA_SLOT_DUPLICATE == rotary::cuda::slot_duplicate &&
+              ROTARY_CUDA_SCALE_INVALID == rotary::cuda::scale_invalid);
 
 // rotary.h's guard, with the CUDA runtime's failures (rotary::cuda::RuntimeError) as
 // ROTARY_ERROR_CUDA.

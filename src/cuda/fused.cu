@@ -19,7 +19,8 @@
 namespace rotary::detail::cuda {
 namespace {
 
-static_assert(kSlotOutOfRange == rotary::cuda::slot_out_of_range && kSlotDuplicate == rotary::cuda::slot_duplicate);
+static_assert(kSlotOutOfRange == rotary::cuda::slot_out_of_range && kSlotDuplicate == rotary::cuda::slot_duplicate &&
+              kScaleInvalid == rotary::cuda::scale_invalid);
 
 // As apply.cu's parameter_frequency: hf_float32 reads transformers' float32 frequencies, held here
 // as each float's exact double.
@@ -57,6 +58,15 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int thread = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
   const int64_t items = fused_items(f);
+  // Scales in device memory, checked by every block alike: one not finite and > 0 and no block writes
+  // anything (as the host refuses such a call), the first block flagging it.
+  __shared__ bool scales_ok;
+  if (thread == 0) {
+    scales_ok = fused_scales_usable(f);
+    if (!scales_ok && blockIdx.x == 0 && f.rope.error != nullptr) atomicOr(f.rope.error, kScaleInvalid);
+  }
+  __syncthreads();
+  if (!scales_ok) return;
   for (int64_t token = blockIdx.x; token < f.rope.tokens; token += gridDim.x) {
     fused_angles<Value>(f, pairs, token, thread, threads, cells);
     __syncthreads();
@@ -98,6 +108,13 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int thread = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
   const int64_t pair_count = r.rope.rotary_dim / 2;
+  __shared__ bool scales_ok;  // as fused_kernel's
+  if (thread == 0) {
+    scales_ok = scales_usable(r.in, r.heads);
+    if (!scales_ok && blockIdx.x == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, kScaleInvalid);
+  }
+  __syncthreads();
+  if (!scales_ok) return;
   for (int64_t i = blockIdx.x; i < r.count; i += gridDim.x) {
     const int64_t slot = slot_entry(r.slots, r.slots_i64, i);
     const bool beyond = slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity);

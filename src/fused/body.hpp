@@ -58,6 +58,8 @@ struct KernelFlat {
 /// Slot errors a kernel reports (rotary::cuda::slot_out_of_range, slot_duplicate).
 inline constexpr uint32_t kSlotOutOfRange = 16;
 inline constexpr uint32_t kSlotDuplicate = 32;
+/// A scale in device memory that is not finite and > 0 (rotary::cuda::scale_invalid).
+inline constexpr uint32_t kScaleInvalid = 64;
 
 /// A fused call for a kernel. rope: apply's KernelArgs (operand 0 q, operand 1 k; their `out`
 /// pointers are the q_out / k_out targets, written when write_q / write_k).
@@ -210,6 +212,27 @@ ROTARY_HD inline bool slot_shared(const void* slots, bool i64, int64_t count, in
     if (other != i && slot_entry(slots, i64, other) == slot) return true;
   }
   return false;
+}
+
+/// Whether a cache's scale values (the first, or one per head of `heads`) are all finite and > 0: what
+/// the host checks of host scales, for a device's kernels to check of scales in device memory.
+ROTARY_HD inline bool scales_usable(const KernelCache& c, int64_t heads) {
+  if (c.scale == nullptr) return true;
+  const int64_t n = c.per_head ? heads : 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = c.scale[i];
+    if (!(s > 0.0f && s <= 3.4028234663852886e38f)) return false;  // NaN fails both
+  }
+  return true;
+}
+
+/// Whether every scale a fused call reads is usable (scales_usable): its caches' and q_out's.
+ROTARY_HD inline bool fused_scales_usable(const FusedKernelArgs& f) {
+  const int64_t k_heads = f.rope.operand_count > 1 ? f.rope.operands[1].heads : 0;
+  const bool caches = f.slots == nullptr ||
+                      (scales_usable(f.k_cache, k_heads) && (!f.has_v_cache || scales_usable(f.v_cache, f.v.heads)) &&
+                       (!f.has_k_pass || scales_usable(f.k_pass_cache, f.k_pass.heads)));
+  return caches && (f.q_quantized.out == nullptr || scales_usable(f.q_scale, f.rope.operands[0].heads));
 }
 
 ROTARY_HD inline float cache_scale(const KernelCache& c, int64_t h) {

@@ -22,7 +22,8 @@ Devices: the CPU, and CUDA when the extension is built with rotary's CUDA kernel
 every tensor of a call on one device (positions, slots, scales, weights and ``cos_sin_cache`` too).
 On CUDA a call is queued on torch's current stream without a host synchronisation (capturable in a
 CUDA graph after a first call on the device): the kernels skip a token whose position is unusable or
-whose slot is beyond the cache, and ``rotary.torch.check_positions(device)`` raises for them; slots
+whose slot is beyond the cache, write nothing when a scale tensor holds a value not finite and > 0,
+and ``rotary.torch.check_positions(device)`` raises for them; slots
 are checked for duplicates there only with ``check_duplicate_slots=True`` (otherwise which token
 writes a shared slot is undefined), as the CPU always checks them.
 
