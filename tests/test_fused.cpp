@@ -28,6 +28,7 @@
 #include "rotary/spec.hpp"
 #include "rotary/table.hpp"
 #include "support/fused_cases.hpp"
+#include "support/oracle.hpp"
 #include "support/quant_oracle.hpp"
 
 namespace rotary {
@@ -596,6 +597,13 @@ TEST(FusedRerotateCache, BadArgumentsThrowAndWriteNothing) {
   EXPECT_THROW(rerotate_cache(c.schedule, a), Error);
   a = s.args();
   EXPECT_THROW(rerotate_cache(with_xpos(c.schedule, 512.0), a), Error);
+  // Delta mode turns by exact angles of the deltas: angles for raw keys are refused, not ignored.
+  a.numerics = AngleMode::hf_float32;
+  EXPECT_ROTARY_ERROR(rerotate_cache(c.schedule, a), "numerics=hf_float32 is for raw mode");
+  a = s.args();
+  const Table table = Table::range(c.schedule, 0, 16);
+  a.table = &table;
+  EXPECT_ROTARY_ERROR(rerotate_cache(c.schedule, a), "table is for raw mode");
   EXPECT_TRUE(before == s.cache_bytes);
 }
 

@@ -178,6 +178,31 @@ TEST(FusedEmulation, RerotateCacheGridEqualsTheCpu) {
   }
 }
 
+// Raw keys rotated once to their positions, exact and with transformers' float32 numerics, M-RoPE
+// streams too: the device's split equals the CPU.
+TEST(FusedEmulation, RerotateCacheRawKeysEqualTheCpuInEveryNumerics) {
+  int seed = 90;
+  for (const AngleMode numerics : {AngleMode::exact, AngleMode::hf_float32}) {
+    for (const DType cache : {DType::bf16, DType::fp8_e5m2, DType::i8}) {
+      test::RerotateCase c;
+      c.schedule = make_schedule(Spec{.head_dim = 64, .schedule = ScheduleType::yarn, .factor = 2.0,
+                                      .original_max_position = 4096});
+      c.cache_dtype = cache;
+      c.raw = true;
+      c.layout = seed % 2 ? test::Layout::hnd : test::Layout::nhd;
+      c.seed = ++seed;
+      SCOPED_TRACE(c.name() + (numerics == AngleMode::exact ? " exact" : " hf_float32"));
+      test::RerotateSetup cpu(c), gpu(c);
+      RerotateCacheArgs a = cpu.args(), b = gpu.args();
+      a.numerics = b.numerics = numerics;
+      rerotate_cache(c.schedule, a);
+      detail::validate_rerotate_cache(c.schedule, b, false);
+      emulate_rerotate(detail::make_rerotate_args(c.schedule, b, nullptr), 64);
+      EXPECT_TRUE(cpu.cache_bytes == gpu.cache_bytes) << test::first_difference(cpu.cache_bytes, gpu.cache_bytes);
+    }
+  }
+}
+
 // A slot beyond a cache's capacity reaches the kernels only from device memory (the host checks
 // host slots): the grid skips that token's cache writes, never writing past the cache, and still
 // writes the others and q. (fused.cu also flags it as slot_out_of_range: a device test.)

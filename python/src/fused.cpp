@@ -423,7 +423,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
   m.def("rerotate_cache", [hooks](const py::object& rope, const py::object& k_cache, const py::object& slots,
                                   const py::object& delta, int delta_streams, const py::object& positions, int streams,
                                   bool inverse, const py::object& k_scale, const std::string& scale_mode,
-                                  bool check_duplicates) {
+                                  bool check_duplicates, const std::string& angles) {
     const Schedule& schedule = hooks.schedule_of(rope);
     static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     RerotateCacheArgs args{.cache = cache_of(k_cache, "k_cache"), .slots = slots_of(slots)};
@@ -436,11 +436,13 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.mode = RerotateMode::raw;
       args.positions = positions_of(positions, streams, 0);
     }
+    const AngleMode numerics = angle_mode_of(angles);
+    if (numerics != AngleMode::exact) args.numerics = numerics;
     args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
     if (const std::optional<int> device = cuda_device_of(k_cache)) {
 #if ROTARY_PY_CUDA
       // Exact angles computed on the device (the CUDA rerotate_cache takes no table yet).
-      hooks.on_device(rope, *device, 0, AngleMode::exact, [&](const DeviceCall& d) {
+      hooks.on_device(rope, *device, 0, numerics, [&](const DeviceCall& d) {
         py::gil_scoped_release release;
         cuda::rerotate_cache(schedule, args, d.stream, {.error = d.error, .check_duplicate_slots = check_duplicates});
       });
@@ -450,8 +452,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #endif
     }
     const std::shared_ptr<const Table> table =
-        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, AngleMode::exact)
-                                       : nullptr;
+        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, numerics) : nullptr;
     args.table = table.get();
     py::gil_scoped_release release;
     rerotate_cache(schedule, args);

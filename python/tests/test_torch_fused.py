@@ -1033,8 +1033,9 @@ def test_rerotate_cache_by_a_constant_delta_is_within_three_roundings_of_a_fresh
     assert worst <= 3, worst
 
 
+@pytest.mark.parametrize("numerics", ["exact", "hf-float32"])
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "e4m3"])
-def test_rerotate_cache_raw_keys_rotated_once_as_apply(cache_dtype):
+def test_rerotate_cache_raw_keys_rotated_once_as_apply(cache_dtype, numerics):
     rope = Rope(64, pairing="interleaved", schedule="yarn", factor=2.0, original_max_position=4096)
     g = torch.Generator().manual_seed(4)
     k_cache = torch.randn(4, 8, 2, 64, generator=g).to(cache_dtype)
@@ -1042,12 +1043,12 @@ def test_rerotate_cache_raw_keys_rotated_once_as_apply(cache_dtype):
     positions = torch.tensor([9000, 3, 0, 40])
     scale = torch.tensor([0.125]) if cache_dtype in FP8 else None
     got = k_cache.clone()
-    rerotate_cache(rope, got, slots, None, positions=positions, k_scale=scale)
+    rerotate_cache(rope, got, slots, None, positions=positions, k_scale=scale, numerics=numerics)
     rows = cache_rows(k_cache, "NHD")
     live = slots >= 0
     raw = dequantise(rows[slots[live]], scale) if scale is not None else rows[slots[live]]
     rotated = apply_rope(rope, torch.zeros(int(live.sum()), 0, 64, dtype=raw.dtype), raw,
-                         positions=positions[live])[1]
+                         positions=positions[live], numerics=numerics)[1]
     moved = torch.zeros(4, 2, 64, dtype=cache_dtype)
     moved[live] = store(rotated, cache_dtype, scale)
     assert_same_bits(got, scatter(k_cache, moved, slots, "NHD"), "k_cache")
@@ -1061,6 +1062,8 @@ RERO_BAD = {
     "delta kind": (TypeError, dict(delta=1.5), "^delta must be an int, got float"),
     "positions with delta": (ValueError, dict(positions=torch.tensor([0, 1])), "^positions is for raw keys"),
     "raw without positions": (ValueError, dict(delta=None), "^delta=None rotates raw keys to positions"),
+    "numerics with delta": (ValueError, dict(numerics="hf-float32"), "^numerics='hf-float32' is for raw keys"),
+    "numerics word": (ValueError, dict(numerics="fast"), "^numerics='fast' must be 'exact' or 'hf-float32'"),
     "scale zero": (ValueError, dict(k_scale=0.0), r"k_scale\[0\]=0 must be finite and > 0"),
     "xpos": (ValueError, dict(rope=Rope(64, xpos_scale_base=512)), "xPos"),
     "head_dim": (ValueError, dict(rope=Rope(32)), "head_dim"),

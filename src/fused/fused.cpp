@@ -494,6 +494,10 @@ void validate_rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& 
     throw Error("slots data is null");
   }
   if (args.mode == RerotateMode::delta) {
+    if (args.numerics.has_value() && *args.numerics != AngleMode::exact) {
+      throw Error("numerics=hf_float32 is for raw mode (delta mode turns keys by exact angles of their deltas)");
+    }
+    if (args.table != nullptr) throw Error("table is for raw mode (delta mode turns keys by exact angles of their deltas)");
     if (args.delta_streams != 1 && args.delta_streams != schedule.streams) {
       throw Error(fmt::format("delta_streams={} must be 1 (every stream) or the schedule's streams={}",
                               args.delta_streams, schedule.streams));

@@ -655,7 +655,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
 # ---- rerotate_cache --------------------------------------------------------------------------------
 
 def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
-                           check_duplicate_slots=False):
+                           check_duplicate_slots=False, numerics="exact"):
     _one_device("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
     r = _rope_of_handle(rope)
     slots = _indices(slots, "slots")
@@ -674,7 +674,7 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
                                                         positions.shape[0] if positions.ndim == 2 else 1)
     try:
         _rotary.rerotate_cache(r._impl, _cache(k_cache, "k_cache", kv_layout), slots, delta, delta_streams, pos,
-                               streams, r.rotates_backward, k_scale, scale_mode, check_duplicate_slots)
+                               streams, r.rotates_backward, k_scale, scale_mode, check_duplicate_slots, numerics)
     except ValueError as e:
         raise _in_call_words(e, cache="k_cache") from None
 
@@ -682,20 +682,21 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache",))
 def _rerotate_cache_op(k_cache: Tensor, slots: Tensor, rope: int, delta: Optional[Tensor],
                        positions: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor], scale_mode: str,
-                       check_duplicate_slots: bool = False) -> None:
+                       check_duplicate_slots: bool = False, numerics: str = "exact") -> None:
     _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
-                           check_duplicate_slots)
+                           check_duplicate_slots, numerics)
 
 
 @_rerotate_cache_op.register_fake
 def _rerotate_cache_fake(k_cache, slots, rope, delta, positions, kv_layout, k_scale, scale_mode,
-                         check_duplicate_slots=False):
+                         check_duplicate_slots=False, numerics="exact"):
     _shapes_only("rerotate_cache", k_cache=k_cache, slots=slots, delta=delta, positions=positions, k_scale=k_scale)
 
 
 def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None, int, Tensor], *,
                    kv_layout: str = "NHD", k_scale: Scale = None, scale_mode: str = "divide",
-                   positions: Optional[Tensor] = None, check_duplicate_slots: bool = False) -> Tensor:
+                   positions: Optional[Tensor] = None, check_duplicate_slots: bool = False,
+                   numerics: str = "exact") -> Tensor:
     """Moves cached keys in place: the keys of each slot, rotated at position p, to p + delta (a
     context shift, StreamingLLM/attention-sink eviction), without recomputing them; or, with
     ``delta=None`` and ``positions``, raw (un-rotated) stored keys rotated once to their positions.
@@ -728,6 +729,10 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
     check_duplicate_slots : bool
         CUDA: the kernel also looks for a slot listed twice, turns neither entry's keys and flags it
         (``rotary.torch.check_positions(device)`` raises), as ``rope_store`` takes it.
+    numerics : {"exact", "hf-float32"}
+        Raw mode: the angles the raw keys are rotated with, as ``apply_rope`` takes them (exact, or
+        transformers' float32 numerics for keys that must match a model run that way). Delta mode
+        turns by exact angles of the deltas only.
 
     Returns
     -------
@@ -744,6 +749,7 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
     _tensor(slots, "slots")
     kv_layout = _choice(kv_layout, "kv_layout", ("NHD", "HND"))
     scale_mode = _choice(scale_mode, "scale_mode", ("divide", "multiply"))
+    numerics = _choice(numerics, "numerics", _NUMERICS)
     if delta is None:
         if positions is None:
             raise ValueError("delta=None rotates raw keys to positions, but positions is not given")
@@ -751,11 +757,14 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
     else:
         if positions is not None:
             raise ValueError("positions is for raw keys (delta=None): with delta, keys move by delta")
+        if numerics != "exact":
+            raise ValueError(f"numerics={numerics!r} is for raw keys (delta=None): with delta, keys turn by exact "
+                             f"angles of their deltas")
         if not isinstance(delta, torch.Tensor):
             delta = torch.full(slots.shape, _int(delta, "delta"), dtype=torch.int64, device=slots.device)
     _refuse_grad(k_cache=k_cache)
     args = (k_cache, slots, rope._handle, delta, positions, kv_layout, _scale(k_scale, "k_scale", k_cache), scale_mode,
-            _flag(check_duplicate_slots, "check_duplicate_slots"))
+            _flag(check_duplicate_slots, "check_duplicate_slots"), numerics)
     if _direct(k_cache, slots, delta, positions):
         _rerotate_cache_kernel(*args)
     else:
