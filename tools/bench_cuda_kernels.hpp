@@ -19,7 +19,8 @@ int bench_scatter_rows(const void* k, const void* v, void* k_cache, void* v_cach
 
 /// transformers' LlamaRMSNorm over `rows` contiguous rows of `dim` values in place: float32 mean of
 /// squares, rsqrt(mean + eps), the product rounded to the element type, times weight[d] (dim values
-/// of the element type), rounded again.
+/// of the element type), rounded again. One warp per row, 16-byte loads and stores where the rows
+/// and weight allow (vLLM's vectorised RMSNorm), else element by element.
 int bench_rms_norm(void* x, BenchElement element, const void* weight, int64_t rows, int64_t dim, float eps,
                    CUstream_st* stream);
 
