@@ -1,8 +1,10 @@
 // The CUDA backend's C ABI (include/rotary/rotary_cuda.h) over rotary::cuda: rotary.h's
 // conversions and error channel (src/c_api/c_api_internal.hpp), the CUDA runtime's failures as
 // ROTARY_ERROR_CUDA. No rule is checked here that rotary::cuda checks: only what the C encoding
-// adds (NULL pointers, a host table where a device table belongs).
+// adds (NULL pointers, a host table where a device table belongs, an int flag's values).
 #include "rotary/rotary_cuda.h"
+
+#include <string>
 
 #include "../c_api/c_api_internal.hpp"
 #include "rotary/cuda.hpp"
@@ -44,6 +46,13 @@ int guarded(Body&& body) noexcept {
 // `slots`, which the result points to).
 rotary::cuda::FusedOptions fused_options(const rotary_cuda_fused_options* options, rotary::Slots& slots) {
   const rotary_cuda_fused_options o = options != nullptr ? *options : rotary_cuda_fused_options{};
+  if (o.check_duplicate_slots != 0 && o.check_duplicate_slots != 1) {
+    throw Error("options.check_duplicate_slots=" + std::to_string(o.check_duplicate_slots) +
+                " must be 0 or 1 (1: the kernels flag a slot two tokens share)");
+  }
+  if (o.check_duplicate_slots == 1 && o.error == nullptr && o.host_slots == nullptr) {
+    throw Error("options.check_duplicate_slots needs options.error (the kernels flag a shared slot there)");
+  }
   rotary::cuda::FusedOptions out{.table = o.table != nullptr ? &o.table->table : nullptr, .error = o.error,
                                  .check_duplicate_slots = o.check_duplicate_slots != 0};
   if (o.host_slots != nullptr) {

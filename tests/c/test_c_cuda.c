@@ -166,6 +166,17 @@ static void fused_errors(const rotary_schedule* schedule, const rotary_table* ho
   EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options),
                "options.host_slots.kind=5 is not ROTARY_SLOTS_I64 or ROTARY_SLOTS_I32");
   options.host_slots = NULL;
+  /* The device's duplicate check: a flag, and only with an error word to flag into. */
+  options.check_duplicate_slots = 2;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options),
+               "options.check_duplicate_slots=2 must be 0 or 1");
+  options.check_duplicate_slots = 1;
+  EXPECT_ERROR(rotary_cuda_rope_store(schedule, &store, NULL, &options),
+               "options.check_duplicate_slots needs options.error");
+  EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, &re, NULL, &options),
+               "options.check_duplicate_slots needs options.error");
+  options.check_duplicate_slots = 0;
+  CHECK(ROTARY_CUDA_SLOT_DUPLICATE == 32u && ROTARY_CUDA_SCALE_INVALID == 64u);
 
   norm.rope = store.rope;
   norm.q_weight.data = device_pointer(1u << 26);
