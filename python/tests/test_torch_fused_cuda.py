@@ -222,3 +222,83 @@ def test_rope_store_in_a_cuda_graph_and_compiled_equal_eager():
     compiled(work[0], k, v, work[1], work[2], slots, positions)
     for g_, w in zip(work, want):
         assert_same(g_, w.cpu(), "compiled")
+
+
+@gpu
+def test_qk_norm_rope_and_rerotate_cache_in_a_cuda_graph_equal_the_cpu():
+    rope = Rope(128, base=1e6)
+    g = torch.Generator().manual_seed(31)
+    q, k = torch.randn(12, 16, 128, generator=g).bfloat16(), torch.randn(12, 4, 128, generator=g).bfloat16()
+    qw, kw_ = torch.randn(128, generator=g).bfloat16(), torch.randn(128, generator=g).bfloat16()
+    positions = torch.randint(0, 1 << 16, (12,), generator=g)
+    cache = torch.randn(4, 16, 4, 128, generator=g).bfloat16()
+    slots, delta = torch.randperm(64, generator=g)[:12], torch.randint(-500, 500, (12,), generator=g)
+    want = [q.clone(), k.clone(), cache.clone()]
+    qk_norm_rope(rope, want[0], want[1], qw, kw_, eps=1e-6, positions=positions)
+    rerotate_cache(rope, want[2], slots, delta)
+    args = [t.cuda() for t in (qw, kw_, positions, slots, delta)]
+
+    def step(work):
+        qk_norm_rope(rope, work[0], work[1], args[0], args[1], eps=1e-6, positions=args[2])
+        rerotate_cache(rope, work[2], args[3], args[4])
+
+    step([t.cuda() for t in (q, k, cache)])  # warm-up on the device, then capture and replay
+    work = [t.cuda() for t in (q, k, cache)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(work)
+    graph.replay()
+    torch.cuda.synchronize()
+    check_positions(0)
+    for g_, w, name in zip(work, want, ("q", "k", "k_cache")):
+        assert_same(g_, w, name)
+
+
+@gpu
+def test_rope_store_flat_heads_q_out_and_k_out_on_cuda_give_the_cpu_bits():
+    rope = Rope(128, base=1e6)
+    g = torch.Generator().manual_seed(32)
+    qkv = torch.randn(9, 12 * 128, generator=g).bfloat16()
+    k_cache = torch.zeros(4, 16, 2, 128, dtype=torch.float8_e4m3fn)
+    v_cache = torch.zeros_like(k_cache)
+    slots, positions = torch.randperm(64, generator=g)[:9], torch.randint(0, 1 << 17, (9,), generator=g)
+
+    def run(qkv, k_cache, v_cache, slots, positions):
+        q, k, v = qkv.split([8 * 128, 2 * 128, 2 * 128], dim=-1)
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, k_scale=0.5, v_scale=0.5,
+                   q_out=q_out, k_out=k_out)
+        return q_out, k_out, k_cache, v_cache
+
+    want = run(qkv, k_cache, v_cache, slots, positions)
+    got = run(*(t.cuda() for t in (qkv, k_cache, v_cache, slots, positions)))
+    check_positions(0)
+    for g_, w, name in zip(got, want, ("q_out", "k_out", "k_cache", "v_cache")):
+        assert_same(g_, w, name)
+
+
+@gpu
+def test_raw_keys_rotated_with_hf_float32_numerics_on_cuda_give_the_cpu_bits():
+    rope = Rope(64, schedule="yarn", factor=2.0, original_max_position=4096)
+    g = torch.Generator().manual_seed(33)
+    cache = torch.randn(4, 8, 2, 64, generator=g).bfloat16()
+    slots, positions = torch.tensor([31, 2, -1, 17]), torch.tensor([9000, 3, 0, 40])
+    want = cache.clone()
+    rerotate_cache(rope, want, slots, None, positions=positions, numerics="hf-float32")
+    got = cache.cuda()
+    rerotate_cache(rope, got, slots.cuda(), None, positions=positions.cuda(), numerics="hf-float32")
+    check_positions(0)
+    assert_same(got, want, "k_cache")
+
+
+@gpu
+def test_an_unusable_scale_tensor_on_cuda_writes_nothing_and_is_reported_on_check():
+    rope = Rope(64)
+    q, k = torch.randn(4, 2, 64, device="cuda"), torch.randn(4, 1, 64, device="cuda")
+    cache = torch.zeros(2, 4, 1, 64, dtype=torch.float8_e4m3fn, device="cuda")
+    before = q.clone()
+    rope_store(rope, q, k, None, cache, None, torch.arange(4, device="cuda"),
+               k_scale=torch.tensor([float("nan")], device="cuda"))
+    with pytest.raises(ValueError, match=r"scales: a scale was not finite and > 0 \(nothing was written\)"):
+        check_positions(0)
+    assert torch.equal(q, before) and torch.count_nonzero(cache.view(torch.uint8)).item() == 0
