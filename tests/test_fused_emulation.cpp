@@ -205,7 +205,7 @@ TEST(FusedEmulation, RerotateCacheRawKeysEqualTheCpuInEveryNumerics) {
 
 // A slot beyond a cache's capacity reaches the kernels only from device memory (the host checks
 // host slots): the grid skips that token's cache writes, never writing past the cache, and still
-// writes the others and q. (fused.cu also flags it as slot_out_of_range: a device test.)
+// writes the others and q, flagging slot_out_of_range.
 TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
   const Schedule s = make_schedule(Spec{.head_dim = 64});
   const int64_t tokens = 4, d = 64, capacity = 8;
@@ -223,7 +223,11 @@ TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
   a.cache.v_cache = CacheView::nhd(v_mem.data(), DType::f32, 2, 4, 1, d);
   a.cache.v = TensorView::bshd(v.data(), DType::f32, 1, tokens, 1, d);
   detail::validate_rope_store(s, a, false);  // a device call's validation: slot values not read
-  emulate(detail::make_rope_store_args(s, a, nullptr), 32);
+  uint32_t error = 0;
+  detail::FusedKernelArgs f = detail::make_rope_store_args(s, a, nullptr);
+  f.rope.error = &error;
+  emulate(f, 32);
+  EXPECT_EQ(error, detail::kSlotOutOfRange);
   for (const auto* mem : {&k_mem, &v_mem}) {
     for (size_t i = cache; i < mem->size(); ++i) ASSERT_EQ((*mem)[i], 0.0f) << "written past the cache at " << i;
     for (const int64_t slot : {0, 1, 2}) EXPECT_NE((*mem)[static_cast<size_t>(slot * d)], 0.0f) << "slot " << slot;
@@ -467,6 +471,7 @@ TEST(FusedEmulation, ASlotTwoTokensShareIsWrittenByNeitherAndFlagged) {
   cpu.slots[valid[0]] = cpu.slots[valid[1]] = -1;
   qk_norm_rope(c.schedule, cpu.norm_args());
   const QkNormRopeArgs args = gpu.norm_args();
+  detail::validate_qk_norm_rope(c.schedule, args, false);  // a device call's: slot values not read
   uint32_t error = 0;
   detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
   f.rope.error = &error;

@@ -125,11 +125,14 @@ inline constexpr uint32_t scale_invalid = 64;
 /// What a fused CUDA call takes besides its arguments.
 struct FusedOptions {
   const DeviceTable* table = nullptr;  ///< as Options::table (rope_store, qk_norm_rope)
-  uint32_t* error = nullptr;           ///< as Options::error, plus slot_out_of_range, slot_duplicate, scale_invalid
+  /// As Options::error, plus slot_out_of_range, slot_duplicate, scale_invalid. Null: what the kernels
+  /// skip (tokens, slots, a whole call with an unusable scale) is not reported at all.
+  uint32_t* error = nullptr;
   /// A host copy of the call's slots (same count and type): checked on the host (range,
   /// duplicates) before anything is queued, as the CPU checks them. Null: the slots live on the
-  /// device only; the kernels skip and flag an out-of-range slot, and duplicates are not detected
-  /// (which of two tokens writes a shared slot is then undefined) — the form a CUDA graph captures.
+  /// device only (the form a CUDA graph captures); the kernels skip and flag an out-of-range slot,
+  /// and duplicates are detected only with check_duplicate_slots (else which of two tokens writes a
+  /// shared slot is undefined).
   const Slots* host_slots = nullptr;
   /// Without host_slots: the kernels also look for a slot two tokens share, each token's block
   /// scanning every other token's slot (work of tokens² compares per call, spread over the grid:
@@ -151,8 +154,9 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
                   const FusedOptions& options = {});
 
 /// rotary::rerotate_cache on a CUDA device, as rope_store above (deltas in device memory; raw mode's
-/// positions too). Exact angles only: FusedOptions::table is refused (not taken yet), as is a host
-/// Table. Without host_slots, a slot beyond the cache's (or out's) capacity is skipped and flagged.
+/// positions too). Angles computed on the device: exact, or in raw mode the numerics of
+/// args.numerics (hf_float32); FusedOptions::table is refused (not taken yet), as is a host Table.
+/// Without host_slots, a slot beyond the cache's (or out's) capacity is skipped and flagged.
 void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
                     const FusedOptions& options = {});
 

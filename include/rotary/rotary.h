@@ -517,7 +517,7 @@ typedef struct rotary_rerotate_cache_args {
   const int64_t* delta;              /**< delta mode: delta_streams * slots.count values */
   int delta_streams;                 /**< 0: 1 */
   const rotary_positions* positions; /**< raw mode: NULL means 0, 1, ... */
-  const rotary_table* table;         /**< raw mode: angles from this table, else exact */
+  const rotary_table* table;         /**< raw mode: angles from this table, else exact (delta mode: NULL) */
   int inverse;                       /**< 0: keys are (to be) rotated forward, 1: inverse */
   rotary_cache_quant quant;
   int threads;

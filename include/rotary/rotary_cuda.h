@@ -97,16 +97,17 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
  *  error word, slots in device memory only. */
 typedef struct rotary_cuda_fused_options {
   /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope; the
-   *  re-rotation takes exact angles only). The args' host table must be NULL. */
+   *  re-rotation computes its angles on the device). The args' host table must be NULL. */
   const rotary_cuda_table* table;
   /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE, ROTARY_CUDA_SLOT_DUPLICATE and
    *  ROTARY_CUDA_SCALE_INVALID. */
   uint32_t* error;
   /** A host copy of the call's slots (same kind and count): checked on the host (range, duplicates)
    *  before anything is queued, as rotary_rope_store checks them. NULL: the kernels skip and flag an
-   *  out-of-range slot, and duplicates are not detected (the form a CUDA graph captures). */
+   *  out-of-range slot, and duplicates are detected only with check_duplicate_slots (the form a CUDA
+   *  graph captures). */
   const rotary_slots* host_slots;
-  /** Non-zero, without host_slots: the kernels also look for a slot two tokens share (tokens²
+  /** 1 (0 or 1), without host_slots: the kernels also look for a slot two tokens share (tokens²
    *  compares per call: a debugging aid for prefill sizes) and flag ROTARY_CUDA_SLOT_DUPLICATE;
    *  needs error (rotary::cuda::FusedOptions::check_duplicate_slots). */
   int check_duplicate_slots;

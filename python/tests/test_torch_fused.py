@@ -424,6 +424,14 @@ def test_rope_store_takes_engines_flat_heads_q_out_and_k_out(cache_dtype):
     assert_same_bits(k.reshape(7, 2, 128), want_k, "k in place")
     assert_same_bits(kc, want_kc, "k_cache in place")
     assert torch.equal(qkv[:, 10 * 128:], original[:, 10 * 128:])  # v only read
+    # The plain call (the eager fast path): q rotated in qkv's memory, k only read.
+    qkv.copy_(original)
+    kc, vc = k_cache.clone(), v_cache.clone()
+    assert rope_store(rope, q, k, v, kc, vc, slots, positions=positions, k_scale=scale, v_scale=scale) is q
+    assert_same_bits(q.reshape(7, 8, 128), want_q, "q, plain call")
+    assert torch.equal(qkv[:, 8 * 128:], original[:, 8 * 128:])
+    assert_same_bits(kc, want_kc, "k_cache, plain call")
+    assert_same_bits(vc, want_vc, "v_cache, plain call")
 
 
 def test_qk_norm_rope_takes_engines_flat_heads():
@@ -599,6 +607,8 @@ STORE_BAD_VALUES = {
     "q 2-D width": (dict(q=torch.zeros(6, 250, dtype=torch.bfloat16)),
                     r"^q width=250 must be a multiple of head_dim=64 \(\[tokens, heads \* head_dim\]\)"),
     "q 1-D": (dict(q=torch.zeros(6, dtype=torch.bfloat16)), "^q must have 3 dimensions"),
+    "k 1-D with a flat v": (dict(k=torch.zeros(6, dtype=torch.bfloat16), v=torch.zeros(6, 128, dtype=torch.bfloat16)),
+                            "^k must have 3 dimensions"),
     "v 2-D width": (dict(v=torch.zeros(6, 129, dtype=torch.bfloat16)),
                     "^v width=129 must be a multiple of k's heads=2"),
     "q_scale with a bf16 q_out": (dict(q_out=torch.zeros(6, 4, 64, dtype=torch.bfloat16), q_scale=0.5),

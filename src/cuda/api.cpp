@@ -305,7 +305,7 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
   detail::TableRows range{};
   const detail::TableRows* table = fused_table(schedule, args.rope, options, range);
   if (args.store != nullptr) check_write_slots(*args.store, args.rope.q.batch() * args.rope.q.seq(), options);
-  const bool duplicates = args.store != nullptr && device_duplicate_check(options);
+  const bool duplicates = device_duplicate_check(options) && args.store != nullptr;  // refused alike without a store
   detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(schedule, args, table);
   f.rope.error = options.error;
   f.check_duplicates = duplicates;
@@ -314,9 +314,9 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
 
 void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
                     const FusedOptions& options) {
-  if (args.table != nullptr) throw Error("table is a host Table: rerotate_cache on CUDA takes exact angles");
+  if (args.table != nullptr) throw Error("table is a host Table: rerotate_cache on CUDA computes its angles");
   if (options.table != nullptr) {
-    throw Error("FusedOptions::table: rerotate_cache on CUDA computes exact angles (a DeviceTable is not taken yet)");
+    throw Error("FusedOptions::table: rerotate_cache on CUDA computes its angles (a DeviceTable is not taken yet)");
   }
   if (schedule.pairs() > max_pairs) {
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim, max_pairs));

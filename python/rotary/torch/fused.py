@@ -121,6 +121,15 @@ def _heads(t: Optional[Tensor], name: str, head_dim: int = 0, heads: int = 0) ->
     return t.view(t.shape[0], heads, width // heads)
 
 
+def _flat_heads(head_dim: int, q: Tensor, k: Optional[Tensor], v: Optional[Tensor]) -> tuple:
+    """q, k and v with engines' ``[tokens, heads * head_dim]`` ones as their ``[tokens, heads, head_dim]``
+    views (v split by k's heads); a malformed k is left for the extension to name."""
+    q, k = _heads(q, "q", head_dim=head_dim), _heads(k, "k", head_dim=head_dim)
+    if v is not None and v.ndim == 2 and k is not None and k.ndim >= 3:
+        v = _heads(v, "v", heads=k.shape[-2])
+    return q, k, v
+
+
 def _cache(t: Tensor, name: str, kv_layout: str) -> Tensor:
     """A cache as the library's [num_blocks, block_size, heads, dim] (a view: the same memory)."""
     if t.dtype not in _CACHE_DTYPES:
@@ -309,9 +318,8 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
     if k_out is not None and k_out.dtype != k.dtype:
         raise TypeError(f"k_out dtype must be k's ({k.dtype}), got {k_out.dtype}")
     r = _rope_of_handle(rope)
-    q, k, q_out, k_out = (_heads(t, n, head_dim=r.head_dim) for t, n in ((q, "q"), (k, "k"), (q_out, "q_out"),
-                                                                          (k_out, "k_out")))
-    v = _heads(v, "v", heads=k.shape[-2])
+    q, k, v = _flat_heads(r.head_dim, q, k, v)
+    q_out, k_out = _heads(q_out, "q_out", head_dim=r.head_dim), _heads(k_out, "k_out", head_dim=r.head_dim)
     pos, streams = _positions(positions, q)
     try:
         _rotary.rope_store(r._impl, _activation(q, "q"), _activation(k, "k"),
@@ -328,8 +336,8 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
         raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::rope_store",
-                         mutates_args=("q", "k_cache", "v_cache", "q_out", "k_pass_cache", "k_out"))
+@torch.library.custom_op("rotary::rope_store",  # k: written when k_out is k itself
+                         mutates_args=("q", "k", "k_cache", "v_cache", "q_out", "k_pass_cache", "k_out"))
 def _rope_store_op(q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: Tensor, v_cache: Optional[Tensor],
                    slots: Tensor, rope: int, positions: Optional[Tensor], offset: int, kv_layout: str,
                    k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale_mode: str, q_out: Optional[Tensor],
@@ -452,7 +460,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
             and (k_scale is None or type(k_scale) is Tensor) and (v_scale is None or type(v_scale) is Tensor)
             and _eager((q, k_cache, v_cache), q, k, v, k_cache, v_cache, slots, positions, k_scale, v_scale)):
         try:  # the eager fast path (see _eager); anything it does not take, the general path below
-            _rotary.rope_store(rope._impl, q, k, v, k_cache, v_cache, slots, positions, 1, offset,
+            qh, kh, vh = (q, k, v) if q.ndim != 2 else _flat_heads(rope.head_dim, q, k, v)  # engines' flat q, k, v
+            _rotary.rope_store(rope._impl, qh, kh, vh, k_cache, v_cache, slots, positions, 1, offset,
                                rope.rotates_backward, k_scale, v_scale, scale_mode, None, None, None, None, None, None,
                                numerics, check_duplicate_slots, None)
             return q
@@ -493,8 +502,7 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
               cos_sin_cache=cos_sin_cache)
     r = _rope_of_handle(rope)
-    q, k = _heads(q, "q", head_dim=r.head_dim), _heads(k, "k", head_dim=r.head_dim)
-    v = _heads(v, "v", heads=0 if k is None else k.shape[-2])
+    q, k, v = _flat_heads(r.head_dim, q, k, v)
     pos, streams = _positions(positions, q)
     weights = [None if w is None else w.detach().contiguous() for w in (q_weight, k_weight)]
     if k_cache is not None and slots is None:
@@ -617,8 +625,10 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
             and _eager((q, k, v, k_cache, v_cache), q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots,
                        k_scale, v_scale)):
         try:  # the eager fast path (see _eager); anything it does not take, the general path below
-            _rotary.qk_norm_rope(rope._impl, q, k, q_weight, k_weight, eps, positions, 1, offset, rope.rotates_backward,
-                                 weight_offset, order, scope, rounding, v, v_norm, k_cache, v_cache, slots, k_scale,
+            qh, kh, vh = (q, k, v) if q.ndim != 2 else _flat_heads(rope.head_dim, q, k, v)  # engines' flat q, k, v
+            _rotary.qk_norm_rope(rope._impl, qh, kh, q_weight, k_weight, eps, positions, 1, offset,
+                                 rope.rotates_backward, weight_offset, order, scope, rounding, vh, v_norm, k_cache,
+                                 v_cache, slots, k_scale,
                                  v_scale, scale_mode, None, numerics, check_duplicate_slots)
             return q, k
         except (TypeError, ValueError):
