@@ -60,10 +60,11 @@ __global__ void rms_norm_kernel(T* x, const T* weight, int64_t rows, int dim, fl
   }
 }
 
-// The same norm with 16-byte loads and stores (vLLM's vectorised RMSNorm reads its rows so): one
-// warp per row, lane l takes the row's 16-byte chunks l, l + 32, ... (rows of dim * sizeof(T) a
-// multiple of 16 bytes, 16-byte aligned). The same arithmetic as rms_norm_kernel but for the order
-// of the float sum (a baseline's timing, not checked bit for bit).
+// The same norm with 16-byte loads and stores (vLLM's vectorised RMSNorm reads its rows so): a row's
+// 16-byte chunks go to a group of `group` lanes (32, or the chunk count when it divides 32: two bf16
+// rows of 128 per warp, so no lane idles), lane l of a group taking chunks l, l + group, ... (rows of
+// dim * sizeof(T) a multiple of 16 bytes, 16-byte aligned). The same arithmetic as rms_norm_kernel
+// but for the order of the float sum (a baseline's timing, not checked bit for bit).
 template <class T>
 __global__ void rms_norm_vec_kernel(T* x, const T* weight, int64_t rows, int dim, float eps) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
@@ -71,14 +72,18 @@ __global__ void rms_norm_vec_kernel(T* x, const T* weight, int64_t rows, int dim
     uint4 bits;
     T v[kPer];
   };
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;  // the whole warp
-  const int lane = static_cast<int>(threadIdx.x % 32);
   const int chunks = dim / kPer;
+  const int group = chunks < 32 && 32 % chunks == 0 ? chunks : 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t row = warp * (32 / group) + lane / group;
+  if (row >= rows) return;  // the whole group: a row belongs to one group
+  const int sub = lane % group;
+  const unsigned mask = group == 32 ? 0xffffffffu : ((1u << group) - 1u) << (lane / group * group);
   uint4* r = reinterpret_cast<uint4*>(x + row * dim);
   const uint4* w = reinterpret_cast<const uint4*>(weight);
   float sum = 0.0f;
-  for (int c = lane; c < chunks; c += 32) {
+  for (int c = sub; c < chunks; c += group) {
     Chunk in;
     in.bits = r[c];
     for (int i = 0; i < kPer; ++i) {
@@ -86,9 +91,9 @@ __global__ void rms_norm_vec_kernel(T* x, const T* weight, int64_t rows, int dim
       sum += v * v;
     }
   }
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  for (int offset = group / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(mask, sum, offset);
   const float inv = rsqrtf(sum / static_cast<float>(dim) + eps);
-  for (int c = lane; c < chunks; c += 32) {
+  for (int c = sub; c < chunks; c += group) {
     Chunk in, wt, out;
     in.bits = r[c];
     wt.bits = w[c];
@@ -102,10 +107,13 @@ constexpr int kWarpsPerBlock = 8;
 template <class T>
 int rms_norm_as(void* x, const void* weight, int64_t rows, int64_t dim, float eps, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const bool vectors = (dim * static_cast<int64_t>(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+  const bool vectors = dim > 0 && (dim * static_cast<int64_t>(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(weight) % 16 == 0;
   if (vectors) {
-    rms_norm_vec_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+    const int64_t chunks = dim * static_cast<int64_t>(sizeof(T)) / 16;
+    const int64_t per_warp = chunks < 32 && 32 % chunks == 0 ? 32 / chunks : 1;  // rms_norm_vec_kernel's groups
+    const auto vec_blocks = static_cast<unsigned>((rows + kWarpsPerBlock * per_warp - 1) / (kWarpsPerBlock * per_warp));
+    rms_norm_vec_kernel<T><<<vec_blocks, kWarpsPerBlock * 32, 0, stream>>>(
         static_cast<T*>(x), static_cast<const T*>(weight), rows, static_cast<int>(dim), eps);
   } else {
     rms_norm_kernel<T><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(static_cast<T*>(x), static_cast<const T*>(weight),
