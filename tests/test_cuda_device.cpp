@@ -959,5 +959,41 @@ TEST(CudaDevice, AnUnusableDeviceScaleWritesNothingAndIsFlagged) {
   EXPECT_ROTARY_ERROR(cuda::check_positions(error.get(), nullptr), "scales: a scale was not finite and > 0");
 }
 
+// Raw keys rotated to their positions with a DeviceTable's rows (the CPU: the host Table), and an
+// unusable raw position flagged (position_out_of_range) with its keys left.
+TEST(CudaDevice, RawKeysFromADeviceTableMatchTheCpuAndBadPositionsAreFlagged) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64});
+  const Table host_table = Table::range(schedule, 0, 4096);
+  const cuda::DeviceTable table(host_table);
+  const int64_t count = 20, h = 2, d = 64, blocks = 4, block = 16;
+  std::mt19937_64 rng(43);
+  Mirror kc(bf16_values(blocks * block * h * d, rng));
+  std::vector<int64_t> slots(static_cast<size_t>(count)), positions(static_cast<size_t>(count));
+  std::iota(slots.begin(), slots.end(), 30);
+  for (auto& p : positions) p = static_cast<int64_t>(rng() % 4096);
+  std::vector<int64_t> cpu_slots = slots;
+  cpu_slots[5] = -1;  // its position below is unusable on the device
+  Mirror sl(bytes_of(slots)), cs(bytes_of(cpu_slots)), pos(bytes_of(positions));
+  positions[5] = -4;
+  Mirror bad_pos(bytes_of(positions));
+  const auto args = [&](bool on_device) {
+    RerotateCacheArgs a{.cache = CacheView::nhd(on_device ? kc.d() : kc.h(), DType::bf16, blocks, block, h, d),
+                        .slots = Slots{.data = on_device ? sl.d() : cs.h(), .is_i64 = true, .count = count}};
+    a.mode = RerotateMode::raw;
+    a.positions = Positions::per_token(std::span(static_cast<const int64_t*>(on_device ? bad_pos.d() : pos.h()),
+                                                 static_cast<size_t>(count)));
+    return a;
+  };
+  const ErrorWord error;
+  cuda::rerotate_cache(schedule, args(true), nullptr, {.table = &table, .error = error.get()});
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  RerotateCacheArgs cpu = args(false);
+  cpu.table = &host_table;
+  rerotate_cache(schedule, cpu);
+  EXPECT_EQ(error.read(), cuda::position_out_of_range);
+  EXPECT_TRUE(kc.down() == kc.host) << "k_cache";
+}
+
 }  // namespace
 }  // namespace rotary

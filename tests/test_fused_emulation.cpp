@@ -86,6 +86,10 @@ void emulate_rerotate(const detail::RerotateKernelArgs& r, int threads) {
       if (r.rope.error != nullptr) *r.rope.error |= detail::kSlotDuplicate;
       continue;
     }
+    if (const uint32_t bad = r.raw ? detail::token_error(r.rope, i) : 0; bad != 0) {
+      if (r.rope.error != nullptr) *r.rope.error |= bad;
+      continue;
+    }
     if (slot < 0) continue;
     for (int64_t j = 0; j < r.rope.rotary_dim / 2; ++j) cells[static_cast<size_t>(j)] = detail::rerotate_angle(r, pairs, i, j);
     for (int64_t h = r.heads - 1; h >= 0; --h) {
@@ -200,6 +204,44 @@ TEST(FusedEmulation, RerotateCacheRawKeysEqualTheCpuInEveryNumerics) {
       emulate_rerotate(detail::make_rerotate_args(c.schedule, b, nullptr), 64);
       EXPECT_TRUE(cpu.cache_bytes == gpu.cache_bytes) << test::first_difference(cpu.cache_bytes, gpu.cache_bytes);
     }
+  }
+}
+
+// Raw positions in device memory: an unusable one (negative, beyond 2^31, not a row of a device
+// table) is flagged as apply's kernels flag it and its keys are left; the rest equal the CPU's
+// call without those entries. With a DeviceTable's rows the angles are the host Table's.
+TEST(FusedEmulation, RerotateCacheRawPositionsAreCheckedAndATablesRowsRead) {
+  for (const bool with_table : {false, true}) {
+    SCOPED_TRACE(with_table ? "a device table's rows" : "exact angles");
+    test::RerotateCase c;
+    c.schedule = make_schedule(Spec{.head_dim = 64, .rotary_dim = 48});
+    c.cache_dtype = DType::fp8_e4m3;
+    c.raw = true;
+    c.tokens = 12;
+    c.seed = 70;
+    test::RerotateSetup cpu(c), gpu(c);
+    const Table table = Table::range(c.schedule, 0, 100001);  // the setup's positions are below 100001
+    std::vector<size_t> bad;
+    for (size_t t = 0; t < gpu.slots.size() && bad.size() < 3; ++t) {
+      if (gpu.slots[t] >= 0) bad.push_back(t);
+    }
+    gpu.positions[bad[0]] = -3;
+    gpu.positions[bad[1]] = int64_t{1} << 31;
+    gpu.positions[bad[2]] = with_table ? 100001 : 7;  // beyond the table's rows, or a usable one
+    for (size_t i = 0; i < (with_table ? 3u : 2u); ++i) cpu.slots[bad[i]] = -1;
+    cpu.positions[bad[2]] = 7;  // the CPU checks every entry's position, skipped ones too
+    RerotateCacheArgs a = cpu.args();
+    if (with_table) a.table = &table;
+    rerotate_cache(c.schedule, a);
+    const RerotateCacheArgs b = gpu.args();
+    detail::validate_rerotate_cache(c.schedule, b, false);  // a device call's: positions not read
+    const detail::TableRows rows = detail::table_range(table);
+    uint32_t error = 0;
+    detail::RerotateKernelArgs r = detail::make_rerotate_args(c.schedule, b, with_table ? &rows : nullptr);
+    r.rope.error = &error;
+    emulate_rerotate(r, 64);
+    EXPECT_EQ(error, detail::kPositionOutOfRange | (with_table ? detail::kPositionNotInTable : 0u));
+    EXPECT_TRUE(cpu.cache_bytes == gpu.cache_bytes) << test::first_difference(cpu.cache_bytes, gpu.cache_bytes);
   }
 }
 

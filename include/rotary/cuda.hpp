@@ -154,9 +154,11 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
                   const FusedOptions& options = {});
 
 /// rotary::rerotate_cache on a CUDA device, as rope_store above (deltas in device memory; raw mode's
-/// positions too). Angles computed on the device: exact, or in raw mode the numerics of
-/// args.numerics (hf_float32); FusedOptions::table is refused (not taken yet), as is a host Table.
-/// Without host_slots, a slot beyond the cache's (or out's) capacity is skipped and flagged.
+/// positions too). Delta mode: exact angles of the deltas. Raw mode: exact angles, args.numerics'
+/// (hf_float32), or a DeviceTable's rows (FusedOptions::table; a host Table is refused); a raw
+/// position the kernel cannot use (outside [0, 2^31), not a row of the table, fractional with
+/// hf_float32) is flagged as apply's are and its keys left. Without host_slots, a slot beyond the
+/// cache's (or out's) capacity is skipped and flagged.
 void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
                     const FusedOptions& options = {});
 

@@ -96,8 +96,8 @@ int rotary_cuda_apply(const rotary_schedule* schedule, const rotary_apply_args* 
 /** What the fused calls on a device take besides their arguments. Zero-initialised: exact angles, no
  *  error word, slots in device memory only. */
 typedef struct rotary_cuda_fused_options {
-  /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope; the
-   *  re-rotation computes its angles on the device). The args' host table must be NULL. */
+  /** As rotary_cuda_options.table (rotary_cuda_rope_store, rotary_cuda_qk_norm_rope, and
+   *  rotary_cuda_rerotate_cache's raw mode). The args' host table must be NULL. */
   const rotary_cuda_table* table;
   /** As rotary_cuda_options.error, plus ROTARY_CUDA_SLOT_OUT_OF_RANGE, ROTARY_CUDA_SLOT_DUPLICATE and
    *  ROTARY_CUDA_SCALE_INVALID. */

@@ -314,20 +314,34 @@ void qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, Stream s
 
 void rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& args, Stream stream,
                     const FusedOptions& options) {
-  if (args.table != nullptr) throw Error("table is a host Table: rerotate_cache on CUDA computes its angles");
-  if (options.table != nullptr) {
-    throw Error("FusedOptions::table: rerotate_cache on CUDA computes its angles (a DeviceTable is not taken yet)");
+  if (args.table != nullptr) {
+    throw Error("table is a host Table: give its cuda::DeviceTable in FusedOptions::table (raw mode)");
   }
   if (schedule.pairs() > max_pairs) {
     throw Error(fmt::format("rotary_dim={} has more than cuda::max_pairs={} pairs", schedule.rotary_dim, max_pairs));
   }
   detail::validate_rerotate_cache(schedule, args, false);
+  // Raw mode's angles from a DeviceTable (its rows indexed by the positions, checked by the kernel).
+  detail::TableRows range{};
+  const detail::TableRows* table = nullptr;
+  if (options.table != nullptr) {
+    if (args.mode != RerotateMode::raw) {
+      throw Error("FusedOptions::table is for raw mode (delta mode turns keys by exact angles of their deltas)");
+    }
+    if (args.numerics.has_value()) throw Error("numerics and FusedOptions::table are both set (give one source of angles)");
+    const TensorView keys{.data = args.cache.data, .dtype = DType::f32, .shape = {1, args.slots.count, 0, schedule.head_dim},
+                          .strides = {0, 0, 0, 1}};
+    check_table(schedule, ApplyArgs{.q = keys, .positions = args.positions}, *options.table);
+    range = {.cos = options.table->cos(), .sin = options.table->sin(), .first = options.table->first(),
+             .rows = options.table->rows()};
+    table = &range;
+  }
   if (options.host_slots != nullptr) {
     detail::check_host_slots(*options.host_slots, args.slots, args.slots.count,
                              {{&args.cache, "cache"}, {&args.out, "out"}});
   }
   const bool duplicates = device_duplicate_check(options);
-  detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, args, nullptr);
+  detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, args, table);
   r.rope.error = options.error;
   r.check_duplicates = duplicates;
   detail::cuda::launch_rerotate(r, stream);

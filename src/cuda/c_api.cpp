@@ -128,7 +128,9 @@ int rotary_cuda_rerotate_cache(const rotary_schedule* schedule, const rotary_rer
   return guarded([&] {
     const rotary_schedule& s = require(schedule, "schedule");
     const rotary_rerotate_cache_args& a = require(args, "args");
-    if (a.table != nullptr) throw Error("args.table is a host table: the re-rotation on a device computes its angles");
+    if (a.table != nullptr) {
+      throw Error("args.table is a host table: give its rotary_cuda_table_create copy in options.table (raw mode)");
+    }
     rotary::Slots slots;
     const rotary::cuda::FusedOptions o = fused_options(options, slots);
     rotary::cuda::rerotate_cache(s.schedule, rotary::detail::c_abi::rerotate_cache_args(s, a), stream, o);

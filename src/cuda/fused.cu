@@ -128,6 +128,12 @@ __global__ void __launch_bounds__(kFusedThreads)
       if (thread == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, kSlotDuplicate);
       continue;
     }
+    // Raw mode's positions in device memory, as apply's kernels take them: an unusable one (outside
+    // [0, 2^31), not a row of the table, fractional with hf_float32) is flagged and its keys left.
+    if (const uint32_t bad = r.raw ? token_error(r.rope, i) : 0; bad != 0) {
+      if (thread == 0 && r.rope.error != nullptr) atomicOr(r.rope.error, bad);
+      continue;
+    }
     if (slot >= 0) {  // a whole block agrees: the __syncthreads below are reached by all or none
       for (int64_t j = thread; j < pair_count; j += threads) cells[j] = rerotate_angle(r, pairs, i, j);
       __syncthreads();

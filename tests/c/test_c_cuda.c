@@ -194,7 +194,7 @@ static void fused_errors(const rotary_schedule* schedule, const rotary_table* ho
   EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, NULL, NULL, NULL), "args is NULL");
   re.table = host_table;
   EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, &re, NULL, NULL),
-               "args.table is a host table: the re-rotation on a device computes its angles");
+               "args.table is a host table: give its rotary_cuda_table_create copy in options.table (raw mode)");
   re.table = NULL;
   re.mode = (rotary_rerotate_mode)4;
   EXPECT_ERROR(rotary_cuda_rerotate_cache(schedule, &re, NULL, NULL), "mode=4");
