@@ -302,3 +302,18 @@ def test_an_unusable_scale_tensor_on_cuda_writes_nothing_and_is_reported_on_chec
     with pytest.raises(ValueError, match=r"scales: a scale was not finite and > 0 \(nothing was written\)"):
         check_positions(0)
     assert torch.equal(q, before) and torch.count_nonzero(cache.view(torch.uint8)).item() == 0
+
+
+@gpu
+def test_an_unusable_raw_position_on_cuda_is_reported_and_its_keys_left():
+    rope = Rope(64)
+    g = torch.Generator().manual_seed(34)
+    cache = torch.randn(4, 8, 2, 64, generator=g).bfloat16()
+    slots, positions = torch.tensor([31, 2, 17]), torch.tensor([9000, -3, 40])
+    want = cache.clone()
+    rerotate_cache(rope, want, torch.tensor([31, -1, 17]), None, positions=torch.tensor([9000, 0, 40]))
+    got = cache.cuda()
+    rerotate_cache(rope, got, slots.cuda(), None, positions=positions.cuda())
+    with pytest.raises(ValueError, match=r"positions: a per-token position was outside \[0, 2\^31\)"):
+        check_positions(0)
+    assert_same(got, want, "k_cache")
