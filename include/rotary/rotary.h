@@ -522,6 +522,7 @@ typedef struct rotary_rerotate_cache_args {
   rotary_cache_quant quant;
   int threads;
   rotary_backend backend;
+  rotary_angle_mode numerics;        /**< raw mode without a table: ROTARY_ANGLES_EXACT (0) or _HF_FLOAT32 */
 } rotary_rerotate_cache_args;
 
 /** Moves cached keys by per-slot deltas, or rotates raw keys once. On failure nothing was written. */

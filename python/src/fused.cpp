@@ -441,7 +441,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
     if (const std::optional<int> device = cuda_device_of(k_cache)) {
 #if ROTARY_PY_CUDA
-      // Angles computed on the device, exact or in `numerics` (the CUDA rerotate_cache takes no table yet).
+      // Angles computed on the device, exact or in `numerics` (raw positions are per slot: no table's rows).
       hooks.on_device(rope, *device, 0, numerics, [&](const DeviceCall& d) {
         py::gil_scoped_release release;
         cuda::rerotate_cache(schedule, args, d.stream, {.error = d.error, .check_duplicate_slots = check_duplicates});

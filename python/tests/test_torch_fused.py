@@ -1024,8 +1024,13 @@ def test_rerotate_cache_equals_gather_dequantise_rerotate_quantise_scatter(cache
     assert_same_bits(got, want, "k_cache")
 
 
-def test_rerotate_cache_by_a_constant_delta_is_within_three_roundings_of_a_fresh_rotation():
-    rope = Rope.from_preset("llama-3.1-8b")
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "yarn"])
+def test_rerotate_cache_by_a_constant_delta_is_within_three_roundings_of_a_fresh_rotation(model):
+    # YaRN's attention factor (0.1 ln 4 + 1 = 1.139) is in the stored keys once: the move must not apply
+    # it again (that would be 14% off, not three roundings).
+    rope = Rope.from_preset(model) if model != "yarn" else Rope(128, schedule="yarn", factor=4.0,
+                                                                original_max_position=4096)
+    assert model != "yarn" or abs(rope.attention_factor - (0.1 * math.log(4.0) + 1.0)) < 1e-12
     g = torch.Generator().manual_seed(2)
     keys = torch.randn(6, 8, 128, generator=g)
     positions = torch.tensor([3, 5, 1000, 4096, 100000, 7])
@@ -1036,7 +1041,7 @@ def test_rerotate_cache_by_a_constant_delta_is_within_three_roundings_of_a_fresh
     fresh = apply_rope(rope, torch.zeros(6, 0, 128), keys, positions=positions - 3)[1]
     moved = k_cache[slots]
     # Stored once, moved once, against one fresh rotation: each within the contract 2^-23 (|a| + |b|)
-    # per pair (attention factor 1), so within three of them of each other.
+    # per pair of its result, so within three of them of each other.
     half = 64
     pair = (fresh[..., :half].abs() + fresh[..., half:].abs()).repeat(1, 1, 2)
     worst = float(((moved - fresh).abs() / (pair * 2.0 ** -23)).max())

@@ -515,6 +515,11 @@ rotary::RerotateCacheArgs rotary::detail::c_abi::rerotate_cache_args(const rotar
   const bool inverse = to_flag(a.inverse, "inverse", "1: keys rotated inverse") != s.rotates_backward;
   re.rotated = inverse ? Direction::inverse : Direction::forward;
   re.quant = to_quant(a.quant, "quant");
+  if (raw(a.numerics) == ROTARY_ANGLES_HF_FLOAT32) {
+    re.numerics = rotary::AngleMode::hf_float32;
+  } else if (raw(a.numerics) != ROTARY_ANGLES_EXACT) {
+    throw Error(fmt::format("numerics={} is not ROTARY_ANGLES_EXACT or ROTARY_ANGLES_HF_FLOAT32", raw(a.numerics)));
+  }
   re.threads = a.threads;
   re.backend = to_backend(a.backend);
   return re;

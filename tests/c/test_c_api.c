@@ -1305,6 +1305,47 @@ static void rerotate_and_page_table_case(void) {
     if (i != 2 && i != 5) CHECK(memcmp(cache + i * 16, before + i * 16, 16 * sizeof *cache) == 0);
   }
   EXPECT_ERROR(rotary_rerotate_cache(schedule, NULL), "args is NULL");
+  {
+    /* Raw keys in transformers' float32 numerics: computed on the fly, the bits of a
+     * ROTARY_ANGLES_HF_FLOAT32 table's rows, unlike exact angles at a large position. */
+    const int64_t raw_pos[3] = {100000, 0, 70001};
+    rotary_positions positions;
+    rotary_table* hf = NULL;
+    float* a = copy_floats(before, 8 * 16);
+    float* b = copy_floats(before, 8 * 16);
+    float* c = copy_floats(before, 8 * 16);
+    memset(&positions, 0, sizeof positions);
+    positions.kind = ROTARY_POSITIONS_I64;
+    positions.data = raw_pos;
+    positions.count = 3;
+    args.mode = ROTARY_REROTATE_RAW;
+    args.delta = NULL;
+    args.positions = &positions;
+    args.numerics = ROTARY_ANGLES_HF_FLOAT32;
+    CHECK(rotary_cache_view_nhd(a, ROTARY_F32, 2, 4, 1, 16, 0, 0, &args.cache) == ROTARY_OK);
+    CHECK(rotary_rerotate_cache(schedule, &args) == ROTARY_OK);
+    CHECK(rotary_table_range(schedule, 0, 100001, ROTARY_ANGLES_HF_FLOAT32, &hf) == ROTARY_OK);
+    CHECK(rotary_cache_view_nhd(b, ROTARY_F32, 2, 4, 1, 16, 0, 0, &args.cache) == ROTARY_OK);
+    args.numerics = ROTARY_ANGLES_EXACT;
+    args.table = hf;
+    CHECK(rotary_rerotate_cache(schedule, &args) == ROTARY_OK);
+    CHECK(memcmp(a, b, 8 * 16 * sizeof *a) == 0);
+    args.table = NULL;
+    CHECK(rotary_cache_view_nhd(c, ROTARY_F32, 2, 4, 1, 16, 0, 0, &args.cache) == ROTARY_OK);
+    CHECK(rotary_rerotate_cache(schedule, &args) == ROTARY_OK);
+    CHECK(memcmp(a + 2 * 16, c + 2 * 16, 16 * sizeof *a) != 0);
+    args.numerics = (rotary_angle_mode)7;
+    EXPECT_ERROR(rotary_rerotate_cache(schedule, &args), "numerics=7 is not ROTARY_ANGLES_EXACT");
+    args.mode = ROTARY_REROTATE_DELTA;
+    args.delta = delta;
+    args.positions = NULL;
+    args.numerics = ROTARY_ANGLES_HF_FLOAT32;
+    EXPECT_ERROR(rotary_rerotate_cache(schedule, &args), "numerics=hf_float32 is for raw mode");
+    rotary_table_free(hf);
+    free(a);
+    free(b);
+    free(c);
+  }
   /* request 0 pages {4, 1}, request 1 page {7}; block 4 */
   CHECK(rotary_slots_from_page_table(kv_indices, 3, kv_indptr, 3, batch, pos, 3, 4, out) == ROTARY_OK);
   CHECK(out[0] == 1 * 4 + 1 && out[1] == -1 && out[2] == 7 * 4 + 2);
