@@ -1136,6 +1136,36 @@ def decode_layer(rope, qkv, positions, slots, k_cache, v_cache, q_weight, k_weig
     return q.float().sum(-1)
 
 
+def flat_decode_layer(rope, qkv, positions, slots, k_cache, v_cache, k_out):
+    """The same prologue on engines' flat [tokens, heads * d] slices, k_out beside the cache write and
+    the device's duplicate check asked for (the CPU always checks)."""
+    q, k, v = qkv.split([4 * 64, 2 * 64, 2 * 64], dim=-1)
+    rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=positions, k_scale=0.5, v_scale=0.5, k_out=k_out,
+               check_duplicate_slots=True)
+    return q.float().sum(-1)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_flat_slices_and_k_out_compile_with_fullgraph_and_equal_eager(backend):
+    rope = Rope(64, base=1e6)
+    g = torch.Generator().manual_seed(15)
+    qkv = torch.randn(5, 8 * 64, generator=g).bfloat16()
+    positions, slots = torch.tensor([3, 9, 100, 4000, 0]), torch.tensor([12, 0, -1, 31, 5])
+    k_cache, v_cache = poisoned((4, 8, 2, 64), torch.float8_e4m3fn, 1), poisoned((4, 8, 2, 64), torch.float8_e5m2, 2)
+    explained = torch._dynamo.explain(flat_decode_layer)(rope, qkv.clone(), positions, slots, k_cache.clone(),
+                                                         v_cache.clone(), torch.empty(5, 2 * 64).bfloat16())
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(flat_decode_layer, fullgraph=True, backend=backend)
+    eager_state = [qkv.clone(), k_cache.clone(), v_cache.clone(), torch.zeros(5, 2 * 64).bfloat16()]
+    compiled_state = [qkv.clone(), k_cache.clone(), v_cache.clone(), torch.zeros(5, 2 * 64).bfloat16()]
+    want = flat_decode_layer(rope, eager_state[0], positions, slots, *eager_state[1:])
+    got = compiled(rope, compiled_state[0], positions, slots, *compiled_state[1:])
+    for name, a, b in zip(("qkv", "k_cache", "v_cache", "k_out"), eager_state, compiled_state):
+        assert_same_bits(b, a, name)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(eager_state[3], torch.zeros(5, 2 * 64).bfloat16())  # k_out was written
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_the_operators_compile_with_fullgraph_and_equal_eager(backend):
     rope = Rope(64, base=1e6)
