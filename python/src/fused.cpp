@@ -366,7 +366,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                                 const std::string& rounding, const py::object& v, bool v_norm,
                                 const py::object& k_cache, const py::object& v_cache, const py::object& slots,
                                 const py::object& k_scale, const py::object& v_scale, const std::string& scale_mode,
-                                const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates) {
+                                const py::object& cos_sin_cache, const std::string& angles, bool check_duplicates,
+                                const py::object& q_out, const py::object& k_out) {
     const Schedule& schedule = hooks.schedule_of(rope);
     static_cast<void>(check_duplicates);  // the CPU checks every call's slots on the host
     QkNormRopeArgs args;
@@ -397,6 +398,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.store = &store;
       args.rope.k_out = args.rope.k;
     }
+    args.rope.q_out = view_of(q_out, "q_out");  // q's (k's) normed rotation out of place
+    if (!k_out.is_none()) args.rope.k_out = view_of(k_out, "k_out");
     const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
     const AngleMode numerics = angle_mode_of(angles);
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;

@@ -1115,6 +1115,10 @@ def test_opcheck_of_the_three_operators():
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
                           (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,
                            False, None, None, None, "NHD", None, None, "divide", None, "exact"))
+    torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,  # q and k out of place
+                          (qn, kn, qw, kw, rope._handle, 1e-6, pn, 0, 0.0, "norm_rope", "head", "llama", None,
+                           False, None, None, None, "NHD", None, None, "divide", None, "exact", False,
+                           torch.empty_like(qn), torch.empty_like(kn)))
     vn = torch.randn(9, 2, 64).bfloat16()
     pn = pn % 4096  # rows of the cos_sin_cache below
     torch.library.opcheck(torch.ops.rotary.qk_norm_rope.default,
@@ -1188,3 +1192,30 @@ def test_the_operators_compile_with_fullgraph_and_equal_eager(backend):
         assert_same_bits(b, a, name)
     torch.testing.assert_close(got, want)
     assert not torch.equal(bits(eager_state[1]), bits(k_cache))  # the caches were written
+
+
+@pytest.mark.parametrize("with_cache", [False, True], ids=["no cache", "cache"])
+def test_qk_norm_rope_q_out_and_k_out_equal_the_in_place_call(with_cache):
+    rope = Rope(64, base=1e6)
+    g = torch.Generator().manual_seed(23)
+    q, k, v = (torch.randn(5, h, 64, generator=g).bfloat16() for h in (4, 2, 2))
+    qw, kw = torch.randn(64, generator=g).bfloat16(), torch.randn(64, generator=g).bfloat16()
+    positions, slots = torch.tensor([3, 0, 70000, 9, 4]), torch.tensor([7, 1, -1, 30, 12])
+    k_cache = poisoned((4, 8, 2, 64), torch.bfloat16, 3)
+    v_cache = poisoned((4, 8, 2, 64), torch.bfloat16, 4)
+    cache = dict(v=v, k_cache=k_cache.clone(), v_cache=v_cache.clone(), slots=slots) if with_cache else {}
+    want_q, want_k = q.clone(), k.clone()
+    qk_norm_rope(rope, want_q, want_k, qw, kw, eps=1e-6, positions=positions, **cache)
+    got = dict(v=v, k_cache=k_cache.clone(), v_cache=v_cache.clone(), slots=slots) if with_cache else {}
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    before = q.clone(), k.clone()
+    result = qk_norm_rope(rope, q, k, qw, kw, eps=1e-6, positions=positions, q_out=q_out, k_out=k_out, **got)
+    assert result[0] is q_out and result[1] is k_out
+    assert torch.equal(q, before[0]) and torch.equal(k, before[1])  # only read
+    assert_same_bits(q_out, want_q, "q_out")
+    assert_same_bits(k_out, want_k, "k_out")
+    if with_cache:
+        assert_same_bits(got["k_cache"], cache["k_cache"], "k_cache")
+        assert_same_bits(got["v_cache"], cache["v_cache"], "v_cache")
+    with pytest.raises(TypeError, match=r"^k_out dtype must be k's \(torch.bfloat16\), got torch.float32"):
+        qk_norm_rope(rope, q, k, qw, kw, eps=1e-6, positions=positions, k_out=torch.empty(5, 2, 64))

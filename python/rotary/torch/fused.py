@@ -497,12 +497,18 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
 
 def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope,
                          rounding, v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode,
-                         cos_sin_cache, angles, check_duplicate_slots=False):
+                         cos_sin_cache, angles, check_duplicate_slots=False, q_out=None, k_out=None):
     _one_device("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
               k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
-              cos_sin_cache=cos_sin_cache)
+              cos_sin_cache=cos_sin_cache, q_out=q_out, k_out=k_out)
+    for name, out, like in (("q_out", q_out, q), ("k_out", k_out, k)):
+        if out is not None and like is not None and out.dtype != like.dtype:
+            raise TypeError(f"{name} dtype must be {name[0]}'s ({like.dtype}), got {out.dtype}")
+    if k_out is not None and k is None:
+        raise ValueError("k_out is given without k")
     r = _rope_of_handle(rope)
     q, k, v = _flat_heads(r.head_dim, q, k, v)
+    q_out, k_out = _heads(q_out, "q_out", head_dim=r.head_dim), _heads(k_out, "k_out", head_dim=r.head_dim)
     pos, streams = _positions(positions, q)
     weights = [None if w is None else w.detach().contiguous() for w in (q_weight, k_weight)]
     if k_cache is not None and slots is None:
@@ -518,30 +524,33 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              None if k_cache is None else _cache(k_cache, "k_cache", kv_layout),
                              None if v_cache is None else _cache(v_cache, "v_cache", kv_layout),
                              None if slots is None else _indices(slots, "slots"), k_scale, v_scale, scale_mode,
-                             _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots)
+                             _cos_sin_cache(cos_sin_cache, r), angles, check_duplicate_slots,
+                             None if q_out is None else _activation(q_out, "q_out"),
+                             None if k_out is None else _activation(k_out, "k_out"))
     except ValueError as e:
         raise _in_call_words(e) from None
 
 
-@torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k", "v", "k_cache", "v_cache"))
+@torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k", "v", "k_cache", "v_cache", "q_out", "k_out"))
 def _qk_norm_rope_op(q: Tensor, k: Optional[Tensor], q_weight: Optional[Tensor], k_weight: Optional[Tensor], rope: int,
                      eps: float, positions: Optional[Tensor], offset: int, weight_offset: float, order: str,
                      scope: str, rounding: str, v: Optional[Tensor], v_norm: bool, k_cache: Optional[Tensor],
                      v_cache: Optional[Tensor], slots: Optional[Tensor], kv_layout: str, k_scale: Optional[Tensor],
                      v_scale: Optional[Tensor], scale_mode: str, cos_sin_cache: Optional[Tensor], angles: str,
-                     check_duplicate_slots: bool = False) -> None:
+                     check_duplicate_slots: bool = False, q_out: Optional[Tensor] = None,
+                     k_out: Optional[Tensor] = None) -> None:
     _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
                          v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
-                         angles, check_duplicate_slots)
+                         angles, check_duplicate_slots, q_out, k_out)
 
 
 @_qk_norm_rope_op.register_fake
 def _qk_norm_rope_fake(q, k, q_weight, k_weight, rope, eps, positions, offset, weight_offset, order, scope, rounding,
                        v, v_norm, k_cache, v_cache, slots, kv_layout, k_scale, v_scale, scale_mode, cos_sin_cache,
-                       angles, check_duplicate_slots=False):
+                       angles, check_duplicate_slots=False, q_out=None, k_out=None):
     _shapes_only("qk_norm_rope", q=q, k=k, q_weight=q_weight, k_weight=k_weight, positions=positions, v=v,
                  k_cache=k_cache, v_cache=v_cache, slots=slots, k_scale=k_scale, v_scale=v_scale,
-                 cos_sin_cache=cos_sin_cache)
+                 cos_sin_cache=cos_sin_cache, q_out=q_out, k_out=k_out)
 
 
 @_renamed("angles")
@@ -551,7 +560,8 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
                  v_norm: bool = False, k_cache: Optional[Tensor] = None, v_cache: Optional[Tensor] = None,
                  slots: Optional[Tensor] = None, kv_layout: str = "NHD", k_scale: Scale = None, v_scale: Scale = None,
                  scale_mode: str = "divide", cos_sin_cache: Optional[Tensor] = None,
-                 numerics: str = "exact", check_duplicate_slots: bool = False) -> tuple[Tensor, Tensor]:
+                 numerics: str = "exact", check_duplicate_slots: bool = False, q_out: Optional[Tensor] = None,
+                 k_out: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """QK-norm and RoPE in one pass, in place: RMSNorm of q and k then the rotation (Qwen3, Gemma 3,
     OLMo 2), or the rotation then the norm (Llama 4); optionally a weightless norm of v (Gemma 4) and
     the cache write of ``rope_store`` in the same pass.
@@ -600,11 +610,15 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
         ``rope_store`` takes them (``angles=``, numerics' former name, too).
     check_duplicate_slots : bool
         With the cache write, as ``rope_store`` takes it.
+    q_out, k_out : torch.Tensor, optional
+        q's (k's) shape and dtype: the normed and rotated q (k) out of place; q (k) is then only read.
+        With the cache write, k_out takes what the cache receives before quantising, and k is not
+        written.
 
     Returns
     -------
     tuple of torch.Tensor
-        ``(q, k)``: the caller's tensors, normed and rotated.
+        ``(q, k)``: the caller's tensors, normed and rotated (q_out, k_out in their places when given).
 
     Raises
     ------
@@ -614,7 +628,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     if (type(rope) is Rope and q is not None and cos_sin_cache is None
             and type(kv_layout) is str and kv_layout == "NHD" and type(offset) is int
             and (offset == 0 or positions is None) and type(eps) in (float, int) and type(weight_offset) in (float, int)
-            and type(v_norm) is bool and type(check_duplicate_slots) is bool
+            and type(v_norm) is bool and type(check_duplicate_slots) is bool and q_out is None and k_out is None
             and (positions is None or (type(positions) is Tensor and positions.ndim == 1))
             and type(order) is str and type(scope) is str and type(rounding) is str and type(numerics) is str
             and scale_mode in ("divide", "multiply")  # (a str: the binding reads it only with a cache)
@@ -629,14 +643,15 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
             _rotary.qk_norm_rope(rope._impl, qh, kh, q_weight, k_weight, eps, positions, 1, offset,
                                  rope.rotates_backward, weight_offset, order, scope, rounding, vh, v_norm, k_cache,
                                  v_cache, slots, k_scale,
-                                 v_scale, scale_mode, None, numerics, check_duplicate_slots)
+                                 v_scale, scale_mode, None, numerics, check_duplicate_slots, None, None)
             return q, k
         except (TypeError, ValueError):
             pass
     _check_rope(rope)
     _tensor(q, "q")
     for name, t in (("k", k), ("q_weight", q_weight), ("k_weight", k_weight), ("v", v), ("k_cache", k_cache),
-                    ("v_cache", v_cache), ("slots", slots), ("cos_sin_cache", cos_sin_cache)):
+                    ("v_cache", v_cache), ("slots", slots), ("cos_sin_cache", cos_sin_cache), ("q_out", q_out),
+                    ("k_out", k_out)):
         _tensor(t, name, optional=True)
     eps, weight_offset = _number(eps, "eps"), _number(weight_offset, "weight_offset")
     order = _choice(order, "order", ("norm_rope", "rope_norm"))
@@ -649,17 +664,19 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
     offset = _offset(offset, positions)
     if positions is not None:
         _tensor(positions, "positions")
-    _refuse_grad(q=q, k=k, v=v, k_cache=k_cache, v_cache=v_cache)
+    _refuse_grad(q=q if q_out is None else None, k=k if k_out is None else None, v=v, k_cache=k_cache,
+                 v_cache=v_cache, q_out=q_out, k_out=k_out)
     like = q if k_cache is None else k_cache
     args = (q, k, q_weight, k_weight, rope._handle, eps, positions, offset, weight_offset, order, scope, rounding, v,
             v_norm, k_cache, v_cache, slots, kv_layout, _scale(k_scale, "k_scale", like),
             _scale(v_scale, "v_scale", like), scale_mode, cos_sin_cache,
-            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"))
-    if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache):
+            _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"), q_out,
+            k_out)
+    if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache, q_out, k_out):
         _qk_norm_rope_kernel(*args)
     else:
         torch.ops.rotary.qk_norm_rope(*args)
-    return q, k
+    return (q if q_out is None else q_out), (k if k_out is None else k_out)
 
 
 # ---- rerotate_cache --------------------------------------------------------------------------------
