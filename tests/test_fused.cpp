@@ -59,85 +59,24 @@ void expect_rope_store_matches_composition(const test::StoreCase& c) {
   EXPECT_TRUE(v_cache_ref == s.v_cache_bytes) << "v_cache: " << test::first_difference(v_cache_ref, s.v_cache_bytes);
 }
 
-Schedule schedule_of(int64_t head_dim, int64_t rotary_dim, Pairing pairing, int64_t offset = 0) {
-  return make_schedule(Spec{.head_dim = head_dim, .rotary_dim = rotary_dim, .pairing = pairing,
-                            .rotary_offset = offset});
-}
+using test::schedule_of;
 
 TEST(FusedRopeStore, EveryLayoutBlockSizeAndHeadDimMatchesApplyThenScatter) {
-  int seed = 0;
-  for (const Layout layout : {Layout::nhd, Layout::hnd, Layout::contiguous}) {
-    for (const int64_t block : {1, 16, 64}) {
-      for (const int64_t d : {64, 80, 96, 128, 192, 256, 512}) {
-        for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
-          test::StoreCase c;
-          c.schedule = schedule_of(d, d, pairing);
-          c.layout = layout;
-          c.block_size = layout == Layout::contiguous ? 32 : block;
-          c.dtype = DType::bf16;
-          c.cache_dtype = DType::bf16;
-          c.seed = ++seed;
-          c.tokens = 7;
-          expect_rope_store_matches_composition(c);
-        }
-      }
-    }
-  }
+  for (const test::StoreCase& c : test::layout_grid()) expect_rope_store_matches_composition(c);
 }
 
 TEST(FusedRopeStore, GqaRatiosPartialRotaryOffsetsAndDtypes) {
-  int seed = 100;
-  for (const int64_t ratio : {1, 2, 4, 8, 16}) {
-    for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-      for (const auto& [d, r, off] : {std::tuple{128, 64, 0}, std::tuple{80, 32, 0}, std::tuple{192, 64, 128}}) {
-        test::StoreCase c;
-        c.schedule = schedule_of(d, r, ratio % 2 ? Pairing::half : Pairing::interleaved, off);
-        c.heads_k = 2;
-        c.heads_q = 2 * ratio;
-        c.dtype = dtype;
-        c.cache_dtype = dtype;
-        c.seed = ++seed;
-        expect_rope_store_matches_composition(c);
-      }
-    }
+  for (const test::StoreCase& c : test::gqa_grid({DType::f32, DType::f16, DType::bf16})) {
+    expect_rope_store_matches_composition(c);
   }
 }
 
 TEST(FusedRopeStore, QuantisedCachesPerTensorAndPerHeadBothScaleModes) {
-  int seed = 200;
-  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f16, DType::f32}) {
-    for (const DType dtype : {DType::bf16, DType::f32}) {
-      for (const bool per_head : {false, true}) {
-        for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
-          test::StoreCase c;
-          c.schedule = schedule_of(64, 64, Pairing::half);
-          c.dtype = dtype;
-          c.cache_dtype = cache;
-          c.scaled = is_quantised_dtype(cache);
-          c.per_head_scale = per_head;
-          c.mode = mode;
-          c.magnitude = cache == DType::i8 ? 200.0f : 600.0f;  // beyond ±max: saturation
-          c.seed = ++seed;
-          expect_rope_store_matches_composition(c);
-        }
-      }
-    }
-  }
+  for (const test::StoreCase& c : test::quantised_grid()) expect_rope_store_matches_composition(c);
 }
 
 TEST(FusedRopeStore, Fp8SubnormalsAndMaxValues) {
-  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    for (const float magnitude : {2e-5f, 1e-3f, 448.0f, 57344.0f, 1e5f}) {  // e5m2, e4m3 subnormals to beyond ±max
-      test::StoreCase c;
-      c.schedule = schedule_of(64, 64, Pairing::interleaved);
-      c.dtype = DType::f32;
-      c.cache_dtype = cache;
-      c.scaled = true;
-      c.magnitude = magnitude;
-      c.seed = 300 + static_cast<int>(magnitude);
-      expect_rope_store_matches_composition(c);
-    }
-  }
+  for (const test::StoreCase& c : test::fp8_extremes_grid()) expect_rope_store_matches_composition(c);
 }
 
 TEST(FusedRopeStore, MropeTablesCallerAnglesHfFloat32AndXpos) {

@@ -322,71 +322,16 @@ void expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
 constexpr int kLaunchThreads[] = {32, 64, 256};
 
 TEST(FusedEmulation, RopeStoreOverEveryLayoutBlockSizeHeadDimAndPairing) {
-  int seed = 0;
-  for (const test::Layout layout : {test::Layout::nhd, test::Layout::hnd, test::Layout::contiguous}) {
-    for (const int64_t block : {1, 16, 64}) {
-      for (const int64_t d : {64, 80, 96, 128, 192, 256, 512}) {
-        for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
-          test::StoreCase c;
-          c.schedule = make_schedule(Spec{.head_dim = d, .pairing = pairing});
-          c.layout = layout;
-          c.block_size = layout == test::Layout::contiguous ? 32 : block;
-          c.tokens = 7;
-          c.seed = ++seed;
-          expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
-        }
-      }
-    }
-  }
+  const std::vector<test::StoreCase> cases = test::layout_grid();
+  for (size_t i = 0; i < cases.size(); ++i) expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
 }
 
 TEST(FusedEmulation, RopeStoreOverGqaRatiosPartialRotaryOffsetsDtypesAndScales) {
-  int seed = 100;
-  for (const int64_t ratio : {1, 2, 4, 8, 16}) {
-    for (const DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
-      for (const auto& [d, r, off] : {std::tuple{128, 64, 0}, std::tuple{80, 32, 0}, std::tuple{192, 64, 128}}) {
-        test::StoreCase c;
-        c.schedule = make_schedule(Spec{.head_dim = d, .rotary_dim = r,
-                                        .pairing = ratio % 2 ? Pairing::half : Pairing::interleaved, .rotary_offset = off});
-        c.heads_k = 2;
-        c.heads_q = 2 * ratio;
-        c.dtype = dtype;
-        c.cache_dtype = dtype;
-        c.seed = ++seed;
-        expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
-      }
-    }
+  std::vector<test::StoreCase> cases = test::gqa_grid({DType::f32, DType::f16, DType::bf16, DType::f64});
+  for (const std::vector<test::StoreCase>& more : {test::quantised_grid(), test::fp8_extremes_grid()}) {
+    cases.insert(cases.end(), more.begin(), more.end());
   }
-  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f16, DType::f32}) {
-    for (const DType dtype : {DType::bf16, DType::f32}) {
-      for (const bool per_head : {false, true}) {
-        for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
-          test::StoreCase c;
-          c.schedule = make_schedule(Spec{.head_dim = 64});
-          c.dtype = dtype;
-          c.cache_dtype = cache;
-          c.scaled = is_quantised_dtype(cache);
-          c.per_head_scale = per_head;
-          c.mode = mode;
-          c.magnitude = cache == DType::i8 ? 200.0f : 600.0f;  // beyond ±max: saturation
-          c.seed = ++seed;
-          expect_store_grid_equals_cpu(c, kLaunchThreads[seed % 3]);
-        }
-      }
-    }
-  }
-  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
-    for (const float magnitude : {2e-5f, 1e-3f, 448.0f, 57344.0f, 1e5f}) {  // subnormals to beyond ±max
-      test::StoreCase c;
-      c.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
-      c.dtype = DType::f32;
-      c.cache_dtype = cache;
-      c.scaled = true;
-      c.magnitude = magnitude;
-      c.seed = ++seed;
-      expect_store_grid_equals_cpu(c, 32);
-    }
-  }
+  for (size_t i = 0; i < cases.size(); ++i) expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
 }
 
 TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -227,6 +228,103 @@ struct StoreSetup {
     }
   }
 };
+
+// ---- rope_store's case grids (tests/test_fused.cpp against the composition; tests/test_fused_emulation.cpp
+// through the device's split) ----
+
+inline Schedule schedule_of(int64_t head_dim, int64_t rotary_dim, Pairing pairing, int64_t offset = 0) {
+  return make_schedule(Spec{.head_dim = head_dim, .rotary_dim = rotary_dim, .pairing = pairing,
+                            .rotary_offset = offset});
+}
+
+/// Every layout, block size 1/16/64 (contiguous: rows of 32), head_dim 64-512, both pairings; bf16.
+inline std::vector<StoreCase> layout_grid() {
+  std::vector<StoreCase> cases;
+  int seed = 0;
+  for (const Layout layout : {Layout::nhd, Layout::hnd, Layout::contiguous}) {
+    for (const int64_t block : {1, 16, 64}) {
+      for (const int64_t d : {64, 80, 96, 128, 192, 256, 512}) {
+        for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+          StoreCase c;
+          c.schedule = schedule_of(d, d, pairing);
+          c.layout = layout;
+          c.block_size = layout == Layout::contiguous ? 32 : block;
+          c.dtype = DType::bf16;
+          c.cache_dtype = DType::bf16;
+          c.seed = ++seed;
+          c.tokens = 7;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+/// GQA ratios 1-16, partial rotary and a slice at an offset, each of `dtypes` (cache of the same).
+inline std::vector<StoreCase> gqa_grid(std::initializer_list<DType> dtypes) {
+  std::vector<StoreCase> cases;
+  int seed = 100;
+  for (const int64_t ratio : {1, 2, 4, 8, 16}) {
+    for (const DType dtype : dtypes) {
+      for (const auto& [d, r, off] : {std::tuple{128, 64, 0}, std::tuple{80, 32, 0}, std::tuple{192, 64, 128}}) {
+        StoreCase c;
+        c.schedule = schedule_of(d, r, ratio % 2 ? Pairing::half : Pairing::interleaved, off);
+        c.heads_k = 2;
+        c.heads_q = 2 * ratio;
+        c.dtype = dtype;
+        c.cache_dtype = dtype;
+        c.seed = ++seed;
+        cases.push_back(c);
+      }
+    }
+  }
+  return cases;
+}
+
+/// Quantised caches (and f16/f32 ones), per tensor and per head, both scale modes, values beyond
+/// ±max (saturation).
+inline std::vector<StoreCase> quantised_grid() {
+  std::vector<StoreCase> cases;
+  int seed = 200;
+  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2, DType::i8, DType::f16, DType::f32}) {
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      for (const bool per_head : {false, true}) {
+        for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
+          StoreCase c;
+          c.schedule = schedule_of(64, 64, Pairing::half);
+          c.dtype = dtype;
+          c.cache_dtype = cache;
+          c.scaled = is_quantised_dtype(cache);
+          c.per_head_scale = per_head;
+          c.mode = mode;
+          c.magnitude = cache == DType::i8 ? 200.0f : 600.0f;  // beyond ±max: saturation
+          c.seed = ++seed;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+/// fp8 stores from e5m2's and e4m3's subnormals to beyond ±max.
+inline std::vector<StoreCase> fp8_extremes_grid() {
+  std::vector<StoreCase> cases;
+  for (const DType cache : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    for (const float magnitude : {2e-5f, 1e-3f, 448.0f, 57344.0f, 1e5f}) {
+      StoreCase c;
+      c.schedule = schedule_of(64, 64, Pairing::interleaved);
+      c.dtype = DType::f32;
+      c.cache_dtype = cache;
+      c.scaled = true;
+      c.magnitude = magnitude;
+      c.seed = 300 + static_cast<int>(magnitude);
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
 
 // ---- qk_norm_rope ----
 
