@@ -1149,6 +1149,25 @@ def flat_decode_layer(rope, qkv, positions, slots, k_cache, v_cache, k_out):
     return q.float().sum(-1)
 
 
+def compiled_against_eager(layer, backend, rope, positions, slots, state, extra, names):
+    """``layer(rope, state[0], positions, slots, *state[1:], *extra)`` traced as one graph without a
+    break, compiled with fullgraph and run on copies of ``state``: the tensors it writes and its result
+    equal eager's, bit for bit. Returns the traced graph's code and eager's final state."""
+    def call(st):
+        return (rope, st[0], positions, slots, *st[1:], *extra)
+
+    explained = torch._dynamo.explain(layer)(*call([t.clone() for t in state]))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(layer, fullgraph=True, backend=backend)
+    eager_state, compiled_state = [t.clone() for t in state], [t.clone() for t in state]
+    want = layer(*call(eager_state))
+    got = compiled(*call(compiled_state))
+    for name, a, b in zip(names, eager_state, compiled_state):
+        assert_same_bits(b, a, name)
+    torch.testing.assert_close(got, want)
+    return explained.graphs[0].code, eager_state
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_flat_slices_and_k_out_compile_with_fullgraph_and_equal_eager(backend):
     rope = Rope(64, base=1e6)
@@ -1156,17 +1175,9 @@ def test_flat_slices_and_k_out_compile_with_fullgraph_and_equal_eager(backend):
     qkv = torch.randn(5, 8 * 64, generator=g).bfloat16()
     positions, slots = torch.tensor([3, 9, 100, 4000, 0]), torch.tensor([12, 0, -1, 31, 5])
     k_cache, v_cache = poisoned((4, 8, 2, 64), torch.float8_e4m3fn, 1), poisoned((4, 8, 2, 64), torch.float8_e5m2, 2)
-    explained = torch._dynamo.explain(flat_decode_layer)(rope, qkv.clone(), positions, slots, k_cache.clone(),
-                                                         v_cache.clone(), torch.empty(5, 2 * 64).bfloat16())
-    assert explained.graph_break_count == 0 and explained.graph_count == 1
-    compiled = torch.compile(flat_decode_layer, fullgraph=True, backend=backend)
-    eager_state = [qkv.clone(), k_cache.clone(), v_cache.clone(), torch.zeros(5, 2 * 64).bfloat16()]
-    compiled_state = [qkv.clone(), k_cache.clone(), v_cache.clone(), torch.zeros(5, 2 * 64).bfloat16()]
-    want = flat_decode_layer(rope, eager_state[0], positions, slots, *eager_state[1:])
-    got = compiled(rope, compiled_state[0], positions, slots, *compiled_state[1:])
-    for name, a, b in zip(("qkv", "k_cache", "v_cache", "k_out"), eager_state, compiled_state):
-        assert_same_bits(b, a, name)
-    torch.testing.assert_close(got, want)
+    _, eager_state = compiled_against_eager(flat_decode_layer, backend, rope, positions, slots,
+                                            [qkv, k_cache, v_cache, torch.zeros(5, 2 * 64).bfloat16()], (),
+                                            ("qkv", "k_cache", "v_cache", "k_out"))
     assert not torch.equal(eager_state[3], torch.zeros(5, 2 * 64).bfloat16())  # k_out was written
 
 
@@ -1178,19 +1189,9 @@ def test_the_operators_compile_with_fullgraph_and_equal_eager(backend):
     positions, slots = torch.tensor([3, 9, 100, 4000, 0]), torch.tensor([12, 0, -1, 31, 5])
     k_cache, v_cache = poisoned((4, 8, 2, 64), torch.float8_e4m3fn, 1), poisoned((4, 8, 2, 64), torch.float8_e5m2, 2)
     qw, kw = torch.rand(64, generator=g).bfloat16() + 0.5, torch.rand(64, generator=g).bfloat16() + 0.5
-    explained = torch._dynamo.explain(decode_layer)(rope, qkv.clone(), positions, slots, k_cache.clone(),
-                                                    v_cache.clone(), qw, kw)
-    assert explained.graph_break_count == 0 and explained.graph_count == 1
-    code = explained.graphs[0].code
+    code, eager_state = compiled_against_eager(decode_layer, backend, rope, positions, slots, [qkv, k_cache, v_cache],
+                                               (qw, kw), ("qkv", "k_cache", "v_cache"))
     assert all(f"torch.ops.rotary.{op}" in code for op in ("qk_norm_rope", "rope_store", "rerotate_cache"))
-    compiled = torch.compile(decode_layer, fullgraph=True, backend=backend)
-    eager_state = [qkv.clone(), k_cache.clone(), v_cache.clone()]
-    compiled_state = [qkv.clone(), k_cache.clone(), v_cache.clone()]
-    want = decode_layer(rope, eager_state[0], positions, slots, eager_state[1], eager_state[2], qw, kw)
-    got = compiled(rope, compiled_state[0], positions, slots, compiled_state[1], compiled_state[2], qw, kw)
-    for name, a, b in zip(("qkv", "k_cache", "v_cache"), eager_state, compiled_state):
-        assert_same_bits(b, a, name)
-    torch.testing.assert_close(got, want)
     assert not torch.equal(bits(eager_state[1]), bits(k_cache))  # the caches were written
 
 
