@@ -95,7 +95,7 @@ foreach(object ${OBJECTS})
     list(LENGTH calls call_count)
     list(LENGTH local_ops local_count)
     math(EXPR ldg_other "${ldg_all} - ${ldg128}")
-    string(REGEX REPLACE "^.*(fast_rope_kernel|_Z[0-9]+)" "\\1" short "${name}")
+    string(REGEX REPLACE "^.*(fast_rope_kernel|fast_store_kernel|_Z[0-9]+)" "\\1" short "${name}")
     string(APPEND summary "  ${short}: ${registers} registers, stack ${stack}, LDG.E.128 ${ldg128} (other loads "
                           "${ldg_other}), STG.E.128 ${stg128} (other stores ${stg_other}), CALL.REL ${call_count}, "
                           "LDL/STL ${local_count}\n")

@@ -33,8 +33,10 @@
 #include <vector>
 
 #include "cuda/fast_body.hpp"
+#include "cuda/fast_store_body.hpp"
 #include "cuda/launch.hpp"
 #include "cuda/rope_body.hpp"
+#include "fused/fused_args.hpp"
 #include "kernel/args.hpp"
 #include "rotary/cuda.hpp"
 #include "rotary/fused.hpp"
@@ -871,6 +873,98 @@ TEST(CudaDevice, FusedOperationsMatchTheCpuByteForByte) {
     EXPECT_TRUE(q.down() == q.host) << "normed q";
     EXPECT_TRUE(k.down() == k.host) << "normed k";
     EXPECT_TRUE(kc.down() == kc.host) << "k_cache after qk_norm_rope";
+  }
+}
+
+// rope_store's fast kernel (src/cuda/fast_store_body.hpp) on the device, with the launch
+// cuda::rope_store picks and with shapes it does not (one SM's multi-token tiles, one block looping
+// over every tile, a head per group, one row per token): q, k_out and both caches equal the CPU's
+// rope_store byte for byte, bf16 half pairing and f32 interleaved with a slice at an offset.
+TEST(CudaDevice, RopeStoreFastKernelOnEveryLaunchShapeMatchesTheCpu) {
+  REQUIRE_DEVICE();
+  struct Case {
+    DType dtype;
+    Schedule schedule;
+  };
+  const Case cases[] = {{DType::bf16, make_schedule(Spec{.head_dim = 128})},
+                        {DType::f32, make_schedule(Spec{.head_dim = 96, .rotary_dim = 64, .pairing = Pairing::interleaved,
+                                                        .rotary_offset = 16})}};
+  const int64_t tokens = 37, hq = 8, hk = 2, blocks = 8, block = 16;
+  std::mt19937_64 rng(2525);
+  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
+  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 500000);
+    slots[static_cast<size_t>(t)] = t == 7 ? -1 : order[static_cast<size_t>(t)];
+  }
+  for (const Case& c : cases) {
+    const int64_t d = c.schedule.head_dim, es = size_of(c.dtype);
+    SCOPED_TRACE(to_string(c.dtype));
+    const auto values = [&](int64_t n) {  // finite values of the dtype (bf16's bits widened for f32)
+      std::vector<unsigned char> b = bf16_values(n, rng), out(static_cast<size_t>(n * es));
+      for (int64_t i = 0; i < n; ++i) {
+        if (es == 2) {
+          std::memcpy(&out[static_cast<size_t>(2 * i)], &b[static_cast<size_t>(2 * i)], 2);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, &b[static_cast<size_t>(2 * i)], 2);
+          const uint32_t w = uint32_t{h} << 16;
+          std::memcpy(&out[static_cast<size_t>(4 * i)], &w, 4);
+        }
+      }
+      return out;
+    };
+    const std::vector<unsigned char> q0 = values(tokens * hq * d), k0 = values(tokens * hk * d), v0 = values(tokens * hk * d);
+    const std::vector<unsigned char> poison(static_cast<size_t>(blocks * block * hk * d * es), 0xA5);
+    // The CPU's result, once.
+    std::vector<unsigned char> q = q0, k = k0, v = v0, k_out(k0.size(), 0x3C), kc = poison, vc = poison;
+    const auto args = [&](void* qp, void* kp, void* vp, void* kop, void* kcp, void* vcp, const int64_t* pos, const int64_t* sl) {
+      RopeStoreArgs a;
+      a.rope = ApplyArgs{.q = TensorView::bshd(qp, c.dtype, 1, tokens, hq, d), .k = TensorView::bshd(kp, c.dtype, 1, tokens, hk, d),
+                         .positions = Positions::per_token(std::span(pos, static_cast<size_t>(tokens)))};
+      a.rope.k_out = TensorView::bshd(kop, c.dtype, 1, tokens, hk, d);
+      a.cache.slots = Slots{.data = sl, .is_i64 = true, .count = tokens};
+      a.cache.k_cache = CacheView::nhd(kcp, c.dtype, blocks, block, hk, d);
+      a.cache.v_cache = CacheView::hnd(vcp, c.dtype, blocks, block, hk, d);
+      a.cache.v = TensorView::bshd(vp, c.dtype, 1, tokens, hk, d);
+      return a;
+    };
+    rope_store(c.schedule, args(q.data(), k.data(), v.data(), k_out.data(), kc.data(), vc.data(), positions.data(), slots.data()));
+    Mirror pos(bytes_of(positions)), sl(bytes_of(slots));
+    int sms = 0;
+    cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    // Variant 0: cuda::rope_store's own launch; 1-5: launch_fast_store with other shapes.
+    for (int variant = 0; variant < 6; ++variant) {
+      Mirror dq(q0), dk(k0), dv(v0), dko(std::vector<unsigned char>(k0.size(), 0x3C)), dkc(poison), dvc(poison);
+      const RopeStoreArgs a = args(dq.d(), dk.d(), dv.d(), dko.d(), dkc.d(), dvc.d(), static_cast<const int64_t*>(pos.d()),
+                                   static_cast<const int64_t*>(sl.d()));
+      const ErrorWord error;
+      if (variant == 0) {
+        cuda::rope_store(c.schedule, a, nullptr, {.error = error.get()});
+      } else {
+        detail::validate_rope_store(c.schedule, a, false);
+        detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, a, nullptr);
+        f.rope.error = error.get();
+        ASSERT_EQ(detail::cuda::fast_store_refusal(f), nullptr);
+        detail::cuda::FastShape shape = detail::cuda::fast_store_launch_shape(f, variant == 1 ? 1 : variant == 2 ? 4 : sms);
+        if (variant == 3) shape.grid = 1;                       // one block loops over every tile
+        if (variant == 4) shape.group_heads = 1, shape.groups = static_cast<int>(hq + 2 * hk);  // a head per group
+        if (variant == 5) shape.rows = 1 << shape.tile_shift;  // one row per token: threads loop over heads
+        SCOPED_TRACE("variant " + std::to_string(variant) + ": chunks=" + std::to_string(shape.chunks) +
+                     " rows=" + std::to_string(shape.rows) + " tile_shift=" + std::to_string(shape.tile_shift) +
+                     " groups=" + std::to_string(shape.groups) + " grid=" + std::to_string(shape.grid));
+        detail::cuda::launch_fast_store(f, shape, nullptr);
+      }
+      cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      EXPECT_EQ(error.read(), 0u) << "variant " << variant;
+      EXPECT_TRUE(dq.down() == q) << "q, variant " << variant;
+      EXPECT_TRUE(dk.down() == k0) << "k (read only), variant " << variant;
+      EXPECT_TRUE(dko.down() == k_out) << "k_out, variant " << variant;
+      EXPECT_TRUE(dkc.down() == kc) << "k_cache, variant " << variant;
+      EXPECT_TRUE(dvc.down() == vc) << "v_cache, variant " << variant;
+    }
   }
 }
 

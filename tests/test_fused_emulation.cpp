@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "cuda/emulate.hpp"
 #include "fused/body.hpp"
 #include "fused/fused_args.hpp"
 #include "kernel/args.hpp"
@@ -276,12 +278,55 @@ TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
   }
 }
 
+// ---- rope_store's fast kernel (src/cuda/fast_store_body.hpp) ----
+
+/// A device call's kernel arguments for `setup`'s store (validated as the CUDA entry points do, a
+/// table as a DeviceTable's range), with an error word.
+struct DeviceStore {
+  RopeStoreArgs args;
+  std::optional<detail::TableRows> rows;
+  uint32_t error = 0;
+  detail::FusedKernelArgs f;
+  DeviceStore(const Schedule& s, test::StoreSetup& setup, const std::function<void(RopeStoreArgs&)>& edit = {})
+      : args(setup.store_args()) {
+    if (edit) edit(args);
+    detail::validate_rope_store(s, args, false);
+    if (setup.table) rows = detail::table_range(*setup.table);
+    f = detail::make_rope_store_args(s, args, rows ? &*rows : nullptr);
+    f.rope.error = &error;
+  }
+};
+
+/// The fast kernel's grid, with the launch a device of `multiprocessors` SMs picks (or `shape`), on
+/// the case `cpu` holds after the CPU's rope_store: q, k and both caches equal byte for byte, no
+/// error raised. False (nothing run) when the fast kernel does not take the case.
+bool expect_fast_store_equals_cpu(const test::StoreCase& c, const test::StoreSetup& cpu, int multiprocessors,
+                                  std::optional<detail::cuda::FastShape> shape = {}) {
+  test::StoreSetup fast(c);
+  DeviceStore call(c.schedule, fast);
+  if (detail::cuda::fast_store_refusal(call.f) != nullptr) return false;
+  const detail::cuda::FastShape launch = shape ? *shape : detail::cuda::fast_store_launch_shape(call.f, multiprocessors);
+  SCOPED_TRACE(fmt::format("fast store: {} SMs, chunks={} rows={} tile_shift={} group_heads={} groups={} grid={}",
+                           multiprocessors, launch.chunks, launch.rows, launch.tile_shift, launch.group_heads,
+                           launch.groups, launch.grid));
+  detail::cuda::emulate_fast_store(call.f, launch);
+  EXPECT_EQ(call.error, 0u);
+  EXPECT_TRUE(cpu.q == fast.q) << "q " << test::first_difference(cpu.q, fast.q);
+  EXPECT_TRUE(cpu.k == fast.k) << "k";
+  EXPECT_TRUE(cpu.k_cache_bytes == fast.k_cache_bytes) << "k_cache " << test::first_difference(cpu.k_cache_bytes, fast.k_cache_bytes);
+  EXPECT_TRUE(cpu.v_cache_bytes == fast.v_cache_bytes) << "v_cache " << test::first_difference(cpu.v_cache_bytes, fast.v_cache_bytes);
+  return true;
+}
+
 // ---- The CPU suite's case grids (tests/test_fused.cpp) through the device's split ----
 
 // A device call's form of a case: validated as the CUDA entry points validate (nothing in device
 // memory read), a table given as a DeviceTable's range of rows, the block's thread count as a launch
 // of its size would have it.
-void expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
+// Also runs rope_store's fast kernel where it takes the case (expect_fast_store_equals_cpu, with the
+// launches of a 132-SM H100/H200 and of one SM: one-token tiles with heads split into groups, and
+// multi-token tiles); returns whether it did.
+bool expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
   SCOPED_TRACE(c.name() + " threads=" + std::to_string(threads));
   test::StoreSetup cpu(c), gpu(c);
   rope_store(c.schedule, cpu.store_args());
@@ -299,6 +344,9 @@ void expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
   EXPECT_TRUE(cpu.k == gpu.k) << "k";
   EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache " << test::first_difference(cpu.k_cache_bytes, gpu.k_cache_bytes);
   EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << "v_cache " << test::first_difference(cpu.v_cache_bytes, gpu.v_cache_bytes);
+  const bool fast = expect_fast_store_equals_cpu(c, cpu, 132);
+  if (fast) expect_fast_store_equals_cpu(c, cpu, 1);
+  return fast;
 }
 
 void expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
@@ -323,7 +371,12 @@ constexpr int kLaunchThreads[] = {32, 64, 256};
 
 TEST(FusedEmulation, RopeStoreOverEveryLayoutBlockSizeHeadDimAndPairing) {
   const std::vector<test::StoreCase> cases = test::layout_grid();
-  for (size_t i = 0; i < cases.size(); ++i) expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool fast = expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
+    // bf16 caches of the data's dtype, 16-byte rows: the fast kernel takes every case it can rotate
+    // (rotary_dim <= 256), so the grid above held it against the CPU.
+    EXPECT_EQ(fast, cases[i].schedule.rotary_dim <= 256) << cases[i].name();
+  }
 }
 
 TEST(FusedEmulation, RopeStoreOverGqaRatiosPartialRotaryOffsetsDtypesAndScales) {
@@ -331,7 +384,13 @@ TEST(FusedEmulation, RopeStoreOverGqaRatiosPartialRotaryOffsetsDtypesAndScales) 
   for (const std::vector<test::StoreCase>& more : {test::quantised_grid(), test::fp8_extremes_grid()}) {
     cases.insert(cases.end(), more.begin(), more.end());
   }
-  for (size_t i = 0; i < cases.size(); ++i) expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool fast = expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
+    // The fast kernel takes caches of the data's dtype (f32, f16, bf16: no quantisation, no f64) and
+    // refuses the rest, which the general kernel serves (held against the CPU above).
+    const bool same = cases[i].cache_dtype == cases[i].dtype && cases[i].dtype != DType::f64;
+    EXPECT_EQ(fast, same) << cases[i].name();
+  }
 }
 
 TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
@@ -340,10 +399,12 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
   c.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}});
   c.mrope = true;
   c.seed = ++seed;
-  expect_store_grid_equals_cpu(c, 64);
+  // The fast kernel takes M-RoPE and every angle source (its phase A is apply's), not xPos or MLA's
+  // k_pass: the general kernel's.
+  EXPECT_TRUE(expect_store_grid_equals_cpu(c, 64));
   c.schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 64, .pairing = Pairing::interleaved,
                                   .stream_layout = StreamLayout::sections, .sections = {8, 12, 12}});  // GLM-4.1V
-  expect_store_grid_equals_cpu(c, 256);
+  EXPECT_TRUE(expect_store_grid_equals_cpu(c, 256));
   for (const test::AngleSource source :
        {test::AngleSource::table, test::AngleSource::caller, test::AngleSource::hf_float32, test::AngleSource::exact}) {
     test::StoreCase s;
@@ -351,12 +412,12 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
                                     .original_max_position = 4096});
     s.source = source;
     s.seed = ++seed;
-    expect_store_grid_equals_cpu(s, 64);
+    EXPECT_TRUE(expect_store_grid_equals_cpu(s, 64));
   }
   test::StoreCase x;
   x.schedule = with_xpos(make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved}), 512.0);
   x.seed = ++seed;
-  expect_store_grid_equals_cpu(x, 32);
+  EXPECT_FALSE(expect_store_grid_equals_cpu(x, 32));
   test::StoreCase mla;  // DeepSeek-V3's latent rows [kv_c 512 | k_pe 64]
   mla.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
   mla.layout = test::Layout::mla;
@@ -365,7 +426,7 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
   mla.pass_dim = 512;
   mla.block_size = 64;
   mla.seed = ++seed;
-  expect_store_grid_equals_cpu(mla, 256);
+  EXPECT_FALSE(expect_store_grid_equals_cpu(mla, 256));
 }
 
 TEST(FusedEmulation, QkNormRopeOverEveryModelsNormDtypeAndHeadDim) {
@@ -555,6 +616,203 @@ TEST(FusedEmulation, AScaleNotFiniteAndPositiveWritesNothingAndIsFlagged) {
   emulate_rerotate(r, 32);
   EXPECT_EQ(error, detail::kScaleInvalid);
   EXPECT_TRUE(cache == before);
+}
+
+// ---- rope_store's fast kernel: launch shapes, skips and flags, out-of-place outputs, refusals ----
+
+/// Every launch shape of the fast store grid that fits a block: tiles of 1-8 tokens, rows from one
+/// per token (each thread loops over its heads) to a full block, head groups from one to a head per
+/// group, grids from one block (looping over every tile) to a block per tile.
+std::vector<detail::cuda::FastShape> fast_store_shapes(const detail::FusedKernelArgs& f) {
+  std::vector<detail::cuda::FastShape> shapes;
+  const int chunks = detail::cuda::fast_store_chunks(f);
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  for (int shift = 0; shift <= 3; ++shift) {
+    const int tile = 1 << shift;
+    const int max_rows = 256 / chunks / tile * tile;
+    if (max_rows < tile) continue;
+    const int64_t tiles = (f.rope.tokens + tile - 1) / tile;
+    for (const int rows : {tile, 2 * tile, max_rows}) {
+      if (rows > max_rows) continue;
+      for (const int64_t groups : {int64_t{1}, int64_t{2}, heads}) {
+        for (const int64_t grid : {int64_t{1}, int64_t{3}, tiles}) {
+          detail::cuda::FastShape shape;
+          shape.chunks = chunks;
+          shape.rows = rows;
+          shape.tile_shift = shift;
+          shape.group_heads = static_cast<int>((heads + groups - 1) / groups);
+          shape.groups = static_cast<int>((heads + shape.group_heads - 1) / shape.group_heads);
+          shape.grid = std::min(grid, tiles);
+          shapes.push_back(shape);
+        }
+      }
+    }
+  }
+  return shapes;
+}
+
+TEST(FusedEmulation, RopeStoreFastKernelOverEveryLaunchShape) {
+  std::vector<test::StoreCase> cases;
+  test::StoreCase c;  // Llama-like: bf16, half pairing, GQA 4
+  c.schedule = test::schedule_of(128, 128, Pairing::half);
+  c.heads_q = 8;
+  c.heads_k = 2;
+  c.tokens = 37;
+  c.seed = 700;
+  cases.push_back(c);
+  // f32, interleaved, a slice at an offset (pass-through vectors on both sides), v twice k's width
+  // (v's vectors beyond the registers' reach: the remainder loop).
+  c.schedule = test::schedule_of(96, 64, Pairing::interleaved, 16);
+  c.dtype = c.cache_dtype = DType::f32;
+  c.layout = test::Layout::hnd;
+  c.v_dim = 192;
+  c.seed = 701;
+  cases.push_back(c);
+  // f16, half pairing of a quarter of the head, v four times k's width, block size 1 (a token pool).
+  c.schedule = test::schedule_of(64, 16, Pairing::half);
+  c.dtype = c.cache_dtype = DType::f16;
+  c.layout = test::Layout::nhd;
+  c.block_size = 1;
+  c.v_dim = 256;
+  c.heads_q = 3;
+  c.heads_k = 3;
+  c.seed = 702;
+  cases.push_back(c);
+  // bf16, head_dim 256, v narrower than k.
+  c.schedule = test::schedule_of(256, 256, Pairing::interleaved);
+  c.dtype = c.cache_dtype = DType::bf16;
+  c.block_size = 64;
+  c.v_dim = 64;
+  c.heads_q = 4;
+  c.heads_k = 4;
+  c.tokens = 11;
+  c.seed = 703;
+  cases.push_back(c);
+  for (const test::StoreCase& sc : cases) {
+    SCOPED_TRACE(sc.name() + fmt::format(" v_dim={}", sc.v_dim));
+    test::StoreSetup cpu(sc), probe(sc);
+    rope_store(sc.schedule, cpu.store_args());
+    const DeviceStore call(sc.schedule, probe);
+    ASSERT_EQ(detail::cuda::fast_store_refusal(call.f), nullptr);
+    const std::vector<detail::cuda::FastShape> shapes = fast_store_shapes(call.f);
+    ASSERT_GE(shapes.size(), 20u);
+    for (const detail::cuda::FastShape& shape : shapes) ASSERT_TRUE(expect_fast_store_equals_cpu(sc, cpu, 0, shape));
+  }
+}
+
+// Device semantics the CPU refuses up front: a position no angle serves (the token skipped: none of
+// q, k, v written) and a slot beyond the caches (no cache written, flagged), with int64 and int32
+// slots. The fast kernel must leave every byte and the error word as the general kernel does.
+TEST(FusedEmulation, RopeStoreFastKernelSkipsAndFlagsAsTheGeneralKernel) {
+  for (const bool i32 : {false, true}) {
+    for (const Pairing pairing : {Pairing::half, Pairing::interleaved}) {
+      test::StoreCase c;
+      c.schedule = test::schedule_of(64, 64, pairing);
+      c.tokens = 9;
+      c.seed = i32 ? 720 : 721;
+      SCOPED_TRACE(c.name() + (i32 ? " int32 slots" : " int64 slots"));
+      test::StoreSetup general(c), fast(c);
+      std::vector<int32_t> slots32[2];
+      test::StoreSetup* setups[2] = {&general, &fast};
+      std::optional<DeviceStore> calls[2];
+      for (int i = 0; i < 2; ++i) {
+        test::StoreSetup& s = *setups[i];
+        s.positions[2] = -3;                        // position_out_of_range
+        s.slots[4] = s.k_cache.capacity() + 5;      // slot_out_of_range
+        s.slots[6] = -1;                            // skipped
+        slots32[i].assign(s.slots.begin(), s.slots.end());
+        calls[i].emplace(c.schedule, s, [&](RopeStoreArgs& a) {
+          if (i32) a.cache.slots = Slots::of(std::span<const int32_t>(slots32[i]));
+        });
+      }
+      ASSERT_EQ(detail::cuda::fast_store_refusal(calls[1]->f), nullptr);
+      emulate(calls[0]->f, 64);
+      detail::cuda::emulate_fast_store(calls[1]->f, detail::cuda::fast_store_launch_shape(calls[1]->f, 132));
+      EXPECT_EQ(calls[0]->error, detail::kPositionOutOfRange | detail::kSlotOutOfRange);
+      EXPECT_EQ(calls[1]->error, calls[0]->error);
+      EXPECT_TRUE(general.q == fast.q) << test::first_difference(general.q, fast.q);
+      EXPECT_TRUE(general.k == fast.k);
+      EXPECT_TRUE(general.k_cache_bytes == fast.k_cache_bytes) << test::first_difference(general.k_cache_bytes, fast.k_cache_bytes);
+      EXPECT_TRUE(general.v_cache_bytes == fast.v_cache_bytes) << test::first_difference(general.v_cache_bytes, fast.v_cache_bytes);
+      // And what that is: token 2's q unrotated (its input bytes), its slot's rows never written.
+      test::StoreSetup input(c);
+      const int64_t row = c.heads_q * c.schedule.head_dim * 2;
+      EXPECT_TRUE(std::equal(fast.q.begin() + 2 * row, fast.q.begin() + 3 * row, input.q.begin() + 2 * row));
+    }
+  }
+}
+
+// q_out and k_out out of place (their pass-through channels copied, before and after the slice),
+// k_out = k in place, and v's cache in HND: equal to the CPU's rope_store with the same outputs.
+TEST(FusedEmulation, RopeStoreFastKernelWritesQOutAndKOut) {
+  for (const bool k_in_place : {false, true}) {
+    test::StoreCase c;
+    c.schedule = test::schedule_of(128, 64, Pairing::half, 32);
+    c.heads_q = 6;
+    c.heads_k = 2;
+    c.tokens = 13;
+    c.seed = k_in_place ? 730 : 731;
+    SCOPED_TRACE(c.name() + (k_in_place ? " k_out=k" : " k_out apart"));
+    test::StoreSetup cpu(c);
+    const size_t q_bytes = cpu.q.size(), k_bytes = cpu.k.size();
+    test::Buffer cpu_q_out(q_bytes, 0x5a), cpu_k_out(k_bytes, 0x5a);
+    auto outputs = [&](test::StoreSetup& s, test::Buffer& q_out, test::Buffer& k_out) {
+      return [&s, &q_out, &k_out, k_in_place](RopeStoreArgs& a) {
+        a.rope.q_out = s.view(q_out, s.c.heads_q);
+        a.rope.k_out = k_in_place ? a.rope.k : s.view(k_out, s.c.heads_k);
+      };
+    };
+    RopeStoreArgs cpu_args = cpu.store_args();
+    outputs(cpu, cpu_q_out, cpu_k_out)(cpu_args);
+    rope_store(c.schedule, cpu_args);
+    for (const int sms : {132, 1}) {  // each on fresh buffers: k_out = k rotates k in place
+      test::StoreSetup fast(c);
+      test::Buffer fast_q_out(q_bytes, 0x5a), fast_k_out(k_bytes, 0x5a);
+      DeviceStore call(c.schedule, fast, outputs(fast, fast_q_out, fast_k_out));
+      ASSERT_EQ(detail::cuda::fast_store_refusal(call.f), nullptr);
+      detail::cuda::emulate_fast_store(call.f, detail::cuda::fast_store_launch_shape(call.f, sms));
+      EXPECT_EQ(call.error, 0u);
+      EXPECT_TRUE(cpu_q_out == fast_q_out) << test::first_difference(cpu_q_out, fast_q_out);
+      EXPECT_TRUE(cpu.q == fast.q) << "q read only";
+      EXPECT_TRUE(cpu_k_out == fast_k_out) << test::first_difference(cpu_k_out, fast_k_out);
+      EXPECT_TRUE(cpu.k == fast.k) << test::first_difference(cpu.k, fast.k);
+      EXPECT_TRUE(cpu.k_cache_bytes == fast.k_cache_bytes);
+      EXPECT_TRUE(cpu.v_cache_bytes == fast.v_cache_bytes);
+    }
+    EXPECT_NE(cpu_q_out, test::Buffer(q_bytes, 0x5a)) << "q_out written";
+  }
+}
+
+// What the fast kernel leaves to the general one, each named.
+TEST(FusedEmulation, RopeStoreFastKernelRefusesWhatItDoesNotServe) {
+  test::StoreCase c;
+  c.schedule = test::schedule_of(64, 64, Pairing::half);
+  test::StoreSetup base(c);
+  EXPECT_EQ(detail::cuda::fast_store_refusal(DeviceStore(c.schedule, base).f), nullptr);
+  auto refusal = [&](const test::StoreCase& sc, const std::function<void(RopeStoreArgs&)>& edit,
+                     const std::function<void(detail::FusedKernelArgs&)>& edit_f = {}) {
+    test::StoreSetup s(sc);
+    DeviceStore call(sc.schedule, s, edit);
+    if (edit_f) edit_f(call.f);
+    const char* why = detail::cuda::fast_store_refusal(call.f);
+    return std::string(why == nullptr ? "taken" : why);
+  };
+  test::StoreCase fp8 = c;
+  fp8.cache_dtype = DType::fp8_e4m3;
+  fp8.scaled = true;
+  EXPECT_EQ(refusal(fp8, {}), "k_cache's rows");
+  EXPECT_EQ(refusal(c, {}, [](detail::FusedKernelArgs& f) { f.check_duplicates = true; }), "the device duplicate check");
+  test::StoreCase xpos = c;
+  xpos.schedule = with_xpos(c.schedule, 512.0);
+  EXPECT_EQ(refusal(xpos, {}), "q or k not taken by apply's fast kernels");
+  test::StoreCase f64 = c;
+  f64.dtype = f64.cache_dtype = DType::f64;
+  EXPECT_EQ(refusal(f64, {}), "q or k not taken by apply's fast kernels");
+  // A v cache whose rows start 2 bytes into a vector.
+  EXPECT_EQ(refusal(c, [](RopeStoreArgs& a) { a.cache.v_cache.data = static_cast<unsigned char*>(a.cache.v_cache.data) + 2; }),
+            "v_cache's rows");
+  EXPECT_EQ(refusal(c, [](RopeStoreArgs& a) { a.cache.k_cache.data = static_cast<unsigned char*>(a.cache.k_cache.data) + 8; }),
+            "k_cache's rows");
 }
 
 }  // namespace

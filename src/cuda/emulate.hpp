@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fast_body.hpp"
+#include "fast_store_body.hpp"
 #include "rope_body.hpp"
 
 namespace rotary::detail::cuda {
@@ -103,6 +104,49 @@ void emulate_dispatched(const KernelArgs& args, int multiprocessors) {
     emulate_fast<Probe>(args, fast_launch_shape(args, multiprocessors));
   } else {
     emulate<Probe>(args, launch_shape(args));
+  }
+}
+
+/// Runs a rope_store call (one fast_store_refusal takes) on the host with rope_store's fast grid
+/// `shape`, as emulate_fast_as plays apply's: blocks (x, group) looping over their tiles, phase A
+/// for every thread, then phase B; shared memory 0xff bytes at every tile (a cell or cache row read
+/// before phase A writes it is NaN or a negative row: skipped, never a wrong address).
+template <class T, bool kHalf>
+void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
+  const FastStoreArgs s = fast_store_args(f, shape);
+  std::vector<unsigned char> memory(static_cast<size_t>(fast_store_shared_bytes(s)));
+  const FastStoreShared shared = fast_store_shared(memory.data(), s);
+  const PairArrays pairs = pair_arrays(f.rope);
+  std::vector<FastThread<kHalf>> threads(static_cast<size_t>(shape.chunks * shape.rows));
+  for (int group = 0; group < shape.groups; ++group) {
+    for (int64_t block = 0; block < shape.grid; ++block) {
+      for (int64_t tile = block; tile < s.rope.tiles; tile += shape.grid) {
+        std::fill(memory.begin(), memory.end(), static_cast<unsigned char>(0xff));
+        for (int y = 0; y < shape.rows; ++y) {
+          for (int x = 0; x < shape.chunks; ++x) {
+            fast_store_phase_a<T, kHalf>(f.rope, s, pairs, tile, group, x, y, shape.chunks, shape.rows, shared,
+                                         threads[static_cast<size_t>(y * shape.chunks + x)]);
+          }
+        }
+        for (int y = shape.rows - 1; y >= 0; --y) {  // any order: every vector is one thread's
+          for (int x = shape.chunks - 1; x >= 0; --x) {
+            fast_store_phase_b<T, kHalf>(s, tile, group, x, y, shape.rows, shared,
+                                         threads[static_cast<size_t>(y * shape.chunks + x)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+inline void emulate_fast_store(const FusedKernelArgs& f, const FastShape& shape) {
+  if (f.rope.tokens == 0) return;
+  const bool half = f.rope.pair_step == 1;
+  switch (f.rope.dtype) {
+    case DType::f32: half ? emulate_fast_store_as<float, true>(f, shape) : emulate_fast_store_as<float, false>(f, shape); break;
+    case DType::f16: half ? emulate_fast_store_as<F16, true>(f, shape) : emulate_fast_store_as<F16, false>(f, shape); break;
+    case DType::bf16: half ? emulate_fast_store_as<BF16, true>(f, shape) : emulate_fast_store_as<BF16, false>(f, shape); break;
+    default: break;  // never fast (fast_store_refusal)
   }
 }
 

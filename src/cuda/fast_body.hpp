@@ -304,18 +304,19 @@ inline int fast_chunks(const KernelArgs& args) {
 /// few tiles to give every SM two blocks (decode, short batches): one token per tile and the heads
 /// split into groups, each block at least as many threads as its token has pairs (one angle cell
 /// per thread: the exact angle's ~100 dependent double operations run once, in parallel).
-inline FastShape fast_launch_shape(const KernelArgs& args, int multiprocessors) {
+/// The same rule for any fast kernel's work: `chunks` thread columns per head, `heads` heads and
+/// `pairs` angle cells per token, `tokens` tokens (rope_store's fast kernel, fast_store_body.hpp,
+/// counts v's heads too).
+inline FastShape fast_shape_of(int chunks, int64_t heads, int64_t pairs, int64_t tokens, int multiprocessors) {
   FastShape shape;
-  shape.chunks = fast_chunks(args);
-  const int64_t heads = args.operands[0].heads + (args.operand_count > 1 ? args.operands[1].heads : 0);
-  const int64_t pairs = args.rotary_dim / 2;
+  shape.chunks = chunks;
   const int64_t target = 2 * static_cast<int64_t>(std::max(multiprocessors, 1));
   const int max_rows = kFastMaxThreads / shape.chunks;
   int shift = 0;
-  while (shift < kFastMaxTileShift && (2 << shift) <= max_rows && (args.tokens >> (shift + 1)) >= target) ++shift;
+  while (shift < kFastMaxTileShift && (2 << shift) <= max_rows && (tokens >> (shift + 1)) >= target) ++shift;
   shape.tile_shift = shift;
   const int64_t tile = int64_t{1} << shift;
-  const int64_t tiles = (args.tokens + tile - 1) / tile;
+  const int64_t tiles = (tokens + tile - 1) / tile;
   int64_t groups = 1;
   if (tiles < target && heads > 1) {
     groups = std::min<int64_t>(heads, (target + tiles - 1) / tiles);
@@ -333,6 +334,10 @@ inline FastShape fast_launch_shape(const KernelArgs& args, int multiprocessors) 
   shape.rows = static_cast<int>(std::max<int64_t>(std::min(rows_needed, rows_fit), tile));
   shape.grid = std::min(tiles, kFastMaxGrid);
   return shape;
+}
+inline FastShape fast_launch_shape(const KernelArgs& args, int multiprocessors) {
+  const int64_t heads = args.operands[0].heads + (args.operand_count > 1 ? args.operands[1].heads : 0);
+  return fast_shape_of(fast_chunks(args), heads, args.rotary_dim / 2, args.tokens, multiprocessors);
 }
 
 // ---- The kernel's arguments ----

@@ -5,7 +5,10 @@
 // thread/threads), thread 0 the all-heads norms, then one item (a head of q, k, v or k_pass) per
 // warp: its first thread the item's norm factor, its 32 threads the item's pairs and channels lane
 // by lane. Every element is written by one thread alone, so the order is free and the bits are the
-// CPU's. Compiled as apply.cu is (-fmad=false, no fast math). The host side
+// CPU's. rope_store calls that apply's fast kernels would take, with caches of the data's dtype, go
+// to rope_store's fast kernel instead (fast_store_body.hpp: 16-byte vectors, several tokens and
+// heads per block; launch_fused chooses, fast_store_refusal says why not). Both write the same
+// bits. Compiled as apply.cu is (-fmad=false, no fast math). The host side
 // (validation, kernel arguments) is src/cuda/api.cpp's.
 #include <cuda_runtime.h>
 
@@ -13,6 +16,7 @@
 #include <memory>
 
 #include "../fused/body.hpp"
+#include "fast_store_body.hpp"
 #include "launch.hpp"
 #include "rotary/cuda.hpp"
 
@@ -143,6 +147,66 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
+// rope_store's fast kernel (src/cuda/fast_store_body.hpp): apply's fast split with the cache write.
+// Its arguments by value, as apply.cu's FastParams.
+struct FastStoreParams {
+  KernelArgs args;
+  FastStoreArgs fast;
+  bool has_pair_stream;
+  double inv_freq[kFastMaxPairs];
+  int pair_stream[kFastMaxPairs];
+};
+
+// Registers capped at 80 as apply's fast kernels (three blocks of 256 threads per SM);
+// tests/cuda_sass_check.cmake holds the count, the 16-byte accesses and the absence of spills.
+template <class T, bool kHalf>
+__global__ void __launch_bounds__(kFastMaxThreads, 3) fast_store_kernel(const __grid_constant__ FastStoreParams params) {
+  extern __shared__ __align__(16) unsigned char shared_memory[];
+  const FastStoreArgs& s = params.fast;
+  const PairArrays pairs{.inv_freq = params.inv_freq, .pair_stream = params.has_pair_stream ? params.pair_stream : nullptr};
+  const FastStoreShared shared = fast_store_shared(shared_memory, s);
+  const int x = static_cast<int>(threadIdx.x);
+  const int y = static_cast<int>(threadIdx.y);
+  const int chunks = static_cast<int>(blockDim.x);
+  const int rows = static_cast<int>(blockDim.y);
+  const int group = static_cast<int>(blockIdx.y);
+  for (int64_t tile = blockIdx.x; tile < s.rope.tiles; tile += gridDim.x) {
+    FastThread<kHalf> thread;
+    fast_store_phase_a<T, kHalf>(params.args, s, pairs, tile, group, x, y, chunks, rows, shared, thread);
+    __syncthreads();
+    fast_store_phase_b<T, kHalf>(s, tile, group, x, y, rows, shared, thread);
+    __syncthreads();
+  }
+}
+
+template <class T, bool kHalf>
+void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
+  FastStoreParams params{};
+  params.args = f.rope;
+  params.fast = fast_store_args(f, shape);
+  params.has_pair_stream = f.rope.pair_stream != nullptr;
+  for (int64_t j = 0; j < f.rope.rotary_dim / 2; ++j) {
+    params.inv_freq[j] = fused_frequency(f.rope, j);
+    params.pair_stream[j] = f.rope.pair_stream != nullptr ? f.rope.pair_stream[j] : 0;
+  }
+  params.args.inv_freq = nullptr;  // host pointers, never read on the device
+  params.args.pair_stream = nullptr;
+  params.args.inv_freq_hf32 = nullptr;
+  const dim3 grid(static_cast<unsigned>(shape.grid), static_cast<unsigned>(shape.groups));
+  const dim3 block(static_cast<unsigned>(shape.chunks), static_cast<unsigned>(shape.rows));
+  fast_store_kernel<T, kHalf><<<grid, block, static_cast<size_t>(fast_store_shared_bytes(params.fast)), stream>>>(params);
+  check(static_cast<int>(cudaGetLastError()), "rope_store fast kernel launch");
+}
+
+template <class T>
+void launch_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
+  if (f.rope.pair_step == 1) {
+    launch_fast_store_as<T, true>(f, shape, stream);
+  } else {
+    launch_fast_store_as<T, false>(f, shape, stream);
+  }
+}
+
 template <class Args>
 void fill_params(FusedParams<Args, static_cast<int>(rotary::cuda::max_pairs)>& p, const Args& args, const KernelArgs& rope) {
   p.args = args;
@@ -194,8 +258,22 @@ void launch_fused_typed(const FusedKernelArgs& f, cudaStream_t stream) {
 
 }  // namespace
 
+void launch_fast_store(const FusedKernelArgs& f, const FastShape& shape, CUstream_st* stream) {
+  if (f.rope.tokens == 0) return;
+  switch (f.rope.dtype) {
+    case DType::f32: launch_fast_store_typed<float>(f, shape, stream); break;
+    case DType::f16: launch_fast_store_typed<F16>(f, shape, stream); break;
+    case DType::bf16: launch_fast_store_typed<BF16>(f, shape, stream); break;
+    default: break;  // never fast (fast_store_refusal)
+  }
+}
+
 void launch_fused(const FusedKernelArgs& f, CUstream_st* stream) {
   if (f.rope.tokens == 0) return;
+  if (fast_store_refusal(f) == nullptr) {
+    launch_fast_store(f, fast_store_launch_shape(f, multiprocessors()), stream);
+    return;
+  }
   switch (f.rope.dtype) {
     case DType::f64: launch_fused_typed<double>(f, stream); break;
     case DType::f16: launch_fused_typed<F16>(f, stream); break;

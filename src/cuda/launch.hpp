@@ -25,10 +25,16 @@ struct RerotateKernelArgs;
 namespace rotary::detail::cuda {
 
 /// Queues the fused kernel (src/cuda/fused.cu) for a validated call whose pointers are in device
-/// memory: a block per token, its threads filling the angle row, then one item (head) per thread,
-/// as tests/test_fused_emulation.cpp plays it. Throws RuntimeError when the launch fails; nothing
-/// for 0 tokens.
+/// memory: a block per token, its threads filling the angle row, then one item (head) per warp,
+/// as tests/test_fused_emulation.cpp plays it; or, for a rope_store call fast_store_refusal takes,
+/// rope_store's fast kernel with fast_store_launch_shape (src/cuda/fast_store_body.hpp). Throws
+/// RuntimeError when the launch fails; nothing for 0 tokens.
 void launch_fused(const FusedKernelArgs& args, CUstream_st* stream);
+struct FastShape;
+/// rope_store's fast kernel (src/cuda/fast_store_body.hpp) with a launch shape of the caller's, for
+/// a call fast_store_refusal takes (launch_fused picks it, with fast_store_launch_shape, for every
+/// such call): the device tests run it on shapes the default never picks.
+void launch_fast_store(const FusedKernelArgs& args, const FastShape& shape, CUstream_st* stream);
 /// The same for rerotate_cache: a block per slot, a thread per head.
 void launch_rerotate(const RerotateKernelArgs& args, CUstream_st* stream);
 

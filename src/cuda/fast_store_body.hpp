@@ -1,0 +1,447 @@
+// Internal: rope_store's fast CUDA kernel (src/cuda/fused.cu), apply's fast kernel
+// (fast_body.hpp) with the cache write folded in. Written once as ROTARY_HD code over explicit
+// (block, thread) indices: nvcc compiles it for the device, and the host compiler plays it block by
+// block, phase by phase (src/cuda/emulate.hpp: emulate_fast_store), where the tests hold it bit for
+// bit against rotary::rope_store on the CPU.
+//
+// What it takes (choose_store_kernel says why a call goes to the general fused kernel instead):
+// a rope_store call that apply's fast kernels would take for its q and k (choose_kernel: f32, f16
+// or bf16, half or interleaved pairing, no xPos, 16-byte rows), caches of the data's dtype (no
+// quantisation: the cache receives the bits k_out would) whose rows are 16-byte vectors (channel
+// stride 1, data + offset and every stride of a dimension longer than one 16-byte aligned), v the
+// same, and no q quantised out, no k_pass (MLA's kv_c), no device duplicate check. Every angle
+// source, every kind of positions, any slots (int32/int64, negative: skipped; beyond a cache:
+// skipped and flagged as the general kernel does).
+//
+// Work split: apply's fast split over the concatenated head list [q heads, k heads, v heads].
+// Thread (x, y) owns chunk slot x of each head it visits: for q and k, slot x < C_rot is a rotated
+// chunk (half pairing: the vector at offset + xV and its partner r/2 later; interleaved: one
+// vector) and a slot beyond is a pass-through vector (k's always goes to the cache; q's and
+// k_out's when out of place, as the general kernel's body writes them); for v, slot x copies v's
+// vectors x, x + C, x + 2C, ... (C = blockDim.x). Per tile:
+//   phase A: the thread loads its first head's vectors (as apply's prefetch), then fills the tile's
+//            angle cells; the thread with a token's pair 0 also reads the token's slot once and
+//            writes, beside the token's position error, the byte offsets of its k and v cache
+//            rows (-1: no cache write);
+//   barrier;
+//   phase B: its angle cells once, then its heads, kBatch at a time (every load of a batch before
+//            its first store): rotated k stored to k_out (when asked) and to the cache row.
+// A 16-byte vector is loaded whole before any of it is stored and belongs to one thread (in place
+// is race-free); every output element is written by one thread alone, with the values the general
+// kernel writes: CPU == CUDA bit for bit whichever kernel runs.
+#pragma once
+
+#include <cstdint>
+
+#include "../fused/body.hpp"
+#include "fast_body.hpp"
+
+namespace rotary::detail::cuda {
+
+/// A cache as the fast store addresses it: the row of slot s starts
+///   data + (s / block_size) * block_bytes + (s % block_size) * token_bytes
+/// (data already at the cache's channel offset), head h at h * head_bytes from there.
+struct FastCache {
+  unsigned char* data = nullptr;
+  Divmod64 block;
+  int64_t block_bytes = 0;
+  int64_t token_bytes = 0;
+  int32_t head_bytes = 0;
+  int64_t capacity = 0;
+};
+
+/// rope_store's fast kernel arguments (host-built from FusedKernelArgs and a FastShape).
+struct FastStoreArgs {
+  FastArgs rope;             ///< q (operands[0], out: q_out) and k (operands[1], out: k_out)
+  int32_t heads = 0;         ///< concatenated heads: q's, k's, then v's when stored
+  int32_t tail_chunks = 0;   ///< pass-through vectors per q or k head
+  bool write_k = false;      ///< k_out written
+  bool q_tail = false;       ///< q's pass-through vectors copied to q_out (out of place)
+  bool k_out_tail = false;   ///< k's to k_out (write_k, out of place)
+  const void* slots = nullptr;
+  bool slots_i64 = true;
+  FastCache k_cache;
+  bool has_v = false;
+  FastCache v_cache;
+  const unsigned char* v_in = nullptr;
+  int64_t v_token[2] = {};   ///< bytes per batch row and per sequence step
+  int32_t v_head = 0;        ///< bytes per head
+  int32_t v_vectors = 0;     ///< 16-byte vectors per v head
+  int32_t chunks = 0;        ///< blockDim.x: rotated plus pass-through chunk slots
+};
+
+// ---- The host's choice ----
+
+/// Whether a cache's rows are whole 16-byte vectors the fast store can address (see the header
+/// comment), for `heads` heads of `dim` elements of `dtype`.
+inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int64_t dim) {
+  const int64_t es = size_of(dtype);
+  if (c.data == nullptr || c.dtype != dtype || c.scale != nullptr || c.strides[3] != 1) return false;
+  if (c.block_size < 1 || (dim * es) % 16 != 0) return false;
+  const int64_t blocks = c.capacity / c.block_size;
+  const int64_t extent[3] = {blocks, c.block_size, heads};
+  for (int d = 0; d < 3; ++d) {
+    if (extent[d] > 1 && (c.strides[d] * es) % 16 != 0) return false;
+  }
+  const auto address = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(c.data) + c.offset * es);
+  if (address % 16 != 0) return false;
+  const int64_t head_bytes = (c.strides[2] < 0 ? -c.strides[2] : c.strides[2]) * es;
+  const int64_t room = (int64_t{1} << 31) - 1 - dim * es;
+  return heads <= (int64_t{1} << 29) && (heads <= 1 || head_bytes <= room / (heads - 1));
+}
+
+/// Whether rope_store's fast kernel takes `f` (a rope_store call that passed validation), and why
+/// not: null when it does, else the reason in words.
+inline const char* fast_store_refusal(const FusedKernelArgs& f) {
+  if (f.norm) return "a norm (qk_norm_rope)";
+  if (f.slots == nullptr) return "no cache write";
+  if (f.q_quantized.out != nullptr) return "a quantised q_out";
+  if (f.has_k_pass) return "k_pass";
+  if (f.check_duplicates) return "the device duplicate check";
+  if (f.rope.operand_count != 2 || f.rope.operands[1].heads == 0) return "no k";
+  if (f.v.out != nullptr || f.v_norm) return "v written back";
+  if (f.v.in != nullptr && !f.has_v_cache) return "v without a v cache";
+  if (f.rope.rotary_dim < 2) return "nothing rotated";
+  if (choose_kernel(f.rope).kind != KernelKind::fast) return "q or k not taken by apply's fast kernels";
+  const DType dtype = f.rope.dtype;
+  if (!fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) return "k_cache's rows";
+  if (f.has_v_cache) {
+    const int64_t es = size_of(dtype);
+    if (!fast_cache_ok(f.v_cache, dtype, f.v.heads, f.v.dim)) return "v_cache's rows";
+    if (f.v.strides[3] != 1 || reinterpret_cast<uintptr_t>(f.v.in) % 16 != 0) return "v's rows";
+    const int64_t extent[3] = {f.rope.batch, f.rope.seq, f.v.heads};
+    for (int d = 0; d < 3; ++d) {
+      if (extent[d] > 1 && (f.v.strides[d] * es) % 16 != 0) return "v's rows";
+    }
+    const int64_t head_bytes = (f.v.strides[2] < 0 ? -f.v.strides[2] : f.v.strides[2]) * es;
+    const int64_t room = (int64_t{1} << 31) - 1 - f.v.dim * es;
+    if (f.v.heads > (int64_t{1} << 29) || (f.v.heads > 1 && head_bytes > room / (f.v.heads - 1))) return "v's rows";
+  }
+  return nullptr;
+}
+
+inline FastCache fast_cache(const KernelCache& c, DType dtype) {
+  const int64_t es = size_of(dtype);
+  FastCache out;
+  out.data = static_cast<unsigned char*>(c.data) + c.offset * es;
+  out.block = Divmod64::make(static_cast<uint64_t>(c.block_size));
+  out.block_bytes = c.strides[0] * es;
+  out.token_bytes = c.strides[1] * es;
+  out.head_bytes = static_cast<int32_t>(c.strides[2] * es);
+  out.capacity = c.capacity;
+  return out;
+}
+
+/// Chunk slots per head of a call fast_store_refusal takes: rotated chunks, then pass-through ones
+/// (k's always go to its cache).
+inline int fast_store_chunks(const FusedKernelArgs& f) {
+  const int64_t tail = (f.rope.head_dim - f.rope.rotary_dim) / vector_lanes(f.rope.dtype);
+  return fast_rotated_chunks(f.rope) + static_cast<int>(tail);
+}
+
+/// The launch a device uses for a fast store call (`multiprocessors`: its SM count).
+inline FastShape fast_store_launch_shape(const FusedKernelArgs& f, int multiprocessors) {
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  return fast_shape_of(fast_store_chunks(f), heads, f.rope.rotary_dim / 2, f.rope.tokens, multiprocessors);
+}
+
+inline FastStoreArgs fast_store_args(const FusedKernelArgs& f, const FastShape& shape) {
+  FastStoreArgs s;
+  s.rope = fast_args(f.rope, shape);
+  const int64_t es = size_of(f.rope.dtype);
+  s.tail_chunks = static_cast<int32_t>((f.rope.head_dim - f.rope.rotary_dim) / vector_lanes(f.rope.dtype));
+  s.write_k = f.write_k;
+  s.q_tail = f.write_q && !f.rope.operands[0].in_place && s.tail_chunks > 0;
+  s.k_out_tail = f.write_k && !f.rope.operands[1].in_place && s.tail_chunks > 0;
+  s.slots = f.slots;
+  s.slots_i64 = f.slots_i64;
+  s.k_cache = fast_cache(f.k_cache, f.rope.dtype);
+  s.has_v = f.has_v_cache;
+  s.heads = s.rope.heads;
+  if (s.has_v) {
+    s.v_cache = fast_cache(f.v_cache, f.rope.dtype);
+    s.v_in = static_cast<const unsigned char*>(f.v.in);
+    s.v_token[0] = f.v.strides[0] * es;
+    s.v_token[1] = f.v.strides[1] * es;
+    s.v_head = f.v.heads > 1 ? static_cast<int32_t>(f.v.strides[2] * es) : 0;
+    s.v_vectors = static_cast<int32_t>(f.v.dim * es / 16);
+    s.heads += static_cast<int32_t>(f.v.heads);
+  }
+  s.chunks = shape.chunks;
+  return s;
+}
+
+// ---- Shared memory: per token its k and v cache rows, then apply's cells and error words ----
+
+inline int64_t fast_store_shared_bytes(const FastStoreArgs& s) {
+  return (int64_t{2} * static_cast<int64_t>(sizeof(int64_t)) << s.rope.tile_shift) + fast_shared_bytes(s.rope);
+}
+struct FastStoreShared {
+  int64_t* k_row = nullptr;  ///< byte offset of the token's k cache row, or -1
+  int64_t* v_row = nullptr;
+  FastShared cells;
+};
+ROTARY_HD inline FastStoreShared fast_store_shared(unsigned char* memory, const FastStoreArgs& s) {
+  auto* rows = reinterpret_cast<int64_t*>(memory);
+  const int tile = 1 << s.rope.tile_shift;
+  return {rows, rows + tile, fast_shared(memory + 2 * sizeof(int64_t) * static_cast<size_t>(tile), s.rope)};
+}
+
+// ---- The body ----
+
+/// A token as the tasks address it: its batch row and sequence index. The row addresses are formed
+/// per task from these (two multiply-adds each) rather than held: five row pointers across phase
+/// B's batches would spill the half-pairing kernels past their 80 registers.
+struct FastStoreToken {
+  int64_t b;
+  int64_t s;
+};
+ROTARY_HD inline FastStoreToken fast_store_token(const FastStoreArgs& s, int64_t token) {
+  const auto b = static_cast<int64_t>(s.rope.seq.quotient(static_cast<uint64_t>(token)));
+  return {b, token - b * static_cast<int64_t>(s.rope.seq.divisor)};
+}
+ROTARY_HD inline const unsigned char* row_in(const FastOperand& op, const FastStoreToken& at) {
+  return op.in + (at.b * op.in_token[0] + at.s * op.in_token[1]);
+}
+ROTARY_HD inline unsigned char* row_out(const FastOperand& op, const FastStoreToken& at) {
+  return op.out + (at.b * op.out_token[0] + at.s * op.out_token[1]);
+}
+ROTARY_HD inline const unsigned char* v_row_in(const FastStoreArgs& s, const FastStoreToken& at) {
+  return s.v_in + (at.b * s.v_token[0] + at.s * s.v_token[1]);
+}
+
+ROTARY_HD inline int64_t fast_cache_row(const FastCache& c, int64_t slot) {
+  const auto block = static_cast<int64_t>(c.block.quotient(static_cast<uint64_t>(slot)));
+  return block * c.block_bytes + (slot - block * static_cast<int64_t>(c.block.divisor)) * c.token_bytes;
+}
+
+/// One (head, chunk slot) of a token: `n` vectors (0: nothing to do) read at in and in + second,
+/// rotated or copied, stored at out[d] and out[d] + second for each out[d] set.
+struct FastStoreTask {
+  const unsigned char* in = nullptr;
+  unsigned char* out[2] = {nullptr, nullptr};
+  int32_t second = 0;
+  int n = 0;
+  bool rotate = false;
+};
+
+/// The task of concatenated head g, slot x, for a token at `at` whose cache rows are k_row and v_row
+/// (-1: none). loading: the vectors phase A loads, before the rows are known (out unset; a head with
+/// nothing to store may still be loaded).
+template <bool kHalf>
+ROTARY_HD inline FastStoreTask fast_store_task(const FastStoreArgs& s, const FastStoreToken& at, int g, int x,
+                                               int64_t k_row, int64_t v_row, bool loading) {
+  const FastArgs& f = s.rope;
+  FastStoreTask task;
+  if (g < f.heads) {  // q or k
+    const bool is_k = g >= f.heads_q;
+    const int head = is_k ? g - f.heads_q : g;
+    const FastOperand& op = f.operands[is_k ? 1 : 0];
+    task.rotate = x < f.rotated_chunks;
+    int32_t channel_bytes;
+    bool to_out;
+    if (task.rotate) {
+      channel_bytes = f.offset_bytes + x * 16;
+      to_out = !is_k || s.write_k;
+      task.n = kHalf ? 2 : 1;
+      task.second = f.partner_bytes;
+    } else {
+      const int k = x - f.rotated_chunks;
+      if (k >= s.tail_chunks) return task;
+      channel_bytes = k * 16 + (k < f.offset_chunks ? 0 : f.rotary_bytes);
+      to_out = is_k ? s.k_out_tail : s.q_tail;
+      task.n = 1;
+      if (!is_k && !to_out) task.n = 0;  // q in place: its pass-through channels stay
+    }
+    task.in = row_in(op, at) + (head * op.in_head + channel_bytes);
+    if (loading) return task;
+    if (to_out) task.out[0] = row_out(op, at) + (head * op.out_head + channel_bytes);
+    if (is_k && k_row >= 0) task.out[1] = s.k_cache.data + (k_row + (head * s.k_cache.head_bytes + channel_bytes));
+  } else {  // v: vectors x (and x + chunks with two vector registers)
+    const int head = g - f.heads;
+    if (x >= s.v_vectors) return task;
+    task.n = kHalf && x + s.chunks < s.v_vectors ? 2 : 1;
+    task.second = s.chunks * 16;
+    task.in = v_row_in(s, at) + (head * s.v_head + x * 16);
+    if (loading) return task;
+    if (v_row >= 0) task.out[0] = s.v_cache.data + (v_row + (head * s.v_cache.head_bytes + x * 16));
+  }
+  if (task.out[0] == nullptr && task.out[1] == nullptr) task.n = 0;
+  return task;
+}
+
+/// 16-byte loads and stores of global memory. Every pointer the fast store reads or writes is in
+/// global memory (the entry points check them), but pointers chosen among q, k_out and the caches
+/// lose that to the compiler, which then emits generic LD/ST (an address-space test per access);
+/// the assumption restores LDG.E.128 / STG.E.128 (tests/cuda_sass_check.cmake).
+ROTARY_HD inline Vec16 load_global(const unsigned char* p) {
+#if defined(__CUDA_ARCH__)
+  __builtin_assume(__isGlobal(p));
+#endif
+  return load_vec(p);
+}
+ROTARY_HD inline void store_global(unsigned char* p, const Vec16& v) {
+#if defined(__CUDA_ARCH__)
+  __builtin_assume(__isGlobal(p));
+#endif
+  store_vec(p, v);
+}
+
+template <bool kHalf>
+ROTARY_HD inline void fast_store_load(const FastStoreTask& task, Vec16 (&data)[FastThread<kHalf>::kVectors]) {
+  // Both registers written on every path (a vector written on some paths only is kept in local
+  // memory across phase A's barrier by the compiler).
+  data[0] = load_global(task.in);
+  if constexpr (kHalf) data[1] = task.n == 2 ? load_global(task.in + task.second) : data[0];
+}
+
+/// Rotates (or copies) a task's loaded vectors and stores them at each of its outputs.
+template <class T, bool kHalf>
+ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&data)[FastThread<kHalf>::kVectors],
+                                      const FastAngles<T, kHalf>& angle) {
+  using L = Lanes<T>;
+  constexpr int V = L::kCount;
+  Vec16 result[FastThread<kHalf>::kVectors];
+  if (!task.rotate) {
+    ROTARY_UNROLL
+    for (int i = 0; i < FastThread<kHalf>::kVectors; ++i) result[i] = data[i];
+  } else if constexpr (kHalf) {
+    float a[V], b[V], a_out[V], b_out[V];
+    L::unpack(data[0], a);
+    L::unpack(data[1], b);
+    ROTARY_UNROLL
+    for (int i = 0; i < V; ++i) rotate_pair(a[i], b[i], angle.cos[i], angle.sin[i], a_out[i], b_out[i]);
+    result[0] = L::pack(a_out);
+    result[1] = L::pack(b_out);
+  } else {
+    float e[V], e_out[V];
+    L::unpack(data[0], e);
+    ROTARY_UNROLL
+    for (int i = 0; i < V / 2; ++i) {
+      rotate_pair(e[2 * i], e[2 * i + 1], angle.cos[i], angle.sin[i], e_out[2 * i], e_out[2 * i + 1]);
+    }
+    result[0] = L::pack(e_out);
+  }
+  if (task.out[0] != nullptr) {
+    store_global(task.out[0], result[0]);
+    if constexpr (kHalf) {
+      if (task.n == 2) store_global(task.out[0] + task.second, result[1]);
+    }
+  }
+  if (task.out[1] != nullptr) {
+    store_global(task.out[1], result[0]);
+    if constexpr (kHalf) {
+      if (task.n == 2) store_global(task.out[1] + task.second, result[1]);
+    }
+  }
+}
+
+/// Phase A of tile `tile` for thread (x, y) of a (chunks, rows) block in head group `group`.
+template <class T, bool kHalf>
+ROTARY_HD inline void fast_store_phase_a(const KernelArgs& args, const FastStoreArgs& s, const PairArrays& pairs,
+                                         int64_t tile, int group, int x, int y, int chunks, int rows,
+                                         const FastStoreShared& sh, FastThread<kHalf>& th) {
+  const FastArgs& f = s.rope;
+  const int tile_mask = (1 << f.tile_shift) - 1;
+  const int64_t first = tile << f.tile_shift;
+  {
+    const int64_t token = first + (y & tile_mask);
+    const int head0 = group * f.group_heads;
+    const int heads = min_int(f.group_heads, s.heads - head0);
+    const int h = y >> f.tile_shift;
+    if (token < f.tokens && h < heads) {
+      const FastStoreTask task = fast_store_task<kHalf>(s, fast_store_token(s, token), head0 + h, x, -1, -1, true);
+      if (task.n > 0) fast_store_load<kHalf>(task, th.data[0]);
+    }
+  }
+  const int cells = f.pairs << f.tile_shift;
+  for (int c = y * chunks + x; c < cells; c += chunks * rows) {
+    const int t = c & tile_mask;
+    const int j = c >> f.tile_shift;
+    const int64_t cell_token = first + t;
+    if (cell_token >= f.tokens) continue;
+    const auto b = static_cast<int64_t>(f.seq.quotient(static_cast<uint64_t>(cell_token)));
+    const int64_t seq_index = cell_token - b * static_cast<int64_t>(f.seq.divisor);
+    const uint32_t error = token_error(args, cell_token, seq_index);
+    if (j == 0) {
+      sh.cells.skip[t] = error;
+      raise_error(args.error, error);
+      // The token's slot, read once: beyond a cache it writes no cache and is flagged (as
+      // token_slot and the general kernel); negative: no cache write.
+      const int64_t slot = slot_entry(s.slots, s.slots_i64, cell_token);
+      const bool beyond = slot >= s.k_cache.capacity || (s.has_v && slot >= s.v_cache.capacity);
+      if (beyond) raise_error(args.error, kSlotOutOfRange);
+      const bool write = slot >= 0 && !beyond;
+      sh.k_row[t] = write ? fast_cache_row(s.k_cache, slot) : -1;
+      sh.v_row[t] = write && s.has_v ? fast_cache_row(s.v_cache, slot) : -1;
+    }
+    if (error != 0) continue;
+    const AngleCell<float> angle = pair_angle<float>(args, pairs, cell_token, b, seq_index, j);
+    sh.cells.cos[t * f.pairs + j] = angle.c;
+    sh.cells.sin[t * f.pairs + j] = angle.s;
+  }
+}
+
+/// Phase B of the tile (after the barrier).
+template <class T, bool kHalf>
+ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, int group, int x, int y, int rows,
+                                         const FastStoreShared& sh, const FastThread<kHalf>& th) {
+  using Thread = FastThread<kHalf>;
+  constexpr int kBatch = Thread::kBatch;
+  const FastArgs& f = s.rope;
+  const int t = y & ((1 << f.tile_shift) - 1);
+  const int64_t token = (tile << f.tile_shift) + t;
+  const int head0 = group * f.group_heads;
+  const int heads = min_int(f.group_heads, s.heads - head0);
+  const int first_row = y >> f.tile_shift;
+  if (token >= f.tokens || first_row >= heads || sh.cells.skip[t] != 0) return;
+  const int64_t k_row = sh.k_row[t];
+  const int64_t v_row = sh.v_row[t];
+  FastAngles<T, kHalf> angle{};  // pass-through and v slots read none
+  if (x < f.rotated_chunks) {
+    constexpr int kPairs = FastAngles<T, kHalf>::kPairs;
+    load_cells(sh.cells.cos + t * f.pairs + x * kPairs, angle.cos);
+    load_cells(sh.cells.sin + t * f.pairs + x * kPairs, angle.sin);
+  }
+  const FastStoreToken at = fast_store_token(s, token);
+  const int row_step = rows >> f.tile_shift;
+  {
+    const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + first_row, x, k_row, v_row, false);
+    if (task.n > 0) fast_store_emit<T, kHalf>(task, th.data[0], angle);
+  }
+  for (int base = first_row + row_step; base < heads; base += kBatch * row_step) {
+    // Only the vectors are held across the batch: each task's addresses are formed again for its
+    // stores (a few integer operations; holding them would cost ~10 registers per task).
+    Vec16 data[kBatch][Thread::kVectors];
+    bool live[kBatch];
+    ROTARY_UNROLL
+    for (int i = 0; i < kBatch; ++i) {
+      const int h = base + i * row_step;
+      live[i] = false;
+      if (h < heads) {
+        const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + h, x, k_row, v_row, false);
+        live[i] = task.n > 0;
+        if (live[i]) fast_store_load<kHalf>(task, data[i]);
+      }
+    }
+    ROTARY_UNROLL
+    for (int i = 0; i < kBatch; ++i) {
+      if (live[i]) {
+        const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + base + i * row_step, x, k_row, v_row, false);
+        fast_store_emit<T, kHalf>(task, data[i], angle);
+      }
+    }
+  }
+  // v heads longer than the vector registers reach (v's head_dim above k's): the rest one at a time.
+  const int reach = x + Thread::kVectors * s.chunks;
+  if (v_row < 0 || reach >= s.v_vectors) return;
+  for (int h = first_row; h < heads; h += row_step) {
+    const int v_head = head0 + h - f.heads;
+    if (v_head < 0) continue;
+    const unsigned char* in = v_row_in(s, at) + v_head * s.v_head;
+    unsigned char* out = s.v_cache.data + (v_row + v_head * s.v_cache.head_bytes);
+    for (int vec = reach; vec < s.v_vectors; vec += s.chunks) store_global(out + vec * 16, load_global(in + vec * 16));
+  }
+}
+
+}  // namespace rotary::detail::cuda
