@@ -968,6 +968,70 @@ TEST(CudaDevice, RopeStoreFastKernelOnEveryLaunchShapeMatchesTheCpu) {
   }
 }
 
+// qk_norm_rope's fast kernel on the device (Qwen3's norm before the rotation, bf16 weights, the
+// cache write), with the launch cuda::qk_norm_rope picks and with others: q, k and both caches equal
+// the CPU's byte for byte.
+TEST(CudaDevice, QkNormRopeFastKernelOnEveryLaunchShapeMatchesTheCpu) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 128, .base = 1000000.0});
+  const int64_t tokens = 29, hq = 16, hk = 4, d = 128, blocks = 8, block = 16;
+  std::mt19937_64 rng(2626);
+  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
+  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 100000);
+    slots[static_cast<size_t>(t)] = t == 3 ? -1 : order[static_cast<size_t>(t)];
+  }
+  const std::vector<unsigned char> q0 = bf16_values(tokens * hq * d, rng), k0 = bf16_values(tokens * hk * d, rng);
+  const std::vector<unsigned char> v0 = bf16_values(tokens * hk * d, rng), qw0 = bf16_values(d, rng), kw0 = bf16_values(d, rng);
+  const std::vector<unsigned char> poison(static_cast<size_t>(blocks * block * hk * d * 2), 0xA5);
+  CacheWrite host_write, device_write;
+  const auto args = [&](CacheWrite& w, void* qp, void* kp, void* vp, void* kcp, void* vcp, const void* qw, const void* kw,
+                        const int64_t* pos, const int64_t* sl) {
+    QkNormRopeArgs a;
+    a.rope = ApplyArgs{.q = TensorView::bshd(qp, DType::bf16, 1, tokens, hq, d), .k = TensorView::bshd(kp, DType::bf16, 1, tokens, hk, d),
+                       .positions = Positions::per_token(std::span(pos, static_cast<size_t>(tokens)))};
+    a.q_weight = NormWeight{qw, DType::bf16, d};
+    a.k_weight = NormWeight{kw, DType::bf16, d};
+    a.eps = 1e-6f;
+    a.v = TensorView::bshd(vp, DType::bf16, 1, tokens, hk, d);
+    w = CacheWrite{.slots = Slots{.data = sl, .is_i64 = true, .count = tokens},
+                   .k_cache = CacheView::nhd(kcp, DType::bf16, blocks, block, hk, d),
+                   .v_cache = CacheView::hnd(vcp, DType::bf16, blocks, block, hk, d)};
+    a.store = &w;
+    return a;
+  };
+  std::vector<unsigned char> q = q0, k = k0, v = v0, qw = qw0, kw = kw0, kc = poison, vc = poison;
+  qk_norm_rope(schedule, args(host_write, q.data(), k.data(), v.data(), kc.data(), vc.data(), qw.data(), kw.data(),
+                              positions.data(), slots.data()));
+  Mirror pos(bytes_of(positions)), sl(bytes_of(slots)), dqw(qw0), dkw(kw0);
+  for (int variant = 0; variant < 4; ++variant) {  // 0: cuda::qk_norm_rope; 1-3: other launch shapes
+    Mirror dq(q0), dk(k0), dv(v0), dkc(poison), dvc(poison);
+    const QkNormRopeArgs a = args(device_write, dq.d(), dk.d(), dv.d(), dkc.d(), dvc.d(), dqw.d(), dkw.d(),
+                                  static_cast<const int64_t*>(pos.d()), static_cast<const int64_t*>(sl.d()));
+    const ErrorWord error;
+    if (variant == 0) {
+      cuda::qk_norm_rope(schedule, a, nullptr, {.error = error.get()});
+    } else {
+      detail::validate_qk_norm_rope(schedule, a, false);
+      detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(schedule, a, nullptr);
+      f.rope.error = error.get();
+      ASSERT_EQ(detail::cuda::fast_store_refusal(f), nullptr);
+      detail::cuda::FastShape shape = detail::cuda::fast_store_launch_shape(f, variant == 1 ? 1 : 132);
+      if (variant == 3) shape.rows = 1 << shape.tile_shift, shape.grid = std::min<int64_t>(shape.grid, 2);
+      detail::cuda::launch_fast_store(f, shape, nullptr);
+    }
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    EXPECT_EQ(error.read(), 0u) << "variant " << variant;
+    EXPECT_TRUE(dq.down() == q) << "q, variant " << variant;
+    EXPECT_TRUE(dk.down() == k) << "k, variant " << variant;
+    EXPECT_TRUE(dkc.down() == kc) << "k_cache, variant " << variant;
+    EXPECT_TRUE(dvc.down() == vc) << "v_cache, variant " << variant;
+  }
+}
+
 // With check_duplicate_slots, a slot two tokens share is written by neither and flagged; the device
 // result equals the CPU's with those tokens' slots set to -1 (and rerotate_cache's likewise).
 TEST(CudaDevice, ADuplicateSlotIsWrittenByNeitherTokenAndFlagged) {

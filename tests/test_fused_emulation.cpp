@@ -349,7 +349,33 @@ bool expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
   return fast;
 }
 
-void expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
+/// qk_norm_rope through the fast kernel's grid (kNorm), as expect_fast_store_equals_cpu: false
+/// (nothing run) when the fast kernel does not take the case.
+bool expect_fast_norm_equals_cpu(const test::NormCase& c, const test::NormSetup& cpu, int multiprocessors,
+                                 std::optional<detail::cuda::FastShape> shape = {}) {
+  test::NormSetup fast(c);
+  const QkNormRopeArgs args = fast.norm_args();
+  detail::validate_qk_norm_rope(c.schedule, args, false);
+  uint32_t error = 0;
+  detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
+  f.rope.error = &error;
+  if (detail::cuda::fast_store_refusal(f) != nullptr) return false;
+  const detail::cuda::FastShape launch = shape ? *shape : detail::cuda::fast_store_launch_shape(f, multiprocessors);
+  SCOPED_TRACE(fmt::format("fast norm: {} SMs, chunks={} rows={} tile_shift={} group_heads={} groups={} grid={}",
+                           multiprocessors, launch.chunks, launch.rows, launch.tile_shift, launch.group_heads,
+                           launch.groups, launch.grid));
+  detail::cuda::emulate_fast_store(f, launch);
+  EXPECT_EQ(error, 0u);
+  EXPECT_TRUE(cpu.q == fast.q) << "q " << test::first_difference(cpu.q, fast.q);
+  EXPECT_TRUE(cpu.k == fast.k) << "k " << test::first_difference(cpu.k, fast.k);
+  EXPECT_TRUE(cpu.v == fast.v) << "v";
+  EXPECT_TRUE(cpu.k_cache_bytes == fast.k_cache_bytes) << "k_cache";
+  EXPECT_TRUE(cpu.v_cache_bytes == fast.v_cache_bytes) << "v_cache";
+  return true;
+}
+
+// Also runs the fast kernel where it takes the case (132 SMs and one); returns whether it did.
+bool expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
   SCOPED_TRACE(c.name() + " threads=" + std::to_string(threads));
   test::NormSetup cpu(c), gpu(c);
   qk_norm_rope(c.schedule, cpu.norm_args());
@@ -365,6 +391,9 @@ void expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
   EXPECT_TRUE(cpu.v == gpu.v) << "v " << test::first_difference(cpu.v, gpu.v);
   EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache";
   EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes) << "v_cache";
+  const bool fast = expect_fast_norm_equals_cpu(c, cpu, 132);
+  if (fast) expect_fast_norm_equals_cpu(c, cpu, 1);
+  return fast;
 }
 
 constexpr int kLaunchThreads[] = {32, 64, 256};
@@ -434,39 +463,41 @@ TEST(FusedEmulation, QkNormRopeOverEveryModelsNormDtypeAndHeadDim) {
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     for (const int64_t d : {64, 128, 256, 512}) {
       test::NormCase qwen3{.schedule = make_schedule(Spec{.head_dim = d}), .dtype = dtype, .seed = ++seed};
-      expect_norm_grid_equals_cpu(qwen3, kLaunchThreads[seed % 3]);
+      // The fast kernel takes the norm before the rotation per head (Qwen3, Gemma 3) up to
+      // rotary_dim 256; the general kernel the rest (v's norm, all heads, the norm after).
+      EXPECT_EQ(expect_norm_grid_equals_cpu(qwen3, kLaunchThreads[seed % 3]), d <= 256);
       test::NormCase gemma3 = qwen3;  // 1 + w, all float32
       gemma3.rounding = NormRounding::gemma;
       gemma3.weight_offset = 1.0f;
-      expect_norm_grid_equals_cpu(gemma3, 256);
+      EXPECT_EQ(expect_norm_grid_equals_cpu(gemma3, 256), d <= 256);
       test::NormCase gemma4 = gemma3;  // + weightless v norm, cache write
       gemma4.v_norm = true;
       gemma4.store = true;
-      expect_norm_grid_equals_cpu(gemma4, 32);
+      EXPECT_FALSE(expect_norm_grid_equals_cpu(gemma4, 32));
     }
     test::NormCase olmo2{.schedule = make_schedule(Spec{.head_dim = 128}), .dtype = dtype, .seed = ++seed};
     olmo2.scope = NormScope::all_heads;
     olmo2.rounding = NormRounding::gemma;
-    expect_norm_grid_equals_cpu(olmo2, 64);
+    EXPECT_FALSE(expect_norm_grid_equals_cpu(olmo2, 64));
     test::NormCase llama4{.schedule = make_schedule(Spec{.head_dim = 128, .pairing = Pairing::interleaved}),
                           .dtype = dtype, .seed = ++seed};
     llama4.order = NormOrder::rope_then_norm;
     llama4.weights = false;
     llama4.rounding = NormRounding::gemma;
-    expect_norm_grid_equals_cpu(llama4, 64);
+    EXPECT_FALSE(expect_norm_grid_equals_cpu(llama4, 64));
     test::NormCase partial{.schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 64}), .dtype = dtype,
                            .seed = ++seed};
     partial.store = true;
-    expect_norm_grid_equals_cpu(partial, 32);
+    EXPECT_TRUE(expect_norm_grid_equals_cpu(partial, 32));
     test::NormCase mrope{.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections,
                                                         .sections = {16, 24, 24}}),
                          .dtype = dtype, .seed = ++seed};
     mrope.mrope = true;
-    expect_norm_grid_equals_cpu(mrope, 256);
+    EXPECT_TRUE(expect_norm_grid_equals_cpu(mrope, 256));
     test::NormCase rope_all = olmo2;
     rope_all.order = NormOrder::rope_then_norm;
     rope_all.store = true;
-    expect_norm_grid_equals_cpu(rope_all, 32);
+    EXPECT_FALSE(expect_norm_grid_equals_cpu(rope_all, 32));
   }
 }
 
@@ -813,6 +844,45 @@ TEST(FusedEmulation, RopeStoreFastKernelRefusesWhatItDoesNotServe) {
             "v_cache's rows");
   EXPECT_EQ(refusal(c, [](RopeStoreArgs& a) { a.cache.k_cache.data = static_cast<unsigned char*>(a.cache.k_cache.data) + 8; }),
             "k_cache's rows");
+}
+
+// qk_norm_rope's fast kernel (the norm before the rotation, per head) over every launch shape:
+// llama and gemma roundings, weights in the data's dtype, in float32 and none, an offset weight,
+// partial rotary at an offset (pass-through channels normalised in place), with and without the
+// cache write, half and interleaved pairing.
+TEST(FusedEmulation, QkNormRopeFastKernelOverEveryLaunchShape) {
+  std::vector<test::NormCase> cases;
+  test::NormCase qwen3{.schedule = test::schedule_of(128, 128, Pairing::half), .dtype = DType::bf16, .seed = 760};
+  qwen3.heads_q = 8;
+  qwen3.tokens = 19;
+  qwen3.store = true;
+  cases.push_back(qwen3);
+  test::NormCase gemma3 = qwen3;
+  gemma3.schedule = test::schedule_of(64, 32, Pairing::interleaved, 16);
+  gemma3.dtype = DType::f16;
+  gemma3.rounding = NormRounding::gemma;
+  gemma3.weight_offset = 1.0f;
+  gemma3.store = false;
+  gemma3.seed = 761;
+  cases.push_back(gemma3);
+  test::NormCase plain = qwen3;  // no weights, f32, a slice after a pass-through part
+  plain.schedule = test::schedule_of(96, 64, Pairing::half, 32);
+  plain.dtype = DType::f32;
+  plain.weights = false;
+  plain.seed = 762;
+  cases.push_back(plain);
+  for (const test::NormCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    test::NormSetup cpu(c), probe(c);
+    qk_norm_rope(c.schedule, cpu.norm_args());
+    const QkNormRopeArgs args = probe.norm_args();
+    detail::validate_qk_norm_rope(c.schedule, args, false);
+    const detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
+    ASSERT_EQ(detail::cuda::fast_store_refusal(f), nullptr);
+    const std::vector<detail::cuda::FastShape> shapes = fast_store_shapes(f);
+    ASSERT_GE(shapes.size(), 20u);
+    for (const detail::cuda::FastShape& shape : shapes) ASSERT_TRUE(expect_fast_norm_equals_cpu(c, cpu, 0, shape));
+  }
 }
 
 }  // namespace

@@ -107,11 +107,11 @@ void emulate_dispatched(const KernelArgs& args, int multiprocessors) {
   }
 }
 
-/// Runs a rope_store call (one fast_store_refusal takes) on the host with rope_store's fast grid
-/// `shape`, as emulate_fast_as plays apply's: blocks (x, group) looping over their tiles, phase A
-/// for every thread, then phase B; shared memory 0xff bytes at every tile (a cell or cache row read
+/// Runs a rope_store or qk_norm_rope call (one fast_store_refusal takes) on the host with the fast
+/// store grid `shape`, as emulate_fast_as plays apply's: blocks (x, group) looping over their tiles,
+/// phase A for every thread, then (a norm) phase N, then phase B; shared memory 0xff bytes at every tile (a cell or cache row read
 /// before phase A writes it is NaN or a negative row: skipped, never a wrong address).
-template <class T, bool kHalf>
+template <class T, bool kHalf, bool kNorm>
 void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
   const FastStoreArgs s = fast_store_args(f, shape);
   std::vector<unsigned char> memory(static_cast<size_t>(fast_store_shared_bytes(s)));
@@ -124,14 +124,21 @@ void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
         std::fill(memory.begin(), memory.end(), static_cast<unsigned char>(0xff));
         for (int y = 0; y < shape.rows; ++y) {
           for (int x = 0; x < shape.chunks; ++x) {
-            fast_store_phase_a<T, kHalf>(f.rope, s, pairs, tile, group, x, y, shape.chunks, shape.rows, shared,
-                                         threads[static_cast<size_t>(y * shape.chunks + x)]);
+            fast_store_phase_a<T, kHalf, kNorm>(f.rope, s, pairs, tile, group, x, y, shape.chunks, shape.rows, shared,
+                                                threads[static_cast<size_t>(y * shape.chunks + x)]);
+          }
+        }
+        if constexpr (kNorm) {  // its own phase, between two barriers
+          for (int y = shape.rows - 1; y >= 0; --y) {
+            for (int x = shape.chunks - 1; x >= 0; --x) {
+              fast_store_phase_n<T>(s, tile, group, x, y, shape.chunks, shape.rows, shared);
+            }
           }
         }
         for (int y = shape.rows - 1; y >= 0; --y) {  // any order: every vector is one thread's
           for (int x = shape.chunks - 1; x >= 0; --x) {
-            fast_store_phase_b<T, kHalf>(s, tile, group, x, y, shape.rows, shared,
-                                         threads[static_cast<size_t>(y * shape.chunks + x)]);
+            fast_store_phase_b<T, kHalf, kNorm>(s, tile, group, x, y, shape.rows, shared,
+                                                threads[static_cast<size_t>(y * shape.chunks + x)]);
           }
         }
       }
@@ -139,13 +146,22 @@ void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
   }
 }
 
+template <class T>
+void emulate_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape) {
+  const bool half = f.rope.pair_step == 1;
+  if (f.norm) {
+    half ? emulate_fast_store_as<T, true, true>(f, shape) : emulate_fast_store_as<T, false, true>(f, shape);
+  } else {
+    half ? emulate_fast_store_as<T, true, false>(f, shape) : emulate_fast_store_as<T, false, false>(f, shape);
+  }
+}
+
 inline void emulate_fast_store(const FusedKernelArgs& f, const FastShape& shape) {
   if (f.rope.tokens == 0) return;
-  const bool half = f.rope.pair_step == 1;
   switch (f.rope.dtype) {
-    case DType::f32: half ? emulate_fast_store_as<float, true>(f, shape) : emulate_fast_store_as<float, false>(f, shape); break;
-    case DType::f16: half ? emulate_fast_store_as<F16, true>(f, shape) : emulate_fast_store_as<F16, false>(f, shape); break;
-    case DType::bf16: half ? emulate_fast_store_as<BF16, true>(f, shape) : emulate_fast_store_as<BF16, false>(f, shape); break;
+    case DType::f32: emulate_fast_store_typed<float>(f, shape); break;
+    case DType::f16: emulate_fast_store_typed<F16>(f, shape); break;
+    case DType::bf16: emulate_fast_store_typed<BF16>(f, shape); break;
     default: break;  // never fast (fast_store_refusal)
   }
 }

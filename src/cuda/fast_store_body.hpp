@@ -68,6 +68,14 @@ struct FastStoreArgs {
   int32_t v_head = 0;        ///< bytes per head
   int32_t v_vectors = 0;     ///< 16-byte vectors per v head
   int32_t chunks = 0;        ///< blockDim.x: rotated plus pass-through chunk slots
+  // qk_norm_rope (norm_then_rope, head scope): each q and k head normalised before the rotation.
+  bool norm = false;
+  bool gemma = false;        ///< rounding: normalise and weigh in float, round once
+  float eps = 0;
+  float weight_offset = 0;
+  KernelWeight q_weight{};   ///< data null: no weight
+  KernelWeight k_weight{};
+  int32_t head_dim = 0;      ///< elements per q or k head
 };
 
 // ---- The host's choice ----
@@ -93,18 +101,24 @@ inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int6
 /// Whether rope_store's fast kernel takes `f` (a rope_store call that passed validation), and why
 /// not: null when it does, else the reason in words.
 inline const char* fast_store_refusal(const FusedKernelArgs& f) {
-  if (f.norm) return "a norm (qk_norm_rope)";
-  if (f.slots == nullptr) return "no cache write";
+  if (f.norm && (f.rope_then_norm || f.all_heads || f.v_norm)) {
+    return "a norm after the rotation, across all heads, or of v (qk_norm_rope's general kernel)";
+  }
+  if (f.slots == nullptr && !f.norm) return "no cache write";
+  if (!f.write_q) return "q not written";
   if (f.q_quantized.out != nullptr) return "a quantised q_out";
   if (f.has_k_pass) return "k_pass";
   if (f.check_duplicates) return "the device duplicate check";
   if (f.rope.operand_count != 2 || f.rope.operands[1].heads == 0) return "no k";
   if (f.v.out != nullptr || f.v_norm) return "v written back";
   if (f.v.in != nullptr && !f.has_v_cache) return "v without a v cache";
+  if (f.slots == nullptr && (f.v.in != nullptr || !f.write_k)) return "v or k read but not written";
   if (f.rope.rotary_dim < 2) return "nothing rotated";
   if (choose_kernel(f.rope).kind != KernelKind::fast) return "q or k not taken by apply's fast kernels";
   const DType dtype = f.rope.dtype;
-  if (!fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) return "k_cache's rows";
+  if (f.slots != nullptr && !fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) {
+    return "k_cache's rows";
+  }
   if (f.has_v_cache) {
     const int64_t es = size_of(dtype);
     if (!fast_cache_ok(f.v_cache, dtype, f.v.heads, f.v.dim)) return "v_cache's rows";
@@ -151,11 +165,12 @@ inline FastStoreArgs fast_store_args(const FusedKernelArgs& f, const FastShape& 
   const int64_t es = size_of(f.rope.dtype);
   s.tail_chunks = static_cast<int32_t>((f.rope.head_dim - f.rope.rotary_dim) / vector_lanes(f.rope.dtype));
   s.write_k = f.write_k;
-  s.q_tail = f.write_q && !f.rope.operands[0].in_place && s.tail_chunks > 0;
-  s.k_out_tail = f.write_k && !f.rope.operands[1].in_place && s.tail_chunks > 0;
+  // Pass-through channels: copied out of place; with a norm, normalised and written in place too.
+  s.q_tail = f.write_q && (f.norm || !f.rope.operands[0].in_place) && s.tail_chunks > 0;
+  s.k_out_tail = f.write_k && (f.norm || !f.rope.operands[1].in_place) && s.tail_chunks > 0;
   s.slots = f.slots;
   s.slots_i64 = f.slots_i64;
-  s.k_cache = fast_cache(f.k_cache, f.rope.dtype);
+  if (f.slots != nullptr) s.k_cache = fast_cache(f.k_cache, f.rope.dtype);
   s.has_v = f.has_v_cache;
   s.heads = s.rope.heads;
   if (s.has_v) {
@@ -168,23 +183,45 @@ inline FastStoreArgs fast_store_args(const FusedKernelArgs& f, const FastShape& 
     s.heads += static_cast<int32_t>(f.v.heads);
   }
   s.chunks = shape.chunks;
+  s.norm = f.norm;
+  s.gemma = f.gemma;
+  s.eps = f.eps;
+  s.weight_offset = f.weight_offset;
+  s.q_weight = f.q_weight;
+  s.k_weight = f.k_weight;
+  s.head_dim = static_cast<int32_t>(f.rope.head_dim);
   return s;
 }
 
 // ---- Shared memory: per token its k and v cache rows, then apply's cells and error words ----
 
+// With a norm, after them: the q and k weights as normalise multiplies by them (float, head_dim
+// each), and the norm factor of each (token, head of the group) of the tile.
+inline int64_t fast_store_norm_floats(const FastStoreArgs& s) {
+  return s.norm ? int64_t{2} * s.head_dim + (static_cast<int64_t>(s.rope.group_heads) << s.rope.tile_shift) : 0;
+}
 inline int64_t fast_store_shared_bytes(const FastStoreArgs& s) {
-  return (int64_t{2} * static_cast<int64_t>(sizeof(int64_t)) << s.rope.tile_shift) + fast_shared_bytes(s.rope);
+  return (int64_t{2} * static_cast<int64_t>(sizeof(int64_t)) << s.rope.tile_shift) + fast_shared_bytes(s.rope) +
+         fast_store_norm_floats(s) * static_cast<int64_t>(sizeof(float));
 }
 struct FastStoreShared {
   int64_t* k_row = nullptr;  ///< byte offset of the token's k cache row, or -1
   int64_t* v_row = nullptr;
   FastShared cells;
+  float* weight[2] = {nullptr, nullptr};  ///< q's, k's (norm)
+  float* r = nullptr;                     ///< [head of the group][token of the tile] (norm)
 };
 ROTARY_HD inline FastStoreShared fast_store_shared(unsigned char* memory, const FastStoreArgs& s) {
   auto* rows = reinterpret_cast<int64_t*>(memory);
   const int tile = 1 << s.rope.tile_shift;
-  return {rows, rows + tile, fast_shared(memory + 2 * sizeof(int64_t) * static_cast<size_t>(tile), s.rope)};
+  FastStoreShared sh{rows, rows + tile, fast_shared(memory + 2 * sizeof(int64_t) * static_cast<size_t>(tile), s.rope)};
+  if (s.norm) {
+    float* after = reinterpret_cast<float*>(sh.cells.skip + tile);
+    sh.weight[0] = after;
+    sh.weight[1] = after + s.head_dim;
+    sh.r = after + 2 * s.head_dim;
+  }
+  return sh;
 }
 
 // ---- The body ----
@@ -200,11 +237,21 @@ ROTARY_HD inline FastStoreToken fast_store_token(const FastStoreArgs& s, int64_t
   const auto b = static_cast<int64_t>(s.rope.seq.quotient(static_cast<uint64_t>(token)));
   return {b, token - b * static_cast<int64_t>(s.rope.seq.divisor)};
 }
-ROTARY_HD inline const unsigned char* row_in(const FastOperand& op, const FastStoreToken& at) {
-  return op.in + (at.b * op.in_token[0] + at.s * op.in_token[1]);
+// Head `head` of q (is_k false) or k of a token, in and out. Each field is selected on its own: a
+// reference to operands[is_k] (an index known at run time) makes the compiler copy the launch
+// parameters to local memory.
+ROTARY_HD inline const unsigned char* head_in(const FastArgs& f, bool is_k, const FastStoreToken& at, int head) {
+  const FastOperand& q = f.operands[0];
+  const FastOperand& k = f.operands[1];
+  return (is_k ? k.in : q.in) + (at.b * (is_k ? k.in_token[0] : q.in_token[0]) +
+                                 at.s * (is_k ? k.in_token[1] : q.in_token[1]) + head * (is_k ? k.in_head : q.in_head));
 }
-ROTARY_HD inline unsigned char* row_out(const FastOperand& op, const FastStoreToken& at) {
-  return op.out + (at.b * op.out_token[0] + at.s * op.out_token[1]);
+ROTARY_HD inline unsigned char* head_out(const FastArgs& f, bool is_k, const FastStoreToken& at, int head) {
+  const FastOperand& q = f.operands[0];
+  const FastOperand& k = f.operands[1];
+  return (is_k ? k.out : q.out) + (at.b * (is_k ? k.out_token[0] : q.out_token[0]) +
+                                   at.s * (is_k ? k.out_token[1] : q.out_token[1]) +
+                                   head * (is_k ? k.out_head : q.out_head));
 }
 ROTARY_HD inline const unsigned char* v_row_in(const FastStoreArgs& s, const FastStoreToken& at) {
   return s.v_in + (at.b * s.v_token[0] + at.s * s.v_token[1]);
@@ -221,7 +268,9 @@ struct FastStoreTask {
   const unsigned char* in = nullptr;
   unsigned char* out[2] = {nullptr, nullptr};
   int32_t second = 0;
+  int32_t channel_bytes = 0;  ///< q and k: where the (first) vector starts in the head
   int n = 0;
+  int operand = -1;           ///< 0 q, 1 k, -1 v
   bool rotate = false;
 };
 
@@ -236,7 +285,6 @@ ROTARY_HD inline FastStoreTask fast_store_task(const FastStoreArgs& s, const Fas
   if (g < f.heads) {  // q or k
     const bool is_k = g >= f.heads_q;
     const int head = is_k ? g - f.heads_q : g;
-    const FastOperand& op = f.operands[is_k ? 1 : 0];
     task.rotate = x < f.rotated_chunks;
     int32_t channel_bytes;
     bool to_out;
@@ -253,9 +301,11 @@ ROTARY_HD inline FastStoreTask fast_store_task(const FastStoreArgs& s, const Fas
       task.n = 1;
       if (!is_k && !to_out) task.n = 0;  // q in place: its pass-through channels stay
     }
-    task.in = row_in(op, at) + (head * op.in_head + channel_bytes);
+    task.in = head_in(f, is_k, at, head) + channel_bytes;
+    task.channel_bytes = channel_bytes;
+    task.operand = is_k ? 1 : 0;
     if (loading) return task;
-    if (to_out) task.out[0] = row_out(op, at) + (head * op.out_head + channel_bytes);
+    if (to_out) task.out[0] = head_out(f, is_k, at, head) + channel_bytes;
     if (is_k && k_row >= 0) task.out[1] = s.k_cache.data + (k_row + (head * s.k_cache.head_bytes + channel_bytes));
   } else {  // v: vectors x (and x + chunks with two vector registers)
     const int head = g - f.heads;
@@ -295,20 +345,58 @@ ROTARY_HD inline void fast_store_load(const FastStoreTask& task, Vec16 (&data)[F
   if constexpr (kHalf) data[1] = task.n == 2 ? load_global(task.in + task.second) : data[0];
 }
 
-/// Rotates (or copies) a task's loaded vectors and stores them at each of its outputs.
-template <class T, bool kHalf>
+/// What a normalised head's lanes need (qk_norm_rope): the head's norm factor and its weights (as
+/// normalise multiplies by them; null: none), per channel.
+struct FastNorm {
+  float r = 1.0f;
+  const float* weight = nullptr;
+  bool gemma = false;
+};
+
+/// normalise (src/fused/body.hpp) of one value of channel c: x r, rounded to T at the model's point,
+/// times the weight.
+template <class T>
+ROTARY_HD inline float fast_normalise(float x, const FastNorm& norm, int c) {
+  const float y = mul_rn(x, norm.r);
+  if (norm.weight == nullptr) return round_to<T>(y);
+  const float weight = norm.weight[c];
+  if (norm.gemma) return round_to<T>(mul_rn(y, weight));
+  return round_to<T>(mul_rn(round_to<T>(y), weight));
+}
+
+/// Rotates (or copies) a task's loaded vectors and stores them at each of its outputs; with kNorm,
+/// a q or k head's lanes are normalised first (`norm`), its pass-through lanes too.
+template <class T, bool kHalf, bool kNorm = false>
 ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&data)[FastThread<kHalf>::kVectors],
-                                      const FastAngles<T, kHalf>& angle) {
+                                      const FastAngles<T, kHalf>& angle, const FastNorm& norm = {},
+                                      int32_t partner = 0) {
+  static_cast<void>(partner);  // half pairing only
   using L = Lanes<T>;
   constexpr int V = L::kCount;
   Vec16 result[FastThread<kHalf>::kVectors];
+  const int channel = task.channel_bytes / static_cast<int>(sizeof(typename L::Bits));
+  const bool normed = kNorm && task.operand >= 0;
   if (!task.rotate) {
     ROTARY_UNROLL
     for (int i = 0; i < FastThread<kHalf>::kVectors; ++i) result[i] = data[i];
+    if (normed) {  // a pass-through vector of q or k: normalised, not copied
+      float e[V];
+      L::unpack(data[0], e);
+      ROTARY_UNROLL
+      for (int i = 0; i < V; ++i) e[i] = fast_normalise<T>(e[i], norm, channel + i);
+      result[0] = L::pack(e);
+    }
   } else if constexpr (kHalf) {
     float a[V], b[V], a_out[V], b_out[V];
     L::unpack(data[0], a);
     L::unpack(data[1], b);
+    if (normed) {
+      ROTARY_UNROLL
+      for (int i = 0; i < V; ++i) {
+        a[i] = fast_normalise<T>(a[i], norm, channel + i);
+        b[i] = fast_normalise<T>(b[i], norm, channel + partner + i);
+      }
+    }
     ROTARY_UNROLL
     for (int i = 0; i < V; ++i) rotate_pair(a[i], b[i], angle.cos[i], angle.sin[i], a_out[i], b_out[i]);
     result[0] = L::pack(a_out);
@@ -316,6 +404,10 @@ ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&d
   } else {
     float e[V], e_out[V];
     L::unpack(data[0], e);
+    if (normed) {
+      ROTARY_UNROLL
+      for (int i = 0; i < V; ++i) e[i] = fast_normalise<T>(e[i], norm, channel + i);
+    }
     ROTARY_UNROLL
     for (int i = 0; i < V / 2; ++i) {
       rotate_pair(e[2 * i], e[2 * i + 1], angle.cos[i], angle.sin[i], e_out[2 * i], e_out[2 * i + 1]);
@@ -336,15 +428,31 @@ ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&d
   }
 }
 
-/// Phase A of tile `tile` for thread (x, y) of a (chunks, rows) block in head group `group`.
-template <class T, bool kHalf>
+/// Phase A of tile `tile` for thread (x, y) of a (chunks, rows) block in head group `group`. With
+/// kNorm no head is loaded ahead (phase N lies between; phase B loads them all) and the weights go
+/// to shared memory.
+template <class T, bool kHalf, bool kNorm = false>
 ROTARY_HD inline void fast_store_phase_a(const KernelArgs& args, const FastStoreArgs& s, const PairArrays& pairs,
                                          int64_t tile, int group, int x, int y, int chunks, int rows,
                                          const FastStoreShared& sh, FastThread<kHalf>& th) {
   const FastArgs& f = s.rope;
   const int tile_mask = (1 << f.tile_shift) - 1;
   const int64_t first = tile << f.tile_shift;
-  {
+  if constexpr (kNorm) {
+    // The weights as normalise multiplies by them: w, or weight_offset + w rounded once.
+    for (int c = y * chunks + x; c < 2 * s.head_dim; c += chunks * rows) {
+      const int o = c >= s.head_dim ? 1 : 0;
+      const int i = c - o * s.head_dim;
+      const KernelWeight w = o == 0 ? s.q_weight : s.k_weight;
+      if (w.data == nullptr) continue;
+      float* to = o == 0 ? sh.weight[0] : sh.weight[1];  // selected: an indexed array lives in local memory
+#if defined(__CUDA_ARCH__)
+      to[i] = s.weight_offset == 0.0f ? load_weight(w, i) : __fadd_rn(s.weight_offset, load_weight(w, i));
+#else
+      to[i] = s.weight_offset == 0.0f ? load_weight(w, i) : s.weight_offset + load_weight(w, i);
+#endif
+    }
+  } else {
     const int64_t token = first + (y & tile_mask);
     const int head0 = group * f.group_heads;
     const int heads = min_int(f.group_heads, s.heads - head0);
@@ -368,7 +476,7 @@ ROTARY_HD inline void fast_store_phase_a(const KernelArgs& args, const FastStore
       raise_error(args.error, error);
       // The token's slot, read once: beyond a cache it writes no cache and is flagged (as
       // token_slot and the general kernel); negative: no cache write.
-      const int64_t slot = slot_entry(s.slots, s.slots_i64, cell_token);
+      const int64_t slot = s.slots == nullptr ? -1 : slot_entry(s.slots, s.slots_i64, cell_token);
       const bool beyond = slot >= s.k_cache.capacity || (s.has_v && slot >= s.v_cache.capacity);
       if (beyond) raise_error(args.error, kSlotOutOfRange);
       const bool write = slot >= 0 && !beyond;
@@ -382,12 +490,67 @@ ROTARY_HD inline void fast_store_phase_a(const KernelArgs& args, const FastStore
   }
 }
 
+/// Phase N of the tile (kNorm; after phase A's barrier): the norm factor of each (token, q or k head)
+/// of the tile and group, one thread each: the head's squares summed in double in channel order
+/// (head_norm's order: one thread alone, so the same bits), read as 16-byte vectors four at a time.
+/// Written to sh.r[(head of the group << tile_shift) | token of the tile].
+template <class T>
+ROTARY_HD inline void fast_store_phase_n(const FastStoreArgs& s, int64_t tile, int group, int x, int y, int chunks,
+                                         int rows, const FastStoreShared& sh) {
+  using L = Lanes<T>;
+  constexpr int V = L::kCount;
+  const FastArgs& f = s.rope;
+  const int head0 = group * f.group_heads;
+  const int heads = min_int(f.group_heads, f.heads - head0);  // the group's q and k heads
+  const int vectors = s.head_dim / V;
+  for (int n = y * chunks + x; n < (heads << f.tile_shift); n += chunks * rows) {
+    const int t = n & ((1 << f.tile_shift) - 1);
+    const int64_t token = (tile << f.tile_shift) + t;
+    if (token >= f.tokens || sh.cells.skip[t] != 0) continue;
+    const int g = head0 + (n >> f.tile_shift);
+    const bool is_k = g >= f.heads_q;
+    const unsigned char* row = head_in(f, is_k, fast_store_token(s, token), is_k ? g - f.heads_q : g);
+    double sum = 0;
+    for (int m = 0; m < vectors; m += 4) {
+      Vec16 v[4];
+      ROTARY_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        if (m + i < vectors) v[i] = load_global(row + (m + i) * 16);
+      }
+      ROTARY_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        if (m + i >= vectors) break;
+        float lanes[V];
+        L::unpack(v[i], lanes);
+        ROTARY_UNROLL
+        for (int l = 0; l < V; ++l) sum = square_add(sum, lanes[l]);
+      }
+    }
+    sh.r[n] = norm_factor(sum, s.head_dim, s.eps);
+  }
+}
+
+/// A q or k task's norm (kNorm): its head's factor from phase N and its operand's weights.
+ROTARY_HD inline FastNorm fast_task_norm(const FastStoreArgs& s, const FastStoreShared& sh, const FastStoreTask& task,
+                                         int head_in_group, int t) {
+  FastNorm norm;
+  if (task.operand < 0) return norm;
+  norm.r = sh.r[(head_in_group << s.rope.tile_shift) | t];
+  // (Selected, not indexed by the run-time operand: an indexed array would be kept in local memory.)
+  const bool q = task.operand == 0;
+  norm.weight = (q ? s.q_weight.data : s.k_weight.data) == nullptr ? nullptr : q ? sh.weight[0] : sh.weight[1];
+  norm.gemma = s.gemma;
+  return norm;
+}
+
 /// Phase B of the tile (after the barrier).
-template <class T, bool kHalf>
+template <class T, bool kHalf, bool kNorm = false>
 ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, int group, int x, int y, int rows,
                                          const FastStoreShared& sh, const FastThread<kHalf>& th) {
   using Thread = FastThread<kHalf>;
-  constexpr int kBatch = Thread::kBatch;
+  // With a norm, one head at a time: its loads hit the caches phase N just filled, and the norm's
+  // work per lane leaves no registers for a second head in flight.
+  constexpr int kBatch = kNorm ? 1 : Thread::kBatch;
   const FastArgs& f = s.rope;
   const int t = y & ((1 << f.tile_shift) - 1);
   const int64_t token = (tile << f.tile_shift) + t;
@@ -405,14 +568,17 @@ ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, i
   }
   const FastStoreToken at = fast_store_token(s, token);
   const int row_step = rows >> f.tile_shift;
-  {
+  const int32_t partner = f.pairs;  // half pairing: the partner vector's first channel, after `channel`
+  if constexpr (!kNorm) {
     const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + first_row, x, k_row, v_row, false);
     if (task.n > 0) fast_store_emit<T, kHalf>(task, th.data[0], angle);
+  } else {
+    static_cast<void>(th);
   }
-  for (int base = first_row + row_step; base < heads; base += kBatch * row_step) {
+  for (int base = first_row + (kNorm ? 0 : row_step); base < heads; base += kBatch * row_step) {
     // Only the vectors are held across the batch: each task's addresses are formed again for its
     // stores (a few integer operations; holding them would cost ~10 registers per task).
-    Vec16 data[kBatch][Thread::kVectors];
+    Vec16 data[kBatch][Thread::kVectors] = {};
     bool live[kBatch];
     ROTARY_UNROLL
     for (int i = 0; i < kBatch; ++i) {
@@ -427,8 +593,13 @@ ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, i
     ROTARY_UNROLL
     for (int i = 0; i < kBatch; ++i) {
       if (live[i]) {
-        const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + base + i * row_step, x, k_row, v_row, false);
-        fast_store_emit<T, kHalf>(task, data[i], angle);
+        const int h = base + i * row_step;
+        const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + h, x, k_row, v_row, false);
+        if constexpr (kNorm) {
+          fast_store_emit<T, kHalf, true>(task, data[i], angle, fast_task_norm(s, sh, task, h, t), partner);
+        } else {
+          fast_store_emit<T, kHalf>(task, data[i], angle);
+        }
       }
     }
   }

@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kFusedThreads)
   }
 }
 
-// rope_store's fast kernel (src/cuda/fast_store_body.hpp): apply's fast split with the cache write.
+// rope_store's and qk_norm_rope's fast kernel (src/cuda/fast_store_body.hpp): apply's fast split with
+// the cache write (and the norm: kNorm).
 // Its arguments by value, as apply.cu's FastParams.
 struct FastStoreParams {
   KernelArgs args;
@@ -157,10 +158,12 @@ struct FastStoreParams {
   int pair_stream[kFastMaxPairs];
 };
 
-// Registers capped at 80 as apply's fast kernels (three blocks of 256 threads per SM);
+// Registers capped at 80 as apply's fast kernels (three blocks of 256 threads per SM); with the norm
+// at 128 (two blocks: the norm's lanes need more and a spill costs more than the third block).
 // tests/cuda_sass_check.cmake holds the count, the 16-byte accesses and the absence of spills.
-template <class T, bool kHalf>
-__global__ void __launch_bounds__(kFastMaxThreads, 3) fast_store_kernel(const __grid_constant__ FastStoreParams params) {
+template <class T, bool kHalf, bool kNorm>
+__global__ void __launch_bounds__(kFastMaxThreads, kNorm ? 2 : 3)
+    fast_store_kernel(const __grid_constant__ FastStoreParams params) {
   extern __shared__ __align__(16) unsigned char shared_memory[];
   const FastStoreArgs& s = params.fast;
   const PairArrays pairs{.inv_freq = params.inv_freq, .pair_stream = params.has_pair_stream ? params.pair_stream : nullptr};
@@ -172,14 +175,18 @@ __global__ void __launch_bounds__(kFastMaxThreads, 3) fast_store_kernel(const __
   const int group = static_cast<int>(blockIdx.y);
   for (int64_t tile = blockIdx.x; tile < s.rope.tiles; tile += gridDim.x) {
     FastThread<kHalf> thread;
-    fast_store_phase_a<T, kHalf>(params.args, s, pairs, tile, group, x, y, chunks, rows, shared, thread);
+    fast_store_phase_a<T, kHalf, kNorm>(params.args, s, pairs, tile, group, x, y, chunks, rows, shared, thread);
     __syncthreads();
-    fast_store_phase_b<T, kHalf>(s, tile, group, x, y, rows, shared, thread);
+    if constexpr (kNorm) {
+      fast_store_phase_n<T>(s, tile, group, x, y, chunks, rows, shared);
+      __syncthreads();
+    }
+    fast_store_phase_b<T, kHalf, kNorm>(s, tile, group, x, y, rows, shared, thread);
     __syncthreads();
   }
 }
 
-template <class T, bool kHalf>
+template <class T, bool kHalf, bool kNorm>
 void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
   FastStoreParams params{};
   params.args = f.rope;
@@ -194,16 +201,18 @@ void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cuda
   params.args.inv_freq_hf32 = nullptr;
   const dim3 grid(static_cast<unsigned>(shape.grid), static_cast<unsigned>(shape.groups));
   const dim3 block(static_cast<unsigned>(shape.chunks), static_cast<unsigned>(shape.rows));
-  fast_store_kernel<T, kHalf><<<grid, block, static_cast<size_t>(fast_store_shared_bytes(params.fast)), stream>>>(params);
+  fast_store_kernel<T, kHalf, kNorm>
+      <<<grid, block, static_cast<size_t>(fast_store_shared_bytes(params.fast)), stream>>>(params);
   check(static_cast<int>(cudaGetLastError()), "rope_store fast kernel launch");
 }
 
 template <class T>
 void launch_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
-  if (f.rope.pair_step == 1) {
-    launch_fast_store_as<T, true>(f, shape, stream);
+  const bool half = f.rope.pair_step == 1;
+  if (f.norm) {
+    half ? launch_fast_store_as<T, true, true>(f, shape, stream) : launch_fast_store_as<T, false, true>(f, shape, stream);
   } else {
-    launch_fast_store_as<T, false>(f, shape, stream);
+    half ? launch_fast_store_as<T, true, false>(f, shape, stream) : launch_fast_store_as<T, false, false>(f, shape, stream);
   }
 }
 
