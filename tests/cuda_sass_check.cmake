@@ -3,7 +3,8 @@
 # which needs no GPU —
 #   global loads and stores of 16 bytes (LDG.E.128, STG.E.128), and no global store of another
 #     width (q and k move as whole vectors; the scalar loads left are positions, tables and the
-#     caller's cos/sin in phase A);
+#     caller's cos/sin in phase A) unless ALLOW_NARROW_STORES (optional: a quantised cache's rows
+#     take a vector's codes, 8 or 4 bytes, in one store);
 #   no CALL.REL (a subroutine: 64-bit integer division or modulo, a double division), or at most
 #     MAX_CALLS of them (optional, default 0: the norm kernels' once-per-head double division and
 #     square root, whose slow paths are subroutines);
@@ -105,7 +106,7 @@ foreach(object ${OBJECTS})
     if(ldg128 EQUAL 0)
       list(APPEND broken "no 16-byte global load (LDG.E.128)")
     endif()
-    if(stg128 EQUAL 0 OR stg_other GREATER 0)
+    if(stg128 EQUAL 0 OR (stg_other GREATER 0 AND NOT ALLOW_NARROW_STORES))
       list(APPEND broken "global stores not all 16 bytes (STG.E.128 ${stg128}, other ${stg_other})")
     endif()
     if(NOT DEFINED MAX_CALLS)

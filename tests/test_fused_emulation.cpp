@@ -415,10 +415,12 @@ TEST(FusedEmulation, RopeStoreOverGqaRatiosPartialRotaryOffsetsDtypesAndScales) 
   }
   for (size_t i = 0; i < cases.size(); ++i) {
     const bool fast = expect_store_grid_equals_cpu(cases[i], kLaunchThreads[i % 3]);
-    // The fast kernel takes caches of the data's dtype (f32, f16, bf16: no quantisation, no f64) and
-    // refuses the rest, which the general kernel serves (held against the CPU above).
-    const bool same = cases[i].cache_dtype == cases[i].dtype && cases[i].dtype != DType::f64;
-    EXPECT_EQ(fast, same) << cases[i].name();
+    // The fast kernel takes caches of the data's dtype (f32, f16, bf16; not f64) and quantised ones
+    // (fp8 e4m3/e5m2, int8, per tensor or per head, both scale modes), and refuses a cache of another
+    // model dtype, which the general kernel serves (held against the CPU above).
+    const bool taken = cases[i].dtype != DType::f64 &&
+                       (cases[i].cache_dtype == cases[i].dtype || is_quantised_dtype(cases[i].cache_dtype));
+    EXPECT_EQ(fast, taken) << cases[i].name();
   }
 }
 
@@ -719,6 +721,29 @@ TEST(FusedEmulation, RopeStoreFastKernelOverEveryLaunchShape) {
   c.tokens = 11;
   c.seed = 703;
   cases.push_back(c);
+  // Quantised caches: fp8 e5m2 per head, multiplying, bf16 half pairing (8 codes a vector); int8 per
+  // tensor from f32 interleaved with v twice k's width (4 codes a vector; the remainder loop
+  // quantises too), values beyond int8's range.
+  c.schedule = test::schedule_of(128, 128, Pairing::half);
+  c.cache_dtype = DType::fp8_e5m2;
+  c.scaled = true;
+  c.per_head_scale = true;
+  c.mode = ScaleMode::multiply;
+  c.v_dim = 128;
+  c.heads_q = 8;
+  c.heads_k = 2;
+  c.tokens = 21;
+  c.seed = 704;
+  cases.push_back(c);
+  c.schedule = test::schedule_of(64, 32, Pairing::interleaved, 16);
+  c.dtype = DType::f32;
+  c.cache_dtype = DType::i8;
+  c.per_head_scale = false;
+  c.mode = ScaleMode::divide;
+  c.magnitude = 200.0f;
+  c.v_dim = 128;
+  c.seed = 705;
+  cases.push_back(c);
   for (const test::StoreCase& sc : cases) {
     SCOPED_TRACE(sc.name() + fmt::format(" v_dim={}", sc.v_dim));
     test::StoreSetup cpu(sc), probe(sc);
@@ -828,10 +853,18 @@ TEST(FusedEmulation, RopeStoreFastKernelRefusesWhatItDoesNotServe) {
     const char* why = detail::cuda::fast_store_refusal(call.f);
     return std::string(why == nullptr ? "taken" : why);
   };
+  test::StoreCase f16_cache = c;  // bf16 data
+  f16_cache.cache_dtype = DType::f16;
+  EXPECT_EQ(refusal(f16_cache, {}), "k_cache of another model dtype");
   test::StoreCase fp8 = c;
   fp8.cache_dtype = DType::fp8_e4m3;
   fp8.scaled = true;
-  EXPECT_EQ(refusal(fp8, {}), "k_cache's rows");
+  EXPECT_EQ(refusal(fp8, {}), "taken");
+  EXPECT_EQ(refusal(fp8, [](RopeStoreArgs& a) { a.cache.v_cache.dtype = DType::fp8_e5m2; }),
+            "k_cache and v_cache of different dtypes");
+  // An fp8 cache's rows 4 bytes into an 8-byte vector of codes (bf16 data: 8 codes a vector).
+  EXPECT_EQ(refusal(fp8, [](RopeStoreArgs& a) { a.cache.k_cache.data = static_cast<unsigned char*>(a.cache.k_cache.data) + 4; }),
+            "k_cache's rows");
   EXPECT_EQ(refusal(c, {}, [](detail::FusedKernelArgs& f) { f.check_duplicates = true; }), "the device duplicate check");
   test::StoreCase xpos = c;
   xpos.schedule = with_xpos(c.schedule, 512.0);
@@ -882,6 +915,31 @@ TEST(FusedEmulation, QkNormRopeFastKernelOverEveryLaunchShape) {
     const std::vector<detail::cuda::FastShape> shapes = fast_store_shapes(f);
     ASSERT_GE(shapes.size(), 20u);
     for (const detail::cuda::FastShape& shape : shapes) ASSERT_TRUE(expect_fast_norm_equals_cpu(c, cpu, 0, shape));
+  }
+}
+
+// A quantised cache's scale in device memory that is not finite and > 0: the fast kernel, as the
+// general one, writes nothing at all (q included) and flags scale_invalid.
+TEST(FusedEmulation, RopeStoreFastKernelWithAnUnusableScaleWritesNothing) {
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    test::StoreCase c;
+    c.schedule = test::schedule_of(64, 64, Pairing::half);
+    c.cache_dtype = DType::fp8_e4m3;
+    c.scaled = true;
+    c.per_head_scale = true;
+    c.seed = 740;
+    SCOPED_TRACE(fmt::format("v scale of head 1: {}", bad));
+    test::StoreSetup input(c), general(c), fast(c);
+    general.v_scales[1] = bad;
+    fast.v_scales[1] = bad;
+    DeviceStore g(c.schedule, general), q(c.schedule, fast);
+    ASSERT_EQ(detail::cuda::fast_store_refusal(q.f), nullptr);
+    emulate(g.f, 64);
+    detail::cuda::emulate_fast_store(q.f, detail::cuda::fast_store_launch_shape(q.f, 132));
+    EXPECT_EQ(g.error, detail::kScaleInvalid);
+    EXPECT_EQ(q.error, detail::kScaleInvalid);
+    EXPECT_TRUE(fast.q == input.q && fast.k_cache_bytes == input.k_cache_bytes && fast.v_cache_bytes == input.v_cache_bytes);
+    EXPECT_TRUE(general.q == input.q);
   }
 }
 

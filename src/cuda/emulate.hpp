@@ -111,9 +111,13 @@ void emulate_dispatched(const KernelArgs& args, int multiprocessors) {
 /// store grid `shape`, as emulate_fast_as plays apply's: blocks (x, group) looping over their tiles,
 /// phase A for every thread, then (a norm) phase N, then phase B; shared memory 0xff bytes at every tile (a cell or cache row read
 /// before phase A writes it is NaN or a negative row: skipped, never a wrong address).
-template <class T, bool kHalf, bool kNorm>
+template <class T, bool kHalf, bool kNorm, bool kQuant>
 void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
   const FastStoreArgs s = fast_store_args(f, shape);
+  if (kQuant && !fast_scales_usable(s)) {  // every block alike: nothing written, flagged
+    raise_error(f.rope.error, kScaleInvalid);
+    return;
+  }
   std::vector<unsigned char> memory(static_cast<size_t>(fast_store_shared_bytes(s)));
   const FastStoreShared shared = fast_store_shared(memory.data(), s);
   const PairArrays pairs = pair_arrays(f.rope);
@@ -137,7 +141,7 @@ void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
         }
         for (int y = shape.rows - 1; y >= 0; --y) {  // any order: every vector is one thread's
           for (int x = shape.chunks - 1; x >= 0; --x) {
-            fast_store_phase_b<T, kHalf, kNorm>(s, tile, group, x, y, shape.rows, shared,
+            fast_store_phase_b<T, kHalf, kNorm, kQuant>(s, tile, group, x, y, shape.rows, shared,
                                                 threads[static_cast<size_t>(y * shape.chunks + x)]);
           }
         }
@@ -149,10 +153,12 @@ void emulate_fast_store_as(const FusedKernelArgs& f, const FastShape& shape) {
 template <class T>
 void emulate_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape) {
   const bool half = f.rope.pair_step == 1;
-  if (f.norm) {
-    half ? emulate_fast_store_as<T, true, true>(f, shape) : emulate_fast_store_as<T, false, true>(f, shape);
+  if (f.norm) {  // (never with a quantised cache: fast_store_refusal)
+    half ? emulate_fast_store_as<T, true, true, false>(f, shape) : emulate_fast_store_as<T, false, true, false>(f, shape);
+  } else if (f.slots != nullptr && is_quantised_dtype(f.k_cache.dtype)) {
+    half ? emulate_fast_store_as<T, true, false, true>(f, shape) : emulate_fast_store_as<T, false, false, true>(f, shape);
   } else {
-    half ? emulate_fast_store_as<T, true, false>(f, shape) : emulate_fast_store_as<T, false, false>(f, shape);
+    half ? emulate_fast_store_as<T, true, false, false>(f, shape) : emulate_fast_store_as<T, false, false, false>(f, shape);
   }
 }
 

@@ -4,12 +4,14 @@
 // block, phase by phase (src/cuda/emulate.hpp: emulate_fast_store), where the tests hold it bit for
 // bit against rotary::rope_store on the CPU.
 //
-// What it takes (choose_store_kernel says why a call goes to the general fused kernel instead):
+// What it takes (fast_store_refusal says why a call goes to the general fused kernel instead):
 // a rope_store call that apply's fast kernels would take for its q and k (choose_kernel: f32, f16
-// or bf16, half or interleaved pairing, no xPos, 16-byte rows), caches of the data's dtype (no
-// quantisation: the cache receives the bits k_out would) whose rows are 16-byte vectors (channel
-// stride 1, data + offset and every stride of a dimension longer than one 16-byte aligned), v the
-// same, and no q quantised out, no k_pass (MLA's kv_c), no device duplicate check. Every angle
+// or bf16, half or interleaved pairing, no xPos, 16-byte rows), caches of the data's dtype (the
+// cache receives the bits k_out would) or both quantised alike (fp8_e4m3, fp8_e5m2, int8: kQuant,
+// a vector's codes stored whole, 8 or 4 bytes, each lane quantised as the body's store_cache does)
+// whose rows are whole vectors (channel stride 1, data + offset and every stride of a dimension
+// longer than one aligned to a vector's bytes), v the same, and no q quantised out, no k_pass
+// (MLA's kv_c), no device duplicate check. Every angle
 // source, every kind of positions, any slots (int32/int64, negative: skipped; beyond a cache:
 // skipped and flagged as the general kernel does).
 //
@@ -48,6 +50,9 @@ struct FastCache {
   int64_t token_bytes = 0;
   int32_t head_bytes = 0;
   int64_t capacity = 0;
+  const float* scale = nullptr;  ///< quantised caches: null 1, else 1 value or one per head
+  bool per_head = false;
+  ScaleOp op = ScaleOp::divide;
 };
 
 /// rope_store's fast kernel arguments (host-built from FusedKernelArgs and a FastShape).
@@ -63,6 +68,8 @@ struct FastStoreArgs {
   FastCache k_cache;
   bool has_v = false;
   FastCache v_cache;
+  DType cache_dtype = DType::f32;  ///< both caches' (kQuant: fp8_e4m3, fp8_e5m2 or i8)
+  int32_t cache_shift = 0;         ///< a data offset in bytes >> cache_shift: the cache's (kQuant: 1 or 2)
   const unsigned char* v_in = nullptr;
   int64_t v_token[2] = {};   ///< bytes per batch row and per sequence step
   int32_t v_head = 0;        ///< bytes per head
@@ -83,16 +90,19 @@ struct FastStoreArgs {
 /// Whether a cache's rows are whole 16-byte vectors the fast store can address (see the header
 /// comment), for `heads` heads of `dim` elements of `dtype`.
 inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int64_t dim) {
-  const int64_t es = size_of(dtype);
-  if (c.data == nullptr || c.dtype != dtype || c.scale != nullptr || c.strides[3] != 1) return false;
-  if (c.block_size < 1 || (dim * es) % 16 != 0) return false;
+  // A vector of the data (16 bytes) lands in the cache as `width` bytes: 16, or its codes.
+  const bool quantised = is_quantised_dtype(c.dtype);
+  if (c.data == nullptr || (c.dtype != dtype && !quantised) || c.strides[3] != 1) return false;
+  const int64_t es = size_of(c.dtype);
+  const int64_t width = 16 / (size_of(dtype) / es);
+  if (c.block_size < 1 || (dim * es) % width != 0) return false;
   const int64_t blocks = c.capacity / c.block_size;
   const int64_t extent[3] = {blocks, c.block_size, heads};
   for (int d = 0; d < 3; ++d) {
-    if (extent[d] > 1 && (c.strides[d] * es) % 16 != 0) return false;
+    if (extent[d] > 1 && (c.strides[d] * es) % width != 0) return false;
   }
   const auto address = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(c.data) + c.offset * es);
-  if (address % 16 != 0) return false;
+  if (address % static_cast<uintptr_t>(width) != 0) return false;
   const int64_t head_bytes = (c.strides[2] < 0 ? -c.strides[2] : c.strides[2]) * es;
   const int64_t room = (int64_t{1} << 31) - 1 - dim * es;
   return heads <= (int64_t{1} << 29) && (heads <= 1 || head_bytes <= room / (heads - 1));
@@ -116,8 +126,11 @@ inline const char* fast_store_refusal(const FusedKernelArgs& f) {
   if (f.rope.rotary_dim < 2) return "nothing rotated";
   if (choose_kernel(f.rope).kind != KernelKind::fast) return "q or k not taken by apply's fast kernels";
   const DType dtype = f.rope.dtype;
-  if (f.slots != nullptr && !fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) {
-    return "k_cache's rows";
+  if (f.slots != nullptr) {
+    if (f.k_cache.dtype != dtype && !is_quantised_dtype(f.k_cache.dtype)) return "k_cache of another model dtype";
+    if (f.has_v_cache && f.v_cache.dtype != f.k_cache.dtype) return "k_cache and v_cache of different dtypes";
+    if (f.norm && f.k_cache.dtype != dtype) return "a quantised cache with the norm";
+    if (!fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) return "k_cache's rows";
   }
   if (f.has_v_cache) {
     const int64_t es = size_of(dtype);
@@ -134,8 +147,8 @@ inline const char* fast_store_refusal(const FusedKernelArgs& f) {
   return nullptr;
 }
 
-inline FastCache fast_cache(const KernelCache& c, DType dtype) {
-  const int64_t es = size_of(dtype);
+inline FastCache fast_cache(const KernelCache& c) {
+  const int64_t es = size_of(c.dtype);
   FastCache out;
   out.data = static_cast<unsigned char*>(c.data) + c.offset * es;
   out.block = Divmod64::make(static_cast<uint64_t>(c.block_size));
@@ -143,6 +156,9 @@ inline FastCache fast_cache(const KernelCache& c, DType dtype) {
   out.token_bytes = c.strides[1] * es;
   out.head_bytes = static_cast<int32_t>(c.strides[2] * es);
   out.capacity = c.capacity;
+  out.scale = c.scale;
+  out.per_head = c.per_head;
+  out.op = c.op;
   return out;
 }
 
@@ -170,11 +186,17 @@ inline FastStoreArgs fast_store_args(const FusedKernelArgs& f, const FastShape& 
   s.k_out_tail = f.write_k && (f.norm || !f.rope.operands[1].in_place) && s.tail_chunks > 0;
   s.slots = f.slots;
   s.slots_i64 = f.slots_i64;
-  if (f.slots != nullptr) s.k_cache = fast_cache(f.k_cache, f.rope.dtype);
+  if (f.slots != nullptr) {
+    s.k_cache = fast_cache(f.k_cache);
+    s.cache_dtype = f.k_cache.dtype;
+    s.cache_shift = size_of(f.rope.dtype) == 4 * size_of(f.k_cache.dtype)   ? 2
+                    : size_of(f.rope.dtype) == 2 * size_of(f.k_cache.dtype) ? 1
+                                                                            : 0;
+  }
   s.has_v = f.has_v_cache;
   s.heads = s.rope.heads;
   if (s.has_v) {
-    s.v_cache = fast_cache(f.v_cache, f.rope.dtype);
+    s.v_cache = fast_cache(f.v_cache);
     s.v_in = static_cast<const unsigned char*>(f.v.in);
     s.v_token[0] = f.v.strides[0] * es;
     s.v_token[1] = f.v.strides[1] * es;
@@ -262,12 +284,33 @@ ROTARY_HD inline int64_t fast_cache_row(const FastCache& c, int64_t slot) {
   return block * c.block_bytes + (slot - block * static_cast<int64_t>(c.block.divisor)) * c.token_bytes;
 }
 
+/// A quantised cache's scale for head h (cache_scale's rule): 1 without one.
+ROTARY_HD inline float fast_cache_scale(const FastCache& c, int h) {
+  return c.scale == nullptr ? 1.0f : c.scale[c.per_head ? h : 0];
+}
+
+/// Whether every scale the fast store reads is usable (scales_usable: finite and > 0): k's cache over
+/// k's heads, v's over v's.
+ROTARY_HD inline bool fast_scales_usable(const FastStoreArgs& s) {
+  KernelCache k{};
+  k.scale = s.k_cache.scale;
+  k.per_head = s.k_cache.per_head;
+  KernelCache v{};
+  v.scale = s.v_cache.scale;
+  v.per_head = s.v_cache.per_head;
+  return scales_usable(k, s.rope.operands[1].heads) && (!s.has_v || scales_usable(v, s.heads - s.rope.heads));
+}
+
 /// One (head, chunk slot) of a token: `n` vectors (0: nothing to do) read at in and in + second,
 /// rotated or copied, stored at out[d] and out[d] + second for each out[d] set.
+/// out[0]: q_out or k_out (the data's dtype); out[1]: the k or v cache row (its second vector at
+/// second >> cache_shift; kQuant: codes with `scale`).
 struct FastStoreTask {
   const unsigned char* in = nullptr;
   unsigned char* out[2] = {nullptr, nullptr};
   int32_t second = 0;
+  float scale = 1.0f;
+  bool multiply = false;
   int32_t channel_bytes = 0;  ///< q and k: where the (first) vector starts in the head
   int n = 0;
   int operand = -1;           ///< 0 q, 1 k, -1 v
@@ -306,7 +349,11 @@ ROTARY_HD inline FastStoreTask fast_store_task(const FastStoreArgs& s, const Fas
     task.operand = is_k ? 1 : 0;
     if (loading) return task;
     if (to_out) task.out[0] = head_out(f, is_k, at, head) + channel_bytes;
-    if (is_k && k_row >= 0) task.out[1] = s.k_cache.data + (k_row + (head * s.k_cache.head_bytes + channel_bytes));
+    if (is_k && k_row >= 0) {
+      task.out[1] = s.k_cache.data + (k_row + (head * s.k_cache.head_bytes + (channel_bytes >> s.cache_shift)));
+      task.scale = fast_cache_scale(s.k_cache, head);
+      task.multiply = s.k_cache.op == ScaleOp::multiply;
+    }
   } else {  // v: vectors x (and x + chunks with two vector registers)
     const int head = g - f.heads;
     if (x >= s.v_vectors) return task;
@@ -314,7 +361,11 @@ ROTARY_HD inline FastStoreTask fast_store_task(const FastStoreArgs& s, const Fas
     task.second = s.chunks * 16;
     task.in = v_row_in(s, at) + (head * s.v_head + x * 16);
     if (loading) return task;
-    if (v_row >= 0) task.out[0] = s.v_cache.data + (v_row + (head * s.v_cache.head_bytes + x * 16));
+    if (v_row >= 0) {
+      task.out[1] = s.v_cache.data + (v_row + (head * s.v_cache.head_bytes + ((x * 16) >> s.cache_shift)));
+      task.scale = fast_cache_scale(s.v_cache, head);
+      task.multiply = s.v_cache.op == ScaleOp::multiply;
+    }
   }
   if (task.out[0] == nullptr && task.out[1] == nullptr) task.n = 0;
   return task;
@@ -335,6 +386,39 @@ ROTARY_HD inline void store_global(unsigned char* p, const Vec16& v) {
   __builtin_assume(__isGlobal(p));
 #endif
   store_vec(p, v);
+}
+
+/// A vector's lanes quantised (store_converted's rule: the scale in float, one rounding to the
+/// code) and stored whole at p: 8 codes (16-bit data) or 4 (f32) in one 8- or 4-byte store.
+struct alignas(8) Codes8 {
+  uint32_t w[2];
+};
+template <class T>
+ROTARY_HD inline void store_codes(unsigned char* p, const Vec16& v, DType dtype, float scale, bool multiply) {
+  using L = Lanes<T>;
+  constexpr int V = L::kCount;
+  float x[V];
+  L::unpack(v, x);
+  uint32_t w[V / 4] = {};
+  const ScaleOp op = multiply ? ScaleOp::multiply : ScaleOp::divide;
+  ROTARY_UNROLL
+  for (int i = 0; i < V; ++i) {
+    const float y = scale_for_code(x[i], scale, op);
+    const uint8_t code = dtype == DType::fp8_e4m3   ? float_to_fp8(y, e4m3_format())
+                         : dtype == DType::fp8_e5m2 ? float_to_fp8(y, e5m2_format())
+                                                    : static_cast<uint8_t>(float_to_i8(y));
+    w[i / 4] |= static_cast<uint32_t>(code) << (8 * (i % 4));
+  }
+#if defined(__CUDA_ARCH__)
+  __builtin_assume(__isGlobal(p));
+  if constexpr (V == 8) {
+    *reinterpret_cast<Codes8*>(p) = Codes8{{w[0], w[1]}};
+  } else {
+    *reinterpret_cast<uint32_t*>(p) = w[0];
+  }
+#else
+  std::memcpy(p, w, sizeof w);
+#endif
 }
 
 template <bool kHalf>
@@ -366,10 +450,10 @@ ROTARY_HD inline float fast_normalise(float x, const FastNorm& norm, int c) {
 
 /// Rotates (or copies) a task's loaded vectors and stores them at each of its outputs; with kNorm,
 /// a q or k head's lanes are normalised first (`norm`), its pass-through lanes too.
-template <class T, bool kHalf, bool kNorm = false>
+template <class T, bool kHalf, bool kNorm = false, bool kQuant = false>
 ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&data)[FastThread<kHalf>::kVectors],
                                       const FastAngles<T, kHalf>& angle, const FastNorm& norm = {},
-                                      int32_t partner = 0) {
+                                      int32_t partner = 0, const FastStoreArgs* s = nullptr) {
   static_cast<void>(partner);  // half pairing only
   using L = Lanes<T>;
   constexpr int V = L::kCount;
@@ -421,9 +505,20 @@ ROTARY_HD inline void fast_store_emit(const FastStoreTask& task, const Vec16 (&d
     }
   }
   if (task.out[1] != nullptr) {
-    store_global(task.out[1], result[0]);
-    if constexpr (kHalf) {
-      if (task.n == 2) store_global(task.out[1] + task.second, result[1]);
+    if constexpr (kQuant) {  // the cache's codes of the values k_out (or v) holds
+      store_codes<T>(task.out[1], result[0], s->cache_dtype, task.scale, task.multiply);
+      if constexpr (kHalf) {
+        if (task.n == 2) {
+          store_codes<T>(task.out[1] + (task.second >> s->cache_shift), result[1], s->cache_dtype, task.scale,
+                         task.multiply);
+        }
+      }
+    } else {
+      static_cast<void>(s);
+      store_global(task.out[1], result[0]);
+      if constexpr (kHalf) {
+        if (task.n == 2) store_global(task.out[1] + task.second, result[1]);
+      }
     }
   }
 }
@@ -543,8 +638,8 @@ ROTARY_HD inline FastNorm fast_task_norm(const FastStoreArgs& s, const FastStore
   return norm;
 }
 
-/// Phase B of the tile (after the barrier).
-template <class T, bool kHalf, bool kNorm = false>
+/// Phase B of the tile (after the barrier). kQuant: both caches quantised (codes of s.cache_dtype).
+template <class T, bool kHalf, bool kNorm = false, bool kQuant = false>
 ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, int group, int x, int y, int rows,
                                          const FastStoreShared& sh, const FastThread<kHalf>& th) {
   using Thread = FastThread<kHalf>;
@@ -571,7 +666,7 @@ ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, i
   const int32_t partner = f.pairs;  // half pairing: the partner vector's first channel, after `channel`
   if constexpr (!kNorm) {
     const FastStoreTask task = fast_store_task<kHalf>(s, at, head0 + first_row, x, k_row, v_row, false);
-    if (task.n > 0) fast_store_emit<T, kHalf>(task, th.data[0], angle);
+    if (task.n > 0) fast_store_emit<T, kHalf, false, kQuant>(task, th.data[0], angle, {}, 0, &s);
   } else {
     static_cast<void>(th);
   }
@@ -598,7 +693,7 @@ ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, i
         if constexpr (kNorm) {
           fast_store_emit<T, kHalf, true>(task, data[i], angle, fast_task_norm(s, sh, task, h, t), partner);
         } else {
-          fast_store_emit<T, kHalf>(task, data[i], angle);
+          fast_store_emit<T, kHalf, false, kQuant>(task, data[i], angle, {}, 0, &s);
         }
       }
     }
@@ -611,7 +706,14 @@ ROTARY_HD inline void fast_store_phase_b(const FastStoreArgs& s, int64_t tile, i
     if (v_head < 0) continue;
     const unsigned char* in = v_row_in(s, at) + v_head * s.v_head;
     unsigned char* out = s.v_cache.data + (v_row + v_head * s.v_cache.head_bytes);
-    for (int vec = reach; vec < s.v_vectors; vec += s.chunks) store_global(out + vec * 16, load_global(in + vec * 16));
+    for (int vec = reach; vec < s.v_vectors; vec += s.chunks) {
+      if constexpr (kQuant) {
+        store_codes<T>(out + ((vec * 16) >> s.cache_shift), load_global(in + vec * 16), s.cache_dtype,
+                       fast_cache_scale(s.v_cache, v_head), s.v_cache.op == ScaleOp::multiply);
+      } else {
+        store_global(out + vec * 16, load_global(in + vec * 16));
+      }
+    }
   }
 }
 

@@ -5,8 +5,8 @@
 // thread/threads), thread 0 the all-heads norms, then one item (a head of q, k, v or k_pass) per
 // warp: its first thread the item's norm factor, its 32 threads the item's pairs and channels lane
 // by lane. Every element is written by one thread alone, so the order is free and the bits are the
-// CPU's. rope_store calls that apply's fast kernels would take, with caches of the data's dtype, go
-// to rope_store's fast kernel instead (fast_store_body.hpp: 16-byte vectors, several tokens and
+// CPU's. rope_store calls that apply's fast kernels would take, with caches of the data's dtype or
+// quantised ones, and qk_norm_rope's norm before the rotation per head, go to the fast kernel instead (fast_store_body.hpp: 16-byte vectors, several tokens and
 // heads per block; launch_fused chooses, fast_store_refusal says why not). Both write the same
 // bits. Compiled as apply.cu is (-fmad=false, no fast math). The host side
 // (validation, kernel arguments) is src/cuda/api.cpp's.
@@ -161,7 +161,7 @@ struct FastStoreParams {
 // Registers capped at 80 as apply's fast kernels (three blocks of 256 threads per SM); with the norm
 // at 128 (two blocks: the norm's lanes need more and a spill costs more than the third block).
 // tests/cuda_sass_check.cmake holds the count, the 16-byte accesses and the absence of spills.
-template <class T, bool kHalf, bool kNorm>
+template <class T, bool kHalf, bool kNorm, bool kQuant>
 __global__ void __launch_bounds__(kFastMaxThreads, kNorm ? 2 : 3)
     fast_store_kernel(const __grid_constant__ FastStoreParams params) {
   extern __shared__ __align__(16) unsigned char shared_memory[];
@@ -173,6 +173,17 @@ __global__ void __launch_bounds__(kFastMaxThreads, kNorm ? 2 : 3)
   const int chunks = static_cast<int>(blockDim.x);
   const int rows = static_cast<int>(blockDim.y);
   const int group = static_cast<int>(blockIdx.y);
+  if constexpr (kQuant) {
+    // The caches' scales in device memory, checked by every block alike (as fused_kernel): one not
+    // finite and > 0 and no block writes anything, the first block flagging it.
+    __shared__ bool scales_ok;
+    if (x == 0 && y == 0) {
+      scales_ok = fast_scales_usable(s);
+      if (!scales_ok && blockIdx.x == 0 && blockIdx.y == 0) raise_error(params.args.error, kScaleInvalid);
+    }
+    __syncthreads();
+    if (!scales_ok) return;
+  }
   for (int64_t tile = blockIdx.x; tile < s.rope.tiles; tile += gridDim.x) {
     FastThread<kHalf> thread;
     fast_store_phase_a<T, kHalf, kNorm>(params.args, s, pairs, tile, group, x, y, chunks, rows, shared, thread);
@@ -181,12 +192,12 @@ __global__ void __launch_bounds__(kFastMaxThreads, kNorm ? 2 : 3)
       fast_store_phase_n<T>(s, tile, group, x, y, chunks, rows, shared);
       __syncthreads();
     }
-    fast_store_phase_b<T, kHalf, kNorm>(s, tile, group, x, y, rows, shared, thread);
+    fast_store_phase_b<T, kHalf, kNorm, kQuant>(s, tile, group, x, y, rows, shared, thread);
     __syncthreads();
   }
 }
 
-template <class T, bool kHalf, bool kNorm>
+template <class T, bool kHalf, bool kNorm, bool kQuant>
 void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
   FastStoreParams params{};
   params.args = f.rope;
@@ -201,7 +212,7 @@ void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cuda
   params.args.inv_freq_hf32 = nullptr;
   const dim3 grid(static_cast<unsigned>(shape.grid), static_cast<unsigned>(shape.groups));
   const dim3 block(static_cast<unsigned>(shape.chunks), static_cast<unsigned>(shape.rows));
-  fast_store_kernel<T, kHalf, kNorm>
+  fast_store_kernel<T, kHalf, kNorm, kQuant>
       <<<grid, block, static_cast<size_t>(fast_store_shared_bytes(params.fast)), stream>>>(params);
   check(static_cast<int>(cudaGetLastError()), "rope_store fast kernel launch");
 }
@@ -209,10 +220,15 @@ void launch_fast_store_as(const FusedKernelArgs& f, const FastShape& shape, cuda
 template <class T>
 void launch_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape, cudaStream_t stream) {
   const bool half = f.rope.pair_step == 1;
-  if (f.norm) {
-    half ? launch_fast_store_as<T, true, true>(f, shape, stream) : launch_fast_store_as<T, false, true>(f, shape, stream);
+  if (f.norm) {  // (never with a quantised cache: fast_store_refusal)
+    half ? launch_fast_store_as<T, true, true, false>(f, shape, stream)
+         : launch_fast_store_as<T, false, true, false>(f, shape, stream);
+  } else if (f.slots != nullptr && is_quantised_dtype(f.k_cache.dtype)) {
+    half ? launch_fast_store_as<T, true, false, true>(f, shape, stream)
+         : launch_fast_store_as<T, false, false, true>(f, shape, stream);
   } else {
-    half ? launch_fast_store_as<T, true, false>(f, shape, stream) : launch_fast_store_as<T, false, false>(f, shape, stream);
+    half ? launch_fast_store_as<T, true, false, false>(f, shape, stream)
+         : launch_fast_store_as<T, false, false, false>(f, shape, stream);
   }
 }
 
