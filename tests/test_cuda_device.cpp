@@ -942,6 +942,9 @@ TEST(CudaDevice, RopeStoreFastKernelOnEveryLaunchShapeMatchesTheCpu) {
                                    static_cast<const int64_t*>(sl.d()));
       const ErrorWord error;
       if (variant == 0) {
+        // The fast kernel is what cuda::rope_store runs for this call.
+        detail::validate_rope_store(c.schedule, a, false);
+        ASSERT_EQ(detail::cuda::fast_store_refusal(detail::make_rope_store_args(c.schedule, a, nullptr)), nullptr);
         cuda::rope_store(c.schedule, a, nullptr, {.error = error.get()});
       } else {
         detail::validate_rope_store(c.schedule, a, false);
@@ -1013,6 +1016,9 @@ TEST(CudaDevice, QkNormRopeFastKernelOnEveryLaunchShapeMatchesTheCpu) {
                                   static_cast<const int64_t*>(pos.d()), static_cast<const int64_t*>(sl.d()));
     const ErrorWord error;
     if (variant == 0) {
+      // The fast kernel is what cuda::qk_norm_rope runs for this call.
+      detail::validate_qk_norm_rope(schedule, a, false);
+      ASSERT_EQ(detail::cuda::fast_store_refusal(detail::make_qk_norm_rope_args(schedule, a, nullptr)), nullptr);
       cuda::qk_norm_rope(schedule, a, nullptr, {.error = error.get()});
     } else {
       detail::validate_qk_norm_rope(schedule, a, false);

@@ -943,6 +943,90 @@ TEST(FusedEmulation, RopeStoreFastKernelWithAnUnusableScaleWritesNothing) {
   }
 }
 
+// Thousands of heads in one qk_norm_rope call: the norm factors' shared memory (a float per head of
+// the group and token of the tile) would pass the 48 KiB a block gets without opting in; the launch
+// splits the heads into more groups instead (the shape checked here; any shape's bytes are held
+// against the CPU by the launch-shape tests). Arguments by hand: no memory behind them is touched.
+TEST(FusedEmulation, FastNormLaunchFitsSharedMemoryForThousandsOfHeads) {
+  for (const int64_t heads_k : {8, 256, 1024}) {
+    detail::FusedKernelArgs f;
+    f.rope.dtype = DType::bf16;
+    f.rope.batch = 1;
+    f.rope.seq = f.rope.tokens = 8192;
+    f.rope.head_dim = f.rope.rotary_dim = 128;
+    f.rope.block_pairs = f.rope.partner = 64;
+    f.rope.block_width = 128;
+    f.rope.pair_step = 1;
+    f.rope.operand_count = 2;
+    f.rope.operands[0].heads = 4 * heads_k;
+    f.rope.operands[1].heads = heads_k;
+    f.norm = true;
+    f.slots = &f;  // a cache write: v's heads join the head list
+    f.k_cache.block_size = f.v_cache.block_size = 16;
+    f.has_v_cache = true;
+    f.v.heads = heads_k;
+    f.v.dim = 128;
+    const int64_t heads = 6 * heads_k;
+    for (const int sms : {1, 132}) {
+      SCOPED_TRACE(fmt::format("{} heads, {} SMs", heads, sms));
+      const detail::cuda::FastShape shape = detail::cuda::fast_store_launch_shape(f, sms);
+      EXPECT_LE(detail::cuda::fast_store_shared_bytes(detail::cuda::fast_store_args(f, shape)),
+                detail::cuda::kFastStoreMaxShared);
+      EXPECT_GE(int64_t{shape.group_heads} * shape.groups, heads);
+      EXPECT_LT(int64_t{shape.group_heads} * (shape.groups - 1), heads);
+      EXPECT_EQ(shape.rows % (1 << shape.tile_shift), 0);
+      EXPECT_LE(shape.chunks * shape.rows, 256);
+      if (heads_k == 1024) {  // the default shape alone would not fit
+        const detail::cuda::FastShape unfitted = detail::cuda::fast_store_shape_of(f, sms);
+        EXPECT_GT(detail::cuda::fast_store_shared_bytes(detail::cuda::fast_store_args(f, unfitted)),
+                  detail::cuda::kFastStoreMaxShared);
+      }
+    }
+  }
+}
+
+// The norm kernel's device semantics beside the store's (RopeStoreFastKernelSkipsAndFlagsAsTheGeneralKernel):
+// q_out and k_out apart from q and k, int32 slots, a position no angle serves, a slot beyond the
+// caches: every byte and the error word as the general kernel leaves them.
+TEST(FusedEmulation, QkNormRopeFastKernelSkipsFlagsAndWritesOutputsAsTheGeneralKernel) {
+  test::NormCase c{.schedule = test::schedule_of(128, 64, Pairing::half, 32), .dtype = DType::bf16, .seed = 780};
+  c.tokens = 11;
+  c.store = true;
+  test::NormSetup general(c), fast(c);
+  test::NormSetup* setups[2] = {&general, &fast};
+  std::vector<int32_t> slots32[2];
+  test::Buffer q_out[2], k_out[2];
+  uint32_t error[2] = {0, 0};
+  detail::FusedKernelArgs f[2];
+  QkNormRopeArgs args[2];
+  for (int i = 0; i < 2; ++i) {
+    test::NormSetup& s = *setups[i];
+    s.positions[3] = -7;                  // position_out_of_range: token 3 skipped
+    s.slots[5] = 64 + 9;                  // beyond the 64-slot caches: no cache write, flagged
+    slots32[i].assign(s.slots.begin(), s.slots.end());
+    q_out[i].assign(s.q.size(), 0x77);
+    k_out[i].assign(s.k.size(), 0x77);
+    args[i] = s.norm_args();
+    s.write.slots = Slots::of(std::span<const int32_t>(slots32[i]));
+    args[i].rope.q_out = s.view(q_out[i], c.heads_q);
+    args[i].rope.k_out = s.view(k_out[i], c.heads_k);
+    detail::validate_qk_norm_rope(c.schedule, args[i], false);
+    f[i] = detail::make_qk_norm_rope_args(c.schedule, args[i], nullptr);
+    f[i].rope.error = &error[i];
+  }
+  ASSERT_EQ(detail::cuda::fast_store_refusal(f[1]), nullptr);
+  emulate(f[0], 64);
+  detail::cuda::emulate_fast_store(f[1], detail::cuda::fast_store_launch_shape(f[1], 132));
+  EXPECT_EQ(error[0], detail::kPositionOutOfRange | detail::kSlotOutOfRange);
+  EXPECT_EQ(error[1], error[0]);
+  EXPECT_TRUE(q_out[0] == q_out[1]) << test::first_difference(q_out[0], q_out[1]);
+  EXPECT_TRUE(k_out[0] == k_out[1]) << test::first_difference(k_out[0], k_out[1]);
+  EXPECT_TRUE(general.q == fast.q && general.k == fast.k) << "q and k read only";
+  EXPECT_TRUE(general.k_cache_bytes == fast.k_cache_bytes) << test::first_difference(general.k_cache_bytes, fast.k_cache_bytes);
+  EXPECT_TRUE(general.v_cache_bytes == fast.v_cache_bytes);
+  EXPECT_NE(q_out[1], test::Buffer(q_out[1].size(), 0x77)) << "q_out written";
+}
+
 }  // namespace
 }  // namespace rotary
 

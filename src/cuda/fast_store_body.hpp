@@ -169,8 +169,8 @@ inline int fast_store_chunks(const FusedKernelArgs& f) {
   return fast_rotated_chunks(f.rope) + static_cast<int>(tail);
 }
 
-/// The launch a device uses for a fast store call (`multiprocessors`: its SM count).
-inline FastShape fast_store_launch_shape(const FusedKernelArgs& f, int multiprocessors) {
+/// fast_shape_of's launch for a fast store call, before fast_store_launch_shape fits its shared memory.
+inline FastShape fast_store_shape_of(const FusedKernelArgs& f, int multiprocessors) {
   const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
   return fast_shape_of(fast_store_chunks(f), heads, f.rope.rotary_dim / 2, f.rope.tokens, multiprocessors);
 }
@@ -226,6 +226,26 @@ inline int64_t fast_store_shared_bytes(const FastStoreArgs& s) {
   return (int64_t{2} * static_cast<int64_t>(sizeof(int64_t)) << s.rope.tile_shift) + fast_shared_bytes(s.rope) +
          fast_store_norm_floats(s) * static_cast<int64_t>(sizeof(float));
 }
+/// The dynamic shared memory every device grants a block without opting in (the kernels never opt in).
+inline constexpr int64_t kFastStoreMaxShared = 48 * 1024;
+
+/// The launch a device uses for a fast store call (`multiprocessors`: its SM count): fast_shape_of's,
+/// with a norm's heads split into more groups when their factors (a float per head of the group and
+/// token of the tile) would take a block past kFastStoreMaxShared (thousands of heads in one call).
+inline FastShape fast_store_launch_shape(const FusedKernelArgs& f, int multiprocessors) {
+  FastShape shape = fast_store_shape_of(f, multiprocessors);
+  const int64_t bytes = fast_store_shared_bytes(fast_store_args(f, shape));
+  if (bytes <= kFastStoreMaxShared) return shape;
+  const int64_t per_head = int64_t{4} << shape.tile_shift;  // only the norm's factors grow with the heads
+  const int64_t rest = bytes - per_head * shape.group_heads;
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  shape.group_heads = static_cast<int>(std::max<int64_t>((kFastStoreMaxShared - rest) / per_head, 1));
+  shape.groups = static_cast<int>((heads + shape.group_heads - 1) / shape.group_heads);
+  const int tile = 1 << shape.tile_shift;
+  shape.rows = std::max(tile, std::min(shape.rows, tile * shape.group_heads));
+  return shape;
+}
+
 struct FastStoreShared {
   int64_t* k_row = nullptr;  ///< byte offset of the token's k cache row, or -1
   int64_t* v_row = nullptr;
