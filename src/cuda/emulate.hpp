@@ -155,7 +155,7 @@ void emulate_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape) 
   const bool half = f.rope.pair_step == 1;
   if (f.norm) {  // (never with a quantised cache: fast_store_refusal)
     half ? emulate_fast_store_as<T, true, true, false>(f, shape) : emulate_fast_store_as<T, false, true, false>(f, shape);
-  } else if (f.slots != nullptr && is_quantised_dtype(f.k_cache.dtype)) {
+  } else if (fast_store_quantised(f)) {
     half ? emulate_fast_store_as<T, true, false, true>(f, shape) : emulate_fast_store_as<T, false, false, true>(f, shape);
   } else {
     half ? emulate_fast_store_as<T, true, false, false>(f, shape) : emulate_fast_store_as<T, false, false, false>(f, shape);

@@ -567,6 +567,36 @@ ROTARY_HD inline void fast_store(const FastArgs& f, unsigned char* out, bool rot
   }
 }
 
+/// Phase A's angle cells of tile `tile`, thread (x, y) of a (chunks, rows) block taking cells
+/// y * chunks + x, + chunks * rows, ...: cell c is pair c >> tile_shift of token c & tile_mask. The
+/// thread with a token's pair 0 records its position error (raised once) and calls
+/// on_token(t, token) (rope_store's fast kernel reads the token's slot there).
+template <class OnToken>
+ROTARY_HD inline void fast_angle_cells(const KernelArgs& args, const FastArgs& f, const PairArrays& pairs, int64_t tile,
+                                       int x, int y, int chunks, int rows, const FastShared& sh, OnToken&& on_token) {
+  const int tile_mask = (1 << f.tile_shift) - 1;
+  const int64_t first = tile << f.tile_shift;
+  const int cells = f.pairs << f.tile_shift;
+  for (int c = y * chunks + x; c < cells; c += chunks * rows) {
+    const int t = c & tile_mask;
+    const int j = c >> f.tile_shift;
+    const int64_t cell_token = first + t;
+    if (cell_token >= f.tokens) continue;
+    const auto b = static_cast<int64_t>(f.seq.quotient(static_cast<uint64_t>(cell_token)));
+    const int64_t s = cell_token - b * static_cast<int64_t>(f.seq.divisor);
+    const uint32_t error = token_error(args, cell_token, s);
+    if (j == 0) {
+      sh.skip[t] = error;
+      raise_error(args.error, error);
+      on_token(t, cell_token);
+    }
+    if (error != 0) continue;
+    const AngleCell<float> angle = pair_angle<float>(args, pairs, cell_token, b, s, j);
+    sh.cos[t * f.pairs + j] = angle.c;
+    sh.sin[t * f.pairs + j] = angle.s;
+  }
+}
+
 /// Phase A of tile `tile` for thread (x, y) of a (chunks, rows) block in head group `group`.
 template <class T, bool kHalf>
 ROTARY_HD inline void fast_phase_a(const KernelArgs& args, const FastArgs& f, const PairArrays& pairs, int64_t tile,
@@ -592,25 +622,7 @@ ROTARY_HD inline void fast_phase_a(const KernelArgs& args, const FastArgs& f, co
       }
     }
   }
-  // The tile's angle cells: cell c is pair c >> tile_shift of token c & tile_mask.
-  const int cells = f.pairs << f.tile_shift;
-  for (int c = y * chunks + x; c < cells; c += chunks * rows) {
-    const int t = c & tile_mask;
-    const int j = c >> f.tile_shift;
-    const int64_t cell_token = first + t;
-    if (cell_token >= f.tokens) continue;
-    const auto b = static_cast<int64_t>(f.seq.quotient(static_cast<uint64_t>(cell_token)));
-    const int64_t s = cell_token - b * static_cast<int64_t>(f.seq.divisor);
-    const uint32_t error = token_error(args, cell_token, s);
-    if (j == 0) {
-      sh.skip[t] = error;
-      raise_error(args.error, error);
-    }
-    if (error != 0) continue;
-    const AngleCell<float> angle = pair_angle<float>(args, pairs, cell_token, b, s, j);
-    sh.cos[t * f.pairs + j] = angle.c;
-    sh.sin[t * f.pairs + j] = angle.s;
-  }
+  fast_angle_cells(args, f, pairs, tile, x, y, chunks, rows, sh, [](int, int64_t) {});
 }
 
 /// Phase B of the tile (after the barrier): the thread's angles once, then the prefetched heads,

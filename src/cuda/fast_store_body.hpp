@@ -147,6 +147,11 @@ inline const char* fast_store_refusal(const FusedKernelArgs& f) {
   return nullptr;
 }
 
+/// Whether a call the fast store takes writes quantised caches (its kQuant kernels; never with a norm).
+inline bool fast_store_quantised(const FusedKernelArgs& f) {
+  return f.slots != nullptr && is_quantised_dtype(f.k_cache.dtype);
+}
+
 inline FastCache fast_cache(const KernelCache& c) {
   const int64_t es = size_of(c.dtype);
   FastCache out;
@@ -577,32 +582,16 @@ ROTARY_HD inline void fast_store_phase_a(const KernelArgs& args, const FastStore
       if (task.n > 0) fast_store_load<kHalf>(task, th.data[0]);
     }
   }
-  const int cells = f.pairs << f.tile_shift;
-  for (int c = y * chunks + x; c < cells; c += chunks * rows) {
-    const int t = c & tile_mask;
-    const int j = c >> f.tile_shift;
-    const int64_t cell_token = first + t;
-    if (cell_token >= f.tokens) continue;
-    const auto b = static_cast<int64_t>(f.seq.quotient(static_cast<uint64_t>(cell_token)));
-    const int64_t seq_index = cell_token - b * static_cast<int64_t>(f.seq.divisor);
-    const uint32_t error = token_error(args, cell_token, seq_index);
-    if (j == 0) {
-      sh.cells.skip[t] = error;
-      raise_error(args.error, error);
-      // The token's slot, read once: beyond a cache it writes no cache and is flagged (as
-      // token_slot and the general kernel); negative: no cache write.
-      const int64_t slot = s.slots == nullptr ? -1 : slot_entry(s.slots, s.slots_i64, cell_token);
-      const bool beyond = slot >= s.k_cache.capacity || (s.has_v && slot >= s.v_cache.capacity);
-      if (beyond) raise_error(args.error, kSlotOutOfRange);
-      const bool write = slot >= 0 && !beyond;
-      sh.k_row[t] = write ? fast_cache_row(s.k_cache, slot) : -1;
-      sh.v_row[t] = write && s.has_v ? fast_cache_row(s.v_cache, slot) : -1;
-    }
-    if (error != 0) continue;
-    const AngleCell<float> angle = pair_angle<float>(args, pairs, cell_token, b, seq_index, j);
-    sh.cells.cos[t * f.pairs + j] = angle.c;
-    sh.cells.sin[t * f.pairs + j] = angle.s;
-  }
+  // The angle cells (apply's), and each token's slot, read once: beyond a cache it writes no cache and
+  // is flagged (as token_slot and the general kernel); negative: no cache write.
+  fast_angle_cells(args, f, pairs, tile, x, y, chunks, rows, sh.cells, [&](int t, int64_t token) {
+    const int64_t slot = s.slots == nullptr ? -1 : slot_entry(s.slots, s.slots_i64, token);
+    const bool beyond = slot >= s.k_cache.capacity || (s.has_v && slot >= s.v_cache.capacity);
+    if (beyond) raise_error(args.error, kSlotOutOfRange);
+    const bool write = slot >= 0 && !beyond;
+    sh.k_row[t] = write ? fast_cache_row(s.k_cache, slot) : -1;
+    sh.v_row[t] = write && s.has_v ? fast_cache_row(s.v_cache, slot) : -1;
+  });
 }
 
 /// Phase N of the tile (kNorm; after phase A's barrier): the norm factor of each (token, q or k head)

@@ -223,7 +223,7 @@ void launch_fast_store_typed(const FusedKernelArgs& f, const FastShape& shape, c
   if (f.norm) {  // (never with a quantised cache: fast_store_refusal)
     half ? launch_fast_store_as<T, true, true, false>(f, shape, stream)
          : launch_fast_store_as<T, false, true, false>(f, shape, stream);
-  } else if (f.slots != nullptr && is_quantised_dtype(f.k_cache.dtype)) {
+  } else if (fast_store_quantised(f)) {
     half ? launch_fast_store_as<T, true, false, true>(f, shape, stream)
          : launch_fast_store_as<T, false, false, true>(f, shape, stream);
   } else {
