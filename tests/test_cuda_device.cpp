@@ -971,6 +971,64 @@ TEST(CudaDevice, RopeStoreFastKernelOnEveryLaunchShapeMatchesTheCpu) {
   }
 }
 
+// DeepSeek-V3's MLA write on the device: q's rope part [tokens, 16, 64] in place, k_pe [tokens, 1, 64]
+// rotated (interleaved) into the latent row's last 64 channels and kv_c [tokens, 1, 512] beside it,
+// bf16 and fp8 e4m3 (a scale each in device memory): cuda::rope_store runs the fast kernel (k_pass as
+// its copied heads) and writes the CPU's bytes.
+TEST(CudaDevice, MlaRopeStoreTakesTheFastKernelAndMatchesTheCpu) {
+  REQUIRE_DEVICE();
+  const Schedule schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
+  const int64_t tokens = 45, hq = 16, d = 64, pass = 512, row = pass + d, blocks = 4, block = 64;
+  std::mt19937_64 rng(2727);
+  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
+  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 160000);
+    slots[static_cast<size_t>(t)] = t == 3 ? -1 : order[static_cast<size_t>(t)];
+  }
+  const std::vector<unsigned char> q0 = bf16_values(tokens * hq * d, rng), k0 = bf16_values(tokens * d, rng),
+                                   p0 = bf16_values(tokens * pass, rng);
+  for (const DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
+    SCOPED_TRACE(to_string(cache_dtype));
+    const int64_t ces = size_of(cache_dtype);
+    const std::vector<unsigned char> poison(static_cast<size_t>(blocks * block * row * ces), 0x5A);
+    const std::vector<float> scales{0.75f, 1.5f};  // k_pe's, kv_c's
+    const auto args = [&](void* qp, void* kp, void* pp, void* cp, const int64_t* pos, const int64_t* sl,
+                          const float* sc) {
+      RopeStoreArgs a;
+      a.rope = ApplyArgs{.q = TensorView::bshd(qp, DType::bf16, 1, tokens, hq, d),
+                         .k = TensorView::bshd(kp, DType::bf16, 1, tokens, 1, d),
+                         .positions = Positions::per_token(std::span(pos, static_cast<size_t>(tokens)))};
+      a.cache.slots = Slots{.data = sl, .is_i64 = true, .count = tokens};
+      a.cache.k_cache = CacheView::nhd(cp, cache_dtype, blocks, block, 1, d, pass, row);
+      a.cache.k_pass = TensorView::bshd(pp, DType::bf16, 1, tokens, 1, pass);
+      a.cache.k_pass_cache = CacheView::nhd(cp, cache_dtype, blocks, block, 1, pass, 0, row);
+      if (cache_dtype != DType::bf16) {
+        a.cache.k_quant = CacheQuant{.scale = sc, .count = 1};
+        a.cache.k_pass_quant = CacheQuant{.scale = sc + 1, .count = 1};
+      }
+      return a;
+    };
+    std::vector<unsigned char> q = q0, k = k0, p = p0, cache = poison;
+    rope_store(schedule, args(q.data(), k.data(), p.data(), cache.data(), positions.data(), slots.data(), scales.data()));
+    Mirror dq(q0), dk(k0), dp(p0), dc(poison), pos(bytes_of(positions)), sl(bytes_of(slots)), sc(bytes_of(scales));
+    const RopeStoreArgs a = args(dq.d(), dk.d(), dp.d(), dc.d(), static_cast<const int64_t*>(pos.d()),
+                                 static_cast<const int64_t*>(sl.d()), static_cast<const float*>(sc.d()));
+    detail::validate_rope_store(schedule, a, false);
+    ASSERT_EQ(detail::cuda::fast_store_refusal(detail::make_rope_store_args(schedule, a, nullptr)), nullptr);
+    const ErrorWord error;
+    cuda::rope_store(schedule, a, nullptr, {.error = error.get()});
+    cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    EXPECT_EQ(error.read(), 0u);
+    EXPECT_TRUE(dq.down() == q) << "q";
+    EXPECT_TRUE(dk.down() == k) << "k";
+    EXPECT_TRUE(dc.down() == cache) << "latent cache";
+    EXPECT_NE(cache, poison) << "the CPU wrote the cache";
+  }
+}
+
 // qk_norm_rope's fast kernel on the device (Qwen3's norm before the rotation, bf16 weights, the
 // cache write), with the launch cuda::qk_norm_rope picks and with others: q, k and both caches equal
 // the CPU's byte for byte.

@@ -430,8 +430,8 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
   c.schedule = make_schedule(Spec{.head_dim = 128, .stream_layout = StreamLayout::sections, .sections = {16, 24, 24}});
   c.mrope = true;
   c.seed = ++seed;
-  // The fast kernel takes M-RoPE and every angle source (its phase A is apply's), not xPos or MLA's
-  // k_pass: the general kernel's.
+  // The fast kernel takes M-RoPE, every angle source (its phase A is apply's) and MLA's k_pass, not
+  // xPos: the general kernel's.
   EXPECT_TRUE(expect_store_grid_equals_cpu(c, 64));
   c.schedule = make_schedule(Spec{.head_dim = 128, .rotary_dim = 64, .pairing = Pairing::interleaved,
                                   .stream_layout = StreamLayout::sections, .sections = {8, 12, 12}});  // GLM-4.1V
@@ -457,7 +457,31 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
   mla.pass_dim = 512;
   mla.block_size = 64;
   mla.seed = ++seed;
-  EXPECT_FALSE(expect_store_grid_equals_cpu(mla, 256));
+  EXPECT_TRUE(expect_store_grid_equals_cpu(mla, 256));
+  // The latent row in fp8 (one scale for kv_c and k_pe, both modes), from f32 into int8, a narrow
+  // kv_c (96) in a token pool, half pairing.
+  for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
+    test::StoreCase fp8 = mla;
+    fp8.cache_dtype = DType::fp8_e4m3;
+    fp8.scaled = true;
+    fp8.mode = mode;
+    fp8.seed = ++seed;
+    EXPECT_TRUE(expect_store_grid_equals_cpu(fp8, 64));
+  }
+  test::StoreCase i8 = mla;
+  i8.dtype = DType::f32;
+  i8.cache_dtype = DType::i8;
+  i8.scaled = true;
+  i8.magnitude = 200.0f;
+  i8.seed = ++seed;
+  EXPECT_TRUE(expect_store_grid_equals_cpu(i8, 32));
+  test::StoreCase narrow = mla;
+  narrow.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::half});
+  narrow.pass_dim = 96;
+  narrow.block_size = 1;
+  narrow.dtype = narrow.cache_dtype = DType::f16;
+  narrow.seed = ++seed;
+  EXPECT_TRUE(expect_store_grid_equals_cpu(narrow, 256));
 }
 
 TEST(FusedEmulation, QkNormRopeOverEveryModelsNormDtypeAndHeadDim) {
@@ -659,7 +683,8 @@ TEST(FusedEmulation, AScaleNotFiniteAndPositiveWritesNothingAndIsFlagged) {
 std::vector<detail::cuda::FastShape> fast_store_shapes(const detail::FusedKernelArgs& f) {
   std::vector<detail::cuda::FastShape> shapes;
   const int chunks = detail::cuda::fast_store_chunks(f);
-  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  const detail::cuda::FastCopied copied = detail::cuda::fast_store_copied(f);  // v, or MLA's k_pass
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (copied.flat ? copied.flat->heads : 0);
   for (int shift = 0; shift <= 3; ++shift) {
     const int tile = 1 << shift;
     const int max_rows = 256 / chunks / tile * tile;
@@ -744,6 +769,22 @@ TEST(FusedEmulation, RopeStoreFastKernelOverEveryLaunchShape) {
   c.v_dim = 128;
   c.seed = 705;
   cases.push_back(c);
+  // MLA (DeepSeek-V3): latent rows [kv_c 512 | k_pe 64], k_pass copied as v would be, in bf16 and in
+  // fp8 e4m3 (one scale for the row).
+  test::StoreCase mla;
+  mla.schedule = test::schedule_of(64, 64, Pairing::interleaved);
+  mla.layout = test::Layout::mla;
+  mla.heads_q = 16;
+  mla.heads_k = 1;
+  mla.pass_dim = 512;
+  mla.block_size = 64;
+  mla.tokens = 19;
+  mla.seed = 706;
+  cases.push_back(mla);
+  mla.cache_dtype = DType::fp8_e4m3;
+  mla.scaled = true;
+  mla.seed = 707;
+  cases.push_back(mla);
   for (const test::StoreCase& sc : cases) {
     SCOPED_TRACE(sc.name() + fmt::format(" v_dim={}", sc.v_dim));
     test::StoreSetup cpu(sc), probe(sc);
@@ -877,6 +918,18 @@ TEST(FusedEmulation, RopeStoreFastKernelRefusesWhatItDoesNotServe) {
             "v_cache's rows");
   EXPECT_EQ(refusal(c, [](RopeStoreArgs& a) { a.cache.k_cache.data = static_cast<unsigned char*>(a.cache.k_cache.data) + 8; }),
             "k_cache's rows");
+  // MLA: k_pass takes v's place, so not beside a v; its cache of k_cache's dtype, its rows whole vectors.
+  test::StoreCase mla = c;
+  mla.layout = test::Layout::mla;
+  mla.heads_k = 1;
+  mla.pass_dim = 512;
+  EXPECT_EQ(refusal(mla, {}), "taken");
+  EXPECT_EQ(refusal(mla, {}, [&](detail::FusedKernelArgs& f) { f.v = f.k_pass; }), "k_pass beside v");
+  EXPECT_EQ(refusal(mla, {}, [](detail::FusedKernelArgs& f) { f.k_pass_cache.dtype = DType::f16; }),
+            "k_cache and k_pass_cache of different dtypes");
+  EXPECT_EQ(refusal(mla, {}, [](detail::FusedKernelArgs& f) { f.k_pass_cache.offset += 4; }), "k_pass_cache's rows");
+  EXPECT_EQ(refusal(mla, [](RopeStoreArgs& a) { a.cache.k_pass.data = static_cast<unsigned char*>(a.cache.k_pass.data) + 2; }),
+            "k_pass's rows");
 }
 
 // qk_norm_rope's fast kernel (the norm before the rotation, per head) over every launch shape:

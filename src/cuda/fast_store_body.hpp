@@ -10,8 +10,9 @@
 // cache receives the bits k_out would) or both quantised alike (fp8_e4m3, fp8_e5m2, int8: kQuant,
 // a vector's codes stored whole, 8 or 4 bytes, each lane quantised as the body's store_cache does)
 // whose rows are whole vectors (channel stride 1, data + offset and every stride of a dimension
-// longer than one aligned to a vector's bytes), v the same, and no q quantised out, no k_pass
-// (MLA's kv_c), no device duplicate check. Every angle
+// longer than one aligned to a vector's bytes), v the same, or instead of v MLA's k_pass (kv_c, copied
+// into its cache as v would be: fast_store_copied), and no q quantised out, no device duplicate
+// check. Every angle
 // source, every kind of positions, any slots (int32/int64, negative: skipped; beyond a cache:
 // skipped and flagged as the general kernel does).
 //
@@ -108,6 +109,19 @@ inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int6
   return heads <= (int64_t{1} << 29) && (heads <= 1 || head_bytes <= room / (heads - 1));
 }
 
+/// The heads the fast store copies into a cache beside q and k: v into v_cache, or, in an MLA call (no
+/// v), k_pass into k_pass_cache: the kernel's "v" either way (the body copies both alike: the bits of a
+/// cache of the data's dtype, else store_cache's codes). flat null: none.
+struct FastCopied {
+  const KernelFlat* flat = nullptr;
+  const KernelCache* cache = nullptr;
+};
+inline FastCopied fast_store_copied(const FusedKernelArgs& f) {
+  if (f.has_v_cache) return {&f.v, &f.v_cache};
+  if (f.has_k_pass) return {&f.k_pass, &f.k_pass_cache};
+  return {};
+}
+
 /// Whether rope_store's fast kernel takes `f` (a rope_store call that passed validation), and why
 /// not: null when it does, else the reason in words.
 inline const char* fast_store_refusal(const FusedKernelArgs& f) {
@@ -117,32 +131,36 @@ inline const char* fast_store_refusal(const FusedKernelArgs& f) {
   if (f.slots == nullptr && !f.norm) return "no cache write";
   if (!f.write_q) return "q not written";
   if (f.q_quantized.out != nullptr) return "a quantised q_out";
-  if (f.has_k_pass) return "k_pass";
+  if (f.has_k_pass && f.v.in != nullptr) return "k_pass beside v";
   if (f.check_duplicates) return "the device duplicate check";
   if (f.rope.operand_count != 2 || f.rope.operands[1].heads == 0) return "no k";
   if (f.v.out != nullptr || f.v_norm) return "v written back";
   if (f.v.in != nullptr && !f.has_v_cache) return "v without a v cache";
-  if (f.slots == nullptr && (f.v.in != nullptr || !f.write_k)) return "v or k read but not written";
+  if (f.slots == nullptr && (f.v.in != nullptr || f.has_k_pass || !f.write_k)) return "v or k read but not written";
   if (f.rope.rotary_dim < 2) return "nothing rotated";
   if (choose_kernel(f.rope).kind != KernelKind::fast) return "q or k not taken by apply's fast kernels";
   const DType dtype = f.rope.dtype;
   if (f.slots != nullptr) {
     if (f.k_cache.dtype != dtype && !is_quantised_dtype(f.k_cache.dtype)) return "k_cache of another model dtype";
     if (f.has_v_cache && f.v_cache.dtype != f.k_cache.dtype) return "k_cache and v_cache of different dtypes";
+    if (f.has_k_pass && f.k_pass_cache.dtype != f.k_cache.dtype) return "k_cache and k_pass_cache of different dtypes";
     if (f.norm && f.k_cache.dtype != dtype) return "a quantised cache with the norm";
     if (!fast_cache_ok(f.k_cache, dtype, f.rope.operands[1].heads, f.rope.head_dim)) return "k_cache's rows";
   }
-  if (f.has_v_cache) {
+  if (const FastCopied copied = fast_store_copied(f); copied.flat != nullptr) {
+    const KernelFlat& v = *copied.flat;
+    const bool is_v = copied.flat == &f.v;
     const int64_t es = size_of(dtype);
-    if (!fast_cache_ok(f.v_cache, dtype, f.v.heads, f.v.dim)) return "v_cache's rows";
-    if (f.v.strides[3] != 1 || reinterpret_cast<uintptr_t>(f.v.in) % 16 != 0) return "v's rows";
-    const int64_t extent[3] = {f.rope.batch, f.rope.seq, f.v.heads};
+    if (!fast_cache_ok(*copied.cache, dtype, v.heads, v.dim)) return is_v ? "v_cache's rows" : "k_pass_cache's rows";
+    const char* rows = is_v ? "v's rows" : "k_pass's rows";
+    if (v.strides[3] != 1 || reinterpret_cast<uintptr_t>(v.in) % 16 != 0) return rows;
+    const int64_t extent[3] = {f.rope.batch, f.rope.seq, v.heads};
     for (int d = 0; d < 3; ++d) {
-      if (extent[d] > 1 && (f.v.strides[d] * es) % 16 != 0) return "v's rows";
+      if (extent[d] > 1 && (v.strides[d] * es) % 16 != 0) return rows;
     }
-    const int64_t head_bytes = (f.v.strides[2] < 0 ? -f.v.strides[2] : f.v.strides[2]) * es;
-    const int64_t room = (int64_t{1} << 31) - 1 - f.v.dim * es;
-    if (f.v.heads > (int64_t{1} << 29) || (f.v.heads > 1 && head_bytes > room / (f.v.heads - 1))) return "v's rows";
+    const int64_t head_bytes = (v.strides[2] < 0 ? -v.strides[2] : v.strides[2]) * es;
+    const int64_t room = (int64_t{1} << 31) - 1 - v.dim * es;
+    if (v.heads > (int64_t{1} << 29) || (v.heads > 1 && head_bytes > room / (v.heads - 1))) return rows;
   }
   return nullptr;
 }
@@ -176,7 +194,8 @@ inline int fast_store_chunks(const FusedKernelArgs& f) {
 
 /// fast_shape_of's launch for a fast store call, before fast_store_launch_shape fits its shared memory.
 inline FastShape fast_store_shape_of(const FusedKernelArgs& f, int multiprocessors) {
-  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  const FastCopied copied = fast_store_copied(f);
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (copied.flat ? copied.flat->heads : 0);
   return fast_shape_of(fast_store_chunks(f), heads, f.rope.rotary_dim / 2, f.rope.tokens, multiprocessors);
 }
 
@@ -198,16 +217,18 @@ inline FastStoreArgs fast_store_args(const FusedKernelArgs& f, const FastShape& 
                     : size_of(f.rope.dtype) == 2 * size_of(f.k_cache.dtype) ? 1
                                                                             : 0;
   }
-  s.has_v = f.has_v_cache;
+  const FastCopied copied = fast_store_copied(f);
+  s.has_v = copied.flat != nullptr;
   s.heads = s.rope.heads;
   if (s.has_v) {
-    s.v_cache = fast_cache(f.v_cache);
-    s.v_in = static_cast<const unsigned char*>(f.v.in);
-    s.v_token[0] = f.v.strides[0] * es;
-    s.v_token[1] = f.v.strides[1] * es;
-    s.v_head = f.v.heads > 1 ? static_cast<int32_t>(f.v.strides[2] * es) : 0;
-    s.v_vectors = static_cast<int32_t>(f.v.dim * es / 16);
-    s.heads += static_cast<int32_t>(f.v.heads);
+    const KernelFlat& v = *copied.flat;
+    s.v_cache = fast_cache(*copied.cache);
+    s.v_in = static_cast<const unsigned char*>(v.in);
+    s.v_token[0] = v.strides[0] * es;
+    s.v_token[1] = v.strides[1] * es;
+    s.v_head = v.heads > 1 ? static_cast<int32_t>(v.strides[2] * es) : 0;
+    s.v_vectors = static_cast<int32_t>(v.dim * es / 16);
+    s.heads += static_cast<int32_t>(v.heads);
   }
   s.chunks = shape.chunks;
   s.norm = f.norm;
@@ -243,7 +264,8 @@ inline FastShape fast_store_launch_shape(const FusedKernelArgs& f, int multiproc
   if (bytes <= kFastStoreMaxShared) return shape;
   const int64_t per_head = int64_t{4} << shape.tile_shift;  // only the norm's factors grow with the heads
   const int64_t rest = bytes - per_head * shape.group_heads;
-  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (f.has_v_cache ? f.v.heads : 0);
+  const FastCopied copied = fast_store_copied(f);
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (copied.flat ? copied.flat->heads : 0);
   shape.group_heads = static_cast<int>(std::max<int64_t>((kFastStoreMaxShared - rest) / per_head, 1));
   shape.groups = static_cast<int>((heads + shape.group_heads - 1) / shape.group_heads);
   const int tile = 1 << shape.tile_shift;

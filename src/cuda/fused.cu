@@ -6,7 +6,7 @@
 // warp: its first thread the item's norm factor, its 32 threads the item's pairs and channels lane
 // by lane. Every element is written by one thread alone, so the order is free and the bits are the
 // CPU's. rope_store calls that apply's fast kernels would take, with caches of the data's dtype or
-// quantised ones, and qk_norm_rope's norm before the rotation per head, go to the fast kernel
+// quantised ones (MLA's k_pass too), and qk_norm_rope's norm before the rotation per head, go to the fast kernel
 // instead (fast_store_body.hpp: 16-byte vectors, several tokens and heads per block; launch_fused
 // chooses, fast_store_refusal says why not). Both write the same bits. Compiled as apply.cu is
 // (-fmad=false, no fast math). The host side (validation, kernel arguments) is src/cuda/api.cpp's.

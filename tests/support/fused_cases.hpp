@@ -201,6 +201,7 @@ struct StoreSetup {
     if (c.layout == Layout::mla) {
       a.cache.k_pass = TensorView::bshd(k_pass.data(), c.dtype, 1, c.tokens, 1, c.pass_dim);
       a.cache.k_pass_cache = k_pass_cache;
+      a.cache.k_pass_quant = v_quant;  // a scale of its own (v's draw): one taken for the other would show
     } else {
       a.cache.v = view(v, c.heads_k, c.v_dim);
       a.cache.v_cache = v_cache;
