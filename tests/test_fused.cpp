@@ -272,6 +272,68 @@ void expect_qk_norm_rope_matches_composition(const test::NormCase& c) {
   }
 }
 
+// Gemma 4's v norm into v_out, whose layout need not be v's: v read from a fused QKV buffer (token
+// stride (hq + 2 hk) d) into a contiguous v_out, and v contiguous into a head-major v_out
+// [b, h, s, d]. v_out takes the reference's normed values at its own strides, nothing beyond them is
+// written and v is left as it was, on every backend and thread count.
+TEST(FusedQkNormRope, VNormIntoAVOutOfItsOwnLayout) {
+  int seed = 4100;
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    for (const bool qkv_input : {true, false}) {
+      test::NormCase c{.schedule = schedule_of(128, 128, Pairing::half), .dtype = dtype, .seed = ++seed};
+      c.rounding = NormRounding::gemma;
+      c.weight_offset = 1.0f;
+      c.v_norm = true;
+      c.tokens = 7;
+      SCOPED_TRACE(c.name() + (qkv_input ? " v in a QKV buffer" : " head-major v_out"));
+      const int64_t d = c.schedule.head_dim, hq = c.heads_q, hk = c.heads_k, es = size_of(dtype);
+      const int64_t row = (hq + 2 * hk) * d;  // one token of the fused QKV buffer
+      test::NormSetup base(c);
+      Buffer want = base.v;  // [tokens, hk, d]
+      base.reference_v_norm(want);
+      for (const Backend backend : {Backend::reference, Backend::automatic}) {
+        for (const int threads : {1, 2}) {
+          test::NormSetup s(c);
+          Buffer qkv(static_cast<size_t>(c.tokens * row * es), 0);
+          TensorView v_in = s.view(s.v, hk);
+          if (qkv_input) {  // v's heads after q's and k's in each token's row
+            for (int64_t t = 0; t < c.tokens; ++t) {
+              std::memcpy(qkv.data() + (t * row + (hq + hk) * d) * es, s.v.data() + t * hk * d * es,
+                          static_cast<size_t>(hk * d * es));
+            }
+            v_in = TensorView{.data = qkv.data() + (hq + hk) * d * es, .dtype = dtype, .shape = {1, c.tokens, hk, d},
+                              .strides = {c.tokens * row, row, d, 1}};
+          }
+          const Buffer qkv_before = qkv, v_before = s.v;
+          const int64_t guard = 64;
+          Buffer out(static_cast<size_t>((c.tokens * hk * d + 2 * guard) * es), 0x6b);
+          unsigned char* out_data = out.data() + guard * es;
+          const TensorView v_out = qkv_input ? TensorView::bshd(out_data, dtype, 1, c.tokens, hk, d)
+                                             : TensorView{.data = out_data, .dtype = dtype, .shape = {1, c.tokens, hk, d},
+                                                          .strides = {c.tokens * hk * d, d, c.tokens * d, 1}};  // [b, h, s, d]
+          QkNormRopeArgs a = s.norm_args();
+          a.rope.backend = backend;
+          a.rope.threads = threads;
+          a.v = v_in;
+          a.v_out = v_out;
+          qk_norm_rope(c.schedule, a);
+          for (int64_t t = 0; t < c.tokens; ++t) {
+            for (int64_t h = 0; h < hk; ++h) {
+              const int64_t at = qkv_input ? (t * hk + h) * d : (h * c.tokens + t) * d;
+              ASSERT_EQ(std::memcmp(out_data + at * es, want.data() + (t * hk + h) * d * es, static_cast<size_t>(d * es)), 0)
+                  << "v_out token " << t << " head " << h << ", backend " << static_cast<int>(backend) << ", threads "
+                  << threads;
+            }
+          }
+          EXPECT_TRUE(std::all_of(out.begin(), out.begin() + guard * es, [](unsigned char b) { return b == 0x6b; }));
+          EXPECT_TRUE(std::all_of(out.end() - guard * es, out.end(), [](unsigned char b) { return b == 0x6b; }));
+          EXPECT_TRUE(qkv == qkv_before && s.v == v_before) << "v is read only";
+        }
+      }
+    }
+  }
+}
+
 TEST(FusedQkNormRope, Qwen3Gemma3Olmo2Llama4AndGemma4AgainstTheComposition) {
   int seed = 900;
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {

@@ -527,6 +527,39 @@ TEST(FusedEmulation, QkNormRopeOverEveryModelsNormDtypeAndHeadDim) {
   }
 }
 
+// Gemma 4's v norm into a v_out laid out head-major ([b, h, s, d]) while v is token-major: the
+// general kernel writes v_out at its own strides, as the CPU does (and nothing beyond them).
+TEST(FusedEmulation, VNormIntoAVOutOfItsOwnLayoutEqualsTheCpu) {
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    test::NormCase c{.schedule = make_schedule(Spec{.head_dim = 128}), .dtype = dtype, .seed = 4200};
+    c.rounding = NormRounding::gemma;
+    c.weight_offset = 1.0f;
+    c.v_norm = true;
+    c.tokens = 9;
+    SCOPED_TRACE(c.name());
+    const int64_t d = c.schedule.head_dim, hk = c.heads_k, es = size_of(dtype), guard = 32;
+    test::NormSetup cpu(c), gpu(c);
+    test::Buffer cpu_out(static_cast<size_t>((c.tokens * hk * d + 2 * guard) * es), 0x6b), gpu_out = cpu_out;
+    auto with_out = [&](test::NormSetup& s, test::Buffer& out) {
+      QkNormRopeArgs a = s.norm_args();
+      a.v_out = TensorView{.data = out.data() + guard * es, .dtype = dtype, .shape = {1, c.tokens, hk, d},
+                           .strides = {c.tokens * hk * d, d, c.tokens * d, 1}};
+      return a;
+    };
+    qk_norm_rope(c.schedule, with_out(cpu, cpu_out));
+    const QkNormRopeArgs args = with_out(gpu, gpu_out);
+    detail::validate_qk_norm_rope(c.schedule, args, false);
+    uint32_t error = 0;
+    detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
+    f.rope.error = &error;
+    emulate(f, 64);
+    EXPECT_EQ(error, 0u);
+    EXPECT_TRUE(cpu_out == gpu_out) << test::first_difference(cpu_out, gpu_out);
+    EXPECT_TRUE(cpu.v == gpu.v && cpu.q == gpu.q && cpu.k == gpu.k);
+    EXPECT_NE(cpu_out, test::Buffer(cpu_out.size(), 0x6b)) << "v_out written";
+  }
+}
+
 // ---- Duplicate slots on the device (FusedOptions::check_duplicate_slots) ----
 
 // Two tokens sharing a slot: the grid writes neither token's cache rows, flags slot_duplicate, and

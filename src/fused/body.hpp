@@ -45,7 +45,8 @@ struct KernelWeight {
   DType dtype = DType::f32;
 };
 
-/// One flat tensor [batch, seq, heads, dim] (v, v_out, k_pass, q_quantized).
+/// One flat tensor [batch, seq, heads, dim] (v, v_out, k_pass, q_quantized): in read at `strides`,
+/// out written at `out_strides` (each view's own layout: v_out need not be laid out as v).
 struct KernelFlat {
   const void* in = nullptr;
   void* out = nullptr;
@@ -53,6 +54,7 @@ struct KernelFlat {
   int64_t heads = 0;
   int64_t dim = 0;
   int64_t strides[4] = {};
+  int64_t out_strides[4] = {};
 };
 
 /// Slot errors a kernel reports (rotary::cuda::slot_out_of_range, slot_duplicate).
@@ -461,7 +463,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
       }
       if (o == 0 && f.q_quantized.out != nullptr) {
         const KernelFlat& qq = f.q_quantized;
-        const int64_t i = b * qq.strides[0] + s * qq.strides[1] + h * qq.strides[2] + ch * qq.strides[3];
+        const int64_t i = b * qq.out_strides[0] + s * qq.out_strides[1] + h * qq.out_strides[2] + ch * qq.out_strides[3];
         store_converted(qq.out, i, qq.dtype, v, cache_scale(f.q_scale, h), f.q_scale.op);  // a quantised dtype
       }
       if (o == 1 && slot >= 0) {
@@ -494,6 +496,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
   if (f.v.in != nullptr && rest < f.v.heads) {
     const int64_t h = rest;
     const int64_t base = b * f.v.strides[0] + s * f.v.strides[1] + h * f.v.strides[2];
+    const int64_t out_base = b * f.v.out_strides[0] + s * f.v.out_strides[1] + h * f.v.out_strides[2];
     const bool copied = !f.v_norm;  // v unchanged: a cache of the data's dtype takes its bits
     for (int64_t c = lane; c < f.v.dim; c += lanes) {
       const int64_t at = base + c * f.v.strides[3];
@@ -501,7 +504,7 @@ ROTARY_HD inline void fused_item(const FusedKernelArgs& f, const PairArrays& pai
       if constexpr (sizeof(Value) == sizeof(float)) {
         if (f.v_norm) v = normalise<T>(f, v, r, KernelWeight{}, 0);
       }
-      if (f.v.out != nullptr) Storage<T>::store(f.v.out, at, v);  // v_out: v_norm's output (validate)
+      if (f.v.out != nullptr) Storage<T>::store(f.v.out, out_base + c * f.v.out_strides[3], v);  // v_out: v_norm's
       if (f.has_v_cache && slot >= 0) {
         if (copied && f.v_cache.dtype == f.rope.dtype) {
           copy_bits<T>(f.v.in, at, f.v_cache.data, cache_index(f.v_cache, slot, h, c));

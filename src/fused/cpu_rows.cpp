@@ -301,7 +301,7 @@ void run_rows(const FusedKernelArgs& f, int team) {
           const KernelFlat& qq = f.q_quantized;
           for (int64_t h = 0; h < op.heads; ++h) {
             put_row<T>(row + h * row_head * es, row_step, qq.out,
-                       b * qq.strides[0] + s * qq.strides[1] + h * qq.strides[2], qq.strides[3], qq.dtype, a.dtype,
+                       b * qq.out_strides[0] + s * qq.out_strides[1] + h * qq.out_strides[2], qq.out_strides[3], qq.dtype, a.dtype,
                        cache_scale(f.q_scale, h), f.q_scale.op, hd);
           }
         }
@@ -322,8 +322,9 @@ void run_rows(const FusedKernelArgs& f, int team) {
           norm_factors(a.dtype, src, 0, v.strides[3], 1, v.dim, false, f.eps, factors.data());
           normalise_row(a.dtype, NormRow{.src = src, .src_stride = v.strides[3], .dst = v_row.get(), .dst_stride = 1,
                                          .r = factors[0], .n = v.dim});
-          if (v.out != nullptr) {
-            put_row<T>(v_row.get(), 1, v.out, at, v.strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
+          if (v.out != nullptr) {  // v_out at its own strides
+            const int64_t out_at = b * v.out_strides[0] + s * v.out_strides[1] + h * v.out_strides[2];
+            put_row<T>(v_row.get(), 1, v.out, out_at, v.out_strides[3], a.dtype, a.dtype, 1.0f, ScaleOp::divide, v.dim);
           }
           if (f.has_v_cache && slot >= 0) put_cache_head<T>(v_row.get(), 1, f.v_cache, a.dtype, v_base, h, v.dim);
         }

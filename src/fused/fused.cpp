@@ -296,6 +296,8 @@ KernelFlat kernel_flat(const TensorView& in, const TensorView& out) {
   f.heads = shape.heads();
   f.dim = shape.head_dim();
   for (size_t d = 0; d < 4; ++d) f.strides[d] = shape.strides[d];
+  const TensorView& written = out.is_set() ? out : shape;  // each view at its own strides
+  for (size_t d = 0; d < 4; ++d) f.out_strides[d] = written.strides[d];
   return f;
 }
 
