@@ -223,6 +223,22 @@ TEST(FusedRopeStore, BadArgumentsThrowNamingTheValueAndWriteNothing) {
     }
     EXPECT_TRUE(s.q == q && s.k_cache_bytes == kc && s.v_cache_bytes == vc) << bad.message << ": something was written";
   }
+  // f64 data has no quantised q (it once wrote doubles into the 1-byte codes, past their end).
+  test::StoreCase f64 = c;
+  f64.dtype = f64.cache_dtype = DType::f64;
+  test::StoreSetup s(f64);
+  RopeStoreArgs args = s.store_args();
+  Buffer codes(static_cast<size_t>(f64.tokens * f64.heads_q * 64), 0x5a);
+  args.q_quantized = TensorView::bshd(codes.data(), DType::fp8_e4m3, 1, f64.tokens, f64.heads_q, 64);
+  const Buffer q = s.q, kc = s.k_cache_bytes;
+  try {
+    rope_store(f64.schedule, args);
+    ADD_FAILURE() << "no error for f64 data with q_quantized";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q_quantized.dtype=fp8_e4m3 takes f32, f16 or bf16 data, not f64"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(s.q == q && s.k_cache_bytes == kc && codes == Buffer(codes.size(), 0x5a)) << "something was written";
 }
 
 TEST(FusedRopeStore, SlotsFromPageTable) {

@@ -88,6 +88,8 @@ struct CallerAngles {
 /// Reproducibility: with a Table, results are bit-identical on every SIMD target, for any thread
 /// count, and to the scalar reference (Backend::reference); on the fly, the vectorised cos/sin
 /// round to the Table's float in all but (rare) values within ~2 double ulps of a rounding boundary.
+/// NaN (from NaN inputs or angles, or inf - inf): NaN on every path, its sign and payload not (the
+/// processor keeps one operand's NaN, and which one depends on the instruction a path uses).
 ///
 /// Views: "unset" is the absent view TensorView{} (data null, shape all 0); an empty view (some
 /// extent 0, data possibly null, as torch passes an empty tensor) is set and rotates nothing, so a

@@ -3,7 +3,8 @@
 //
 // Each operation is defined as a composition of rotary's own primitives with explicit rounding
 // points, and gives the bits of that composition on every backend (CPU, CUDA, the CUDA body played
-// on the host): fusing never changes a model's output.
+// on the host): fusing never changes a model's output. (A NaN result is NaN on every path, its sign
+// and payload not, as apply's: rotary/apply.hpp, Reproducibility.)
 //   rope_store   = apply(q, k) -> k' (rounded to k's dtype) -> quantise -> cache[slot];
 //                  v -> quantise -> v_cache[slot]
 //   qk_norm_rope = RMSNorm(q), RMSNorm(k) (each rounded to the data dtype) -> apply   (norm_then_rope)

@@ -338,6 +338,9 @@ void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bo
     if (!is_quantised_dtype(qq.dtype)) {
       throw Error(fmt::format("q_quantized.dtype={} must be fp8_e4m3, fp8_e5m2 or i8", to_string(qq.dtype)));
     }
+    if (args.rope.q.dtype == DType::f64) {  // as the caches: f64 data goes to f64 outputs only
+      throw Error(fmt::format("q_quantized.dtype={} takes f32, f16 or bf16 data, not f64", to_string(qq.dtype)));
+    }
     if (qq.shape != args.rope.q.shape) {
       throw Error(fmt::format("q_quantized shape {} differs from q shape {}", shape_text(qq), shape_text(args.rope.q)));
     }
