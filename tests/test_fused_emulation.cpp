@@ -1,9 +1,8 @@
-// The fused operations' CUDA work split played on the host: per token, the angle row filled by
-// `threads` threads (fused_angles with thread/threads, as a block's threads fill shared memory),
-// the all-heads norms, then one item (head) per warp, its norm factor then its 32 lanes, in an order
-// unlike the CPU loop's. The body
-// is src/fused/body.hpp, the one the CPU runs: the results must equal rotary::rope_store's and
-// qk_norm_rope's bit for bit (CPU == CUDA without a GPU).
+// The fused operations' CUDA work split played on the host (support/fused_emulation.hpp): per
+// token, the angle row filled by `threads` threads (as a block's threads fill shared memory), the
+// all-heads norms, then one item (head) per warp, its norm factor then its 32 lanes, in an order
+// unlike the CPU loop's. The body is src/fused/body.hpp, the one the CPU runs: the results must
+// equal rotary::rope_store's and qk_norm_rope's bit for bit (CPU == CUDA without a GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,84 +20,10 @@
 #include "fused/fused_args.hpp"
 #include "kernel/args.hpp"
 #include "support/fused_cases.hpp"
+#include "support/fused_emulation.hpp"
 
 namespace rotary {
 namespace {
-
-template <class T>
-void emulate_grid(const detail::FusedKernelArgs& f, int threads) {
-  using Value = typename detail::Storage<T>::Value;
-  const detail::PairArrays pairs = detail::pair_arrays(f.rope);
-  std::vector<detail::AngleCell<Value>> shared(static_cast<size_t>(f.rope.rotary_dim / 2));
-  const int64_t items = detail::fused_items(f);
-  if (!detail::fused_scales_usable(f)) {  // every block alike: nothing written, flagged once
-    if (f.rope.error != nullptr) *f.rope.error |= detail::kScaleInvalid;
-    return;
-  }
-  for (int64_t token = f.rope.tokens - 1; token >= 0; --token) {  // blocks in any order
-    for (int t = 0; t < threads; ++t) detail::fused_angles<Value>(f, pairs, token, t, threads, shared.data());
-    const int64_t slot = detail::raw_token_slot(f, token);
-    if (f.rope.error != nullptr && f.slots != nullptr && detail::slot_beyond_caches(f, slot)) {
-      *f.rope.error |= detail::kSlotOutOfRange;
-    }
-    // The duplicate check: the block's threads each scan their share of the slots, then or.
-    bool shared_slot = false;
-    for (int t = 0; f.check_duplicates && f.slots != nullptr && t < threads; ++t) {
-      shared_slot = detail::slot_shared(f.slots, f.slots_i64, f.rope.tokens, token, slot, t, threads) || shared_slot;
-    }
-    if (shared_slot && f.rope.error != nullptr) *f.rope.error |= detail::kSlotDuplicate;
-    if (detail::token_error(f.rope, token) != 0) continue;
-    float token_r[2];
-    detail::fused_token_norms<T>(f, pairs, shared.data(), token, token_r);
-    // A warp per item: the factor first (its first thread), then its 32 lanes, here in reverse.
-    for (int64_t item = items - 1; item >= 0; --item) {
-      const float r = detail::fused_item_factor<T>(f, pairs, shared.data(), token, item, token_r);
-      for (int64_t lane = 31; lane >= 0; --lane) {
-        detail::fused_item<T>(f, pairs, shared.data(), token, item, r, lane, 32, shared_slot);
-      }
-    }
-  }
-}
-
-void emulate(const detail::FusedKernelArgs& f, int threads) {
-  detail::with_storage(f.rope.dtype, [&]<class T>() { emulate_grid<T>(f, threads); });
-}
-
-// rerotate_kernel's split: per slot entry (blocks in any order) the range flag, the duplicate check
-// (the block's threads each scanning their share), the angle row, then a warp per head, its 32 lanes
-// (in reverse).
-void emulate_rerotate(const detail::RerotateKernelArgs& r, int threads) {
-  const detail::PairArrays pairs = detail::pair_arrays(r.rope);
-  std::vector<detail::AngleCell<float>> cells(static_cast<size_t>(r.rope.rotary_dim / 2));
-  if (!detail::scales_usable(r.in, r.heads)) {
-    if (r.rope.error != nullptr) *r.rope.error |= detail::kScaleInvalid;
-    return;
-  }
-  for (int64_t i = r.count - 1; i >= 0; --i) {
-    const int64_t slot = detail::slot_entry(r.slots, r.slots_i64, i);
-    if (slot >= r.in.capacity || (r.out.data != nullptr && slot >= r.out.capacity)) {
-      if (r.rope.error != nullptr) *r.rope.error |= detail::kSlotOutOfRange;
-      continue;
-    }
-    bool shared = false;
-    for (int t = 0; r.check_duplicates && t < threads; ++t) {
-      shared = detail::slot_shared(r.slots, r.slots_i64, r.count, i, slot, t, threads) || shared;
-    }
-    if (shared) {
-      if (r.rope.error != nullptr) *r.rope.error |= detail::kSlotDuplicate;
-      continue;
-    }
-    if (const uint32_t bad = r.raw ? detail::token_error(r.rope, i) : 0; bad != 0) {
-      if (r.rope.error != nullptr) *r.rope.error |= bad;
-      continue;
-    }
-    if (slot < 0) continue;
-    for (int64_t j = 0; j < r.rope.rotary_dim / 2; ++j) cells[static_cast<size_t>(j)] = detail::rerotate_angle(r, pairs, i, j);
-    for (int64_t h = r.heads - 1; h >= 0; --h) {
-      for (int64_t lane = 31; lane >= 0; --lane) detail::rerotate_item(r, pairs, cells.data(), i, h, lane, 32);
-    }
-  }
-}
 
 TEST(FusedEmulation, RopeStoreGridEqualsTheCpu) {
   int seed = 1;
@@ -115,7 +40,7 @@ TEST(FusedEmulation, RopeStoreGridEqualsTheCpu) {
       rope_store(c.schedule, cpu.store_args());
       const RopeStoreArgs args = gpu.store_args();
       detail::validate_rope_store(c.schedule, args, true);
-      emulate(detail::make_rope_store_args(c.schedule, args, nullptr), 32);
+      test::emulate_fused_grid(detail::make_rope_store_args(c.schedule, args, nullptr), 32);
       EXPECT_TRUE(cpu.q == gpu.q);
       EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes);
       EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes);
@@ -137,7 +62,7 @@ TEST(FusedEmulation, QkNormRopeGridEqualsTheCpu) {
       qk_norm_rope(c.schedule, cpu.norm_args());
       const QkNormRopeArgs args = gpu.norm_args();
       detail::validate_qk_norm_rope(c.schedule, args, true);
-      emulate(detail::make_qk_norm_rope_args(c.schedule, args, nullptr), 64);
+      test::emulate_fused_grid(detail::make_qk_norm_rope_args(c.schedule, args, nullptr), 64);
       EXPECT_TRUE(cpu.q == gpu.q);
       EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes);
       EXPECT_TRUE(cpu.v_cache_bytes == gpu.v_cache_bytes);
@@ -177,7 +102,7 @@ TEST(FusedEmulation, RerotateCacheGridEqualsTheCpu) {
       rerotate_cache(schedule, args(cpu_in, cpu_out));
       const RerotateCacheArgs gpu = args(gpu_in, gpu_out);
       detail::validate_rerotate_cache(schedule, gpu, true);
-      emulate_rerotate(detail::make_rerotate_args(schedule, gpu, nullptr), 64);
+      test::emulate_rerotate_grid(detail::make_rerotate_args(schedule, gpu, nullptr), 64);
       EXPECT_TRUE(cpu_in == gpu_in);
       EXPECT_TRUE(cpu_out == gpu_out);
     }
@@ -203,7 +128,7 @@ TEST(FusedEmulation, RerotateCacheRawKeysEqualTheCpuInEveryNumerics) {
       a.numerics = b.numerics = numerics;
       rerotate_cache(c.schedule, a);
       detail::validate_rerotate_cache(c.schedule, b, false);
-      emulate_rerotate(detail::make_rerotate_args(c.schedule, b, nullptr), 64);
+      test::emulate_rerotate_grid(detail::make_rerotate_args(c.schedule, b, nullptr), 64);
       EXPECT_TRUE(cpu.cache_bytes == gpu.cache_bytes) << test::first_difference(cpu.cache_bytes, gpu.cache_bytes);
     }
   }
@@ -241,7 +166,7 @@ TEST(FusedEmulation, RerotateCacheRawPositionsAreCheckedAndATablesRowsRead) {
     uint32_t error = 0;
     detail::RerotateKernelArgs r = detail::make_rerotate_args(c.schedule, b, with_table ? &rows : nullptr);
     r.rope.error = &error;
-    emulate_rerotate(r, 64);
+    test::emulate_rerotate_grid(r, 64);
     EXPECT_EQ(error, detail::kPositionOutOfRange | (with_table ? detail::kPositionNotInTable : 0u));
     EXPECT_TRUE(cpu.cache_bytes == gpu.cache_bytes) << test::first_difference(cpu.cache_bytes, gpu.cache_bytes);
   }
@@ -270,7 +195,7 @@ TEST(FusedEmulation, ASlotBeyondTheCacheIsNeverWritten) {
   uint32_t error = 0;
   detail::FusedKernelArgs f = detail::make_rope_store_args(s, a, nullptr);
   f.rope.error = &error;
-  emulate(f, 32);
+  test::emulate_fused_grid(f, 32);
   EXPECT_EQ(error, detail::kSlotOutOfRange);
   for (const auto* mem : {&k_mem, &v_mem}) {
     for (size_t i = cache; i < mem->size(); ++i) ASSERT_EQ((*mem)[i], 0.0f) << "written past the cache at " << i;
@@ -338,7 +263,7 @@ bool expect_store_grid_equals_cpu(const test::StoreCase& c, int threads) {
   detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, rows ? &*rows : nullptr);
   f.rope.error = &error;
   f.check_duplicates = threads == 64;  // the check changes nothing with distinct slots
-  emulate(f, threads);
+  test::emulate_fused_grid(f, threads);
   EXPECT_EQ(error, 0u);
   EXPECT_TRUE(cpu.q == gpu.q) << "q " << test::first_difference(cpu.q, gpu.q);
   EXPECT_TRUE(cpu.k == gpu.k) << "k";
@@ -384,7 +309,7 @@ bool expect_norm_grid_equals_cpu(const test::NormCase& c, int threads) {
   uint32_t error = 0;
   detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
   f.rope.error = &error;
-  emulate(f, threads);
+  test::emulate_fused_grid(f, threads);
   EXPECT_EQ(error, 0u);
   EXPECT_TRUE(cpu.q == gpu.q) << "q " << test::first_difference(cpu.q, gpu.q);
   EXPECT_TRUE(cpu.k == gpu.k) << "k " << test::first_difference(cpu.k, gpu.k);
@@ -552,7 +477,7 @@ TEST(FusedEmulation, VNormIntoAVOutOfItsOwnLayoutEqualsTheCpu) {
     uint32_t error = 0;
     detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
     f.rope.error = &error;
-    emulate(f, 64);
+    test::emulate_fused_grid(f, 64);
     EXPECT_EQ(error, 0u);
     EXPECT_TRUE(cpu_out == gpu_out) << test::first_difference(cpu_out, gpu_out);
     EXPECT_TRUE(cpu.v == gpu.v && cpu.q == gpu.q && cpu.k == gpu.k);
@@ -589,7 +514,7 @@ TEST(FusedEmulation, ASlotTwoTokensShareIsWrittenByNeitherAndFlagged) {
       detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, nullptr);
       f.rope.error = &error;
       f.check_duplicates = true;
-      emulate(f, threads);
+      test::emulate_fused_grid(f, threads);
       EXPECT_EQ(error, detail::kSlotDuplicate);
       EXPECT_TRUE(cpu.q == gpu.q) << "q";
       EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << test::first_difference(cpu.k_cache_bytes, gpu.k_cache_bytes);
@@ -614,7 +539,7 @@ TEST(FusedEmulation, ASlotTwoTokensShareIsWrittenByNeitherAndFlagged) {
   detail::FusedKernelArgs f = detail::make_qk_norm_rope_args(c.schedule, args, nullptr);
   f.rope.error = &error;
   f.check_duplicates = true;
-  emulate(f, 64);
+  test::emulate_fused_grid(f, 64);
   EXPECT_EQ(error, detail::kSlotDuplicate);
   EXPECT_TRUE(cpu.q == gpu.q && cpu.k == gpu.k) << "q, k";
   EXPECT_TRUE(cpu.k_cache_bytes == gpu.k_cache_bytes) << "k_cache";
@@ -648,7 +573,7 @@ TEST(FusedEmulation, ASlotListedTwiceIsNotRerotatedAndFlagged) {
   detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, gpu, nullptr);
   r.rope.error = &error;
   r.check_duplicates = true;
-  emulate_rerotate(r, 32);
+  test::emulate_rerotate_grid(r, 32);
   EXPECT_EQ(error, detail::kSlotDuplicate);
   EXPECT_TRUE(cpu_cache == gpu_cache);
 }
@@ -682,7 +607,7 @@ TEST(FusedEmulation, AScaleNotFiniteAndPositiveWritesNothingAndIsFlagged) {
       uint32_t error = 0;
       detail::FusedKernelArgs f = detail::make_rope_store_args(c.schedule, args, nullptr);
       f.rope.error = &error;
-      emulate(f, 64);
+      test::emulate_fused_grid(f, 64);
       EXPECT_EQ(error, detail::kScaleInvalid);
       EXPECT_TRUE(q == s.q && k_cache == s.k_cache_bytes && v_cache == s.v_cache_bytes && q_out == q_out_before)
           << "written";
@@ -703,7 +628,7 @@ TEST(FusedEmulation, AScaleNotFiniteAndPositiveWritesNothingAndIsFlagged) {
   uint32_t error = 0;
   detail::RerotateKernelArgs r = detail::make_rerotate_args(schedule, a, nullptr);
   r.rope.error = &error;
-  emulate_rerotate(r, 32);
+  test::emulate_rerotate_grid(r, 32);
   EXPECT_EQ(error, detail::kScaleInvalid);
   EXPECT_TRUE(cache == before);
 }
@@ -856,7 +781,7 @@ TEST(FusedEmulation, RopeStoreFastKernelSkipsAndFlagsAsTheGeneralKernel) {
         });
       }
       ASSERT_EQ(detail::cuda::fast_store_refusal(calls[1]->f), nullptr);
-      emulate(calls[0]->f, 64);
+      test::emulate_fused_grid(calls[0]->f, 64);
       detail::cuda::emulate_fast_store(calls[1]->f, detail::cuda::fast_store_launch_shape(calls[1]->f, 132));
       EXPECT_EQ(calls[0]->error, detail::kPositionOutOfRange | detail::kSlotOutOfRange);
       EXPECT_EQ(calls[1]->error, calls[0]->error);
@@ -1020,7 +945,7 @@ TEST(FusedEmulation, RopeStoreFastKernelWithAnUnusableScaleWritesNothing) {
     fast.v_scales[1] = bad;
     DeviceStore g(c.schedule, general), q(c.schedule, fast);
     ASSERT_EQ(detail::cuda::fast_store_refusal(q.f), nullptr);
-    emulate(g.f, 64);
+    test::emulate_fused_grid(g.f, 64);
     detail::cuda::emulate_fast_store(q.f, detail::cuda::fast_store_launch_shape(q.f, 132));
     EXPECT_EQ(g.error, detail::kScaleInvalid);
     EXPECT_EQ(q.error, detail::kScaleInvalid);
@@ -1101,7 +1026,7 @@ TEST(FusedEmulation, QkNormRopeFastKernelSkipsFlagsAndWritesOutputsAsTheGeneralK
     f[i].rope.error = &error[i];
   }
   ASSERT_EQ(detail::cuda::fast_store_refusal(f[1]), nullptr);
-  emulate(f[0], 64);
+  test::emulate_fused_grid(f[0], 64);
   detail::cuda::emulate_fast_store(f[1], detail::cuda::fast_store_launch_shape(f[1], 132));
   EXPECT_EQ(error[0], detail::kPositionOutOfRange | detail::kSlotOutOfRange);
   EXPECT_EQ(error[1], error[0]);
