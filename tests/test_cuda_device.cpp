@@ -743,6 +743,25 @@ struct Mirror {
 };
 
 // n bf16 values of N(0, 1)-like magnitude (finite: the bytes compare exactly).
+/// A fused call's per-token positions (below max_position) and slots (distinct, over a shuffled cache
+/// of `capacity` slots; token `skipped` gets -1), drawn from rng.
+struct TokenSlots {
+  std::vector<int64_t> positions;
+  std::vector<int64_t> slots;
+};
+TokenSlots shuffled_tokens(int64_t tokens, int64_t capacity, uint64_t max_position, int64_t skipped,
+                           std::mt19937_64& rng) {
+  TokenSlots out{std::vector<int64_t>(static_cast<size_t>(tokens)), std::vector<int64_t>(static_cast<size_t>(tokens))};
+  std::vector<int64_t> order(static_cast<size_t>(capacity));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t t = 0; t < tokens; ++t) {
+    out.positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % max_position);
+    out.slots[static_cast<size_t>(t)] = t == skipped ? -1 : order[static_cast<size_t>(t)];
+  }
+  return out;
+}
+
 std::vector<unsigned char> bf16_values(int64_t n, std::mt19937_64& rng) {
   std::vector<unsigned char> out(static_cast<size_t>(2 * n));
   std::normal_distribution<float> normal;
@@ -770,14 +789,7 @@ TEST(CudaDevice, FusedOperationsMatchTheCpuByteForByte) {
                                                .high_freq_factor = 4.0});
   const int64_t tokens = 37, hq = 8, hk = 2, d = 128, blocks = 8, block = 16;
   std::mt19937_64 rng(25);
-  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
-  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t t = 0; t < tokens; ++t) {
-    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 200000);
-    slots[static_cast<size_t>(t)] = t == 5 ? -1 : order[static_cast<size_t>(t)];
-  }
+  const auto [positions, slots] = shuffled_tokens(tokens, blocks * block, 200000, 5, rng);
   const float scale = 0.07f;
   for (const DType cache : {DType::bf16, DType::fp8_e4m3, DType::i8}) {
     SCOPED_TRACE(to_string(cache));
@@ -891,14 +903,7 @@ TEST(CudaDevice, RopeStoreFastKernelOnEveryLaunchShapeMatchesTheCpu) {
                                                         .rotary_offset = 16})}};
   const int64_t tokens = 37, hq = 8, hk = 2, blocks = 8, block = 16;
   std::mt19937_64 rng(2525);
-  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
-  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t t = 0; t < tokens; ++t) {
-    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 500000);
-    slots[static_cast<size_t>(t)] = t == 7 ? -1 : order[static_cast<size_t>(t)];
-  }
+  const auto [positions, slots] = shuffled_tokens(tokens, blocks * block, 500000, 7, rng);
   for (const Case& c : cases) {
     const int64_t d = c.schedule.head_dim, es = size_of(c.dtype);
     SCOPED_TRACE(to_string(c.dtype));
@@ -980,14 +985,7 @@ TEST(CudaDevice, MlaRopeStoreTakesTheFastKernelAndMatchesTheCpu) {
   const Schedule schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
   const int64_t tokens = 45, hq = 16, d = 64, pass = 512, row = pass + d, blocks = 4, block = 64;
   std::mt19937_64 rng(2727);
-  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
-  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t t = 0; t < tokens; ++t) {
-    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 160000);
-    slots[static_cast<size_t>(t)] = t == 3 ? -1 : order[static_cast<size_t>(t)];
-  }
+  const auto [positions, slots] = shuffled_tokens(tokens, blocks * block, 160000, 3, rng);
   const std::vector<unsigned char> q0 = bf16_values(tokens * hq * d, rng), k0 = bf16_values(tokens * d, rng),
                                    p0 = bf16_values(tokens * pass, rng);
   for (const DType cache_dtype : {DType::bf16, DType::fp8_e4m3}) {
@@ -1037,14 +1035,7 @@ TEST(CudaDevice, QkNormRopeFastKernelOnEveryLaunchShapeMatchesTheCpu) {
   const Schedule schedule = make_schedule(Spec{.head_dim = 128, .base = 1000000.0});
   const int64_t tokens = 29, hq = 16, hk = 4, d = 128, blocks = 8, block = 16;
   std::mt19937_64 rng(2626);
-  std::vector<int64_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
-  std::vector<int64_t> order(static_cast<size_t>(blocks * block));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), rng);
-  for (int64_t t = 0; t < tokens; ++t) {
-    positions[static_cast<size_t>(t)] = static_cast<int64_t>(rng() % 100000);
-    slots[static_cast<size_t>(t)] = t == 3 ? -1 : order[static_cast<size_t>(t)];
-  }
+  const auto [positions, slots] = shuffled_tokens(tokens, blocks * block, 100000, 3, rng);
   const std::vector<unsigned char> q0 = bf16_values(tokens * hq * d, rng), k0 = bf16_values(tokens * hk * d, rng);
   const std::vector<unsigned char> v0 = bf16_values(tokens * hk * d, rng), qw0 = bf16_values(d, rng), kw0 = bf16_values(d, rng);
   const std::vector<unsigned char> poison(static_cast<size_t>(blocks * block * hk * d * 2), 0xA5);

@@ -109,14 +109,7 @@ TEST(FusedRopeStore, MropeTablesCallerAnglesHfFloat32AndXpos) {
 
 TEST(FusedRopeStore, MlaRowsHoldKvCBesideTheRotatedPart) {
   // DeepSeek-V3: one latent row [kv_c 512 | k_pe 64] per slot, the rotated k_pe interleaved.
-  test::StoreCase c;
-  c.schedule = schedule_of(64, 64, Pairing::interleaved);
-  c.layout = Layout::mla;
-  c.heads_q = 16;
-  c.heads_k = 1;
-  c.pass_dim = 512;
-  c.block_size = 64;
-  c.seed = 500;
+  const test::StoreCase c = test::deepseek_mla_case(500);
   SCOPED_TRACE(c.name());
   test::StoreSetup s(c);
   Buffer q2 = s.q, k2 = s.k;

@@ -374,16 +374,9 @@ TEST(FusedEmulation, RopeStoreWithMropeEveryAngleSourceXposAndMlaRows) {
   x.schedule = with_xpos(make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved}), 512.0);
   x.seed = ++seed;
   EXPECT_FALSE(expect_store_grid_equals_cpu(x, 32));
-  test::StoreCase mla;  // DeepSeek-V3's latent rows [kv_c 512 | k_pe 64]
-  mla.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
-  mla.layout = test::Layout::mla;
-  mla.heads_q = 16;
-  mla.heads_k = 1;
-  mla.pass_dim = 512;
-  mla.block_size = 64;
-  mla.seed = ++seed;
+  const test::StoreCase mla = test::deepseek_mla_case(++seed);  // latent rows [kv_c 512 | k_pe 64]
   EXPECT_TRUE(expect_store_grid_equals_cpu(mla, 256));
-  // The latent row in fp8 (one scale for kv_c and k_pe, both modes), from f32 into int8, a narrow
+  // The latent row in fp8 (a scale each for kv_c and k_pe, both modes), from f32 into int8, a narrow
   // kv_c (96) in a token pool, half pairing.
   for (const ScaleMode mode : {ScaleMode::divide, ScaleMode::multiply}) {
     test::StoreCase fp8 = mla;
@@ -728,16 +721,9 @@ TEST(FusedEmulation, RopeStoreFastKernelOverEveryLaunchShape) {
   c.seed = 705;
   cases.push_back(c);
   // MLA (DeepSeek-V3): latent rows [kv_c 512 | k_pe 64], k_pass copied as v would be, in bf16 and in
-  // fp8 e4m3 (one scale for the row).
-  test::StoreCase mla;
-  mla.schedule = test::schedule_of(64, 64, Pairing::interleaved);
-  mla.layout = test::Layout::mla;
-  mla.heads_q = 16;
-  mla.heads_k = 1;
-  mla.pass_dim = 512;
-  mla.block_size = 64;
+  // fp8 e4m3 (a scale each for kv_c and k_pe).
+  test::StoreCase mla = test::deepseek_mla_case(706);
   mla.tokens = 19;
-  mla.seed = 706;
   cases.push_back(mla);
   mla.cache_dtype = DType::fp8_e4m3;
   mla.scaled = true;

@@ -647,6 +647,24 @@ void plan_heads(std::mt19937& rng, int64_t d, int64_t& hq, int64_t& hk) {
 
 // v_norm's v_out in its own region, laid out unlike v (a v read from a fused QKV buffer into a
 // contiguous v_out, a head-major v_out for a token-major v): v_out is written at its own strides.
+// q_out (30% of calls) and k_out: its own buffer or k in place, each one draw in k_out_draws.
+void plan_outputs(Case& c, std::mt19937& rng, int64_t hq, int64_t hk, int k_out_draws) {
+  const int64_t d = c.schedule.head_dim;
+  if (chance(rng, 0.3)) {
+    c.q_out.set = true;
+    c.q_out.off = c.arena.add("q_out", static_cast<size_t>(c.tokens * hq * d * size_of(c.dtype)), c.dtype, rng);
+    c.q_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hq, d);
+  }
+  const int ko = static_cast<int>(rng() % static_cast<uint32_t>(k_out_draws));
+  if (ko == 0) {
+    c.k_out.set = true;
+    c.k_out.off = c.arena.add("k_out", static_cast<size_t>(c.tokens * hk * d * size_of(c.dtype)), c.dtype, rng);
+    c.k_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hk, d);
+  } else if (ko == 1) {
+    c.k_out_in_place = true;
+  }
+}
+
 void plan_v_out(Case& c, std::mt19937& rng) {
   const TensorView& v = c.v.v;
   const int64_t es = size_of(c.dtype);
@@ -706,20 +724,7 @@ Case make_store_case(uint32_t seed) {
     const int64_t pass_dim = mla ? pick<int64_t>(rng, {512, 64, 128, 96, 16, 24, 8, 10}) : 0;
     c.text += fmt::format(" dtype={} hq={} hk={} hv={} dv={} mla={} pass_dim={}", to_string(c.dtype), hq, hk, hv, dv, mla, pass_dim);
     plan_inputs(c, rng, hq, hk, mla ? 1 : hv, mla ? pass_dim : dv, mla || dv > 0, mla ? "k_pass" : "v", mla ? c.k_pass : c.v);
-    // Outputs.
-    if (chance(rng, 0.3)) {
-      c.q_out.set = true;
-      c.q_out.off = c.arena.add("q_out", static_cast<size_t>(c.tokens * hq * d * size_of(c.dtype)), c.dtype, rng);
-      c.q_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hq, d);
-    }
-    const int ko = static_cast<int>(rng() % 5);
-    if (ko == 0) {
-      c.k_out.set = true;
-      c.k_out.off = c.arena.add("k_out", static_cast<size_t>(c.tokens * hk * d * size_of(c.dtype)), c.dtype, rng);
-      c.k_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hk, d);
-    } else if (ko == 1) {
-      c.k_out_in_place = true;
-    }
+    plan_outputs(c, rng, hq, hk, 5);
     // f64 data goes to f64 outputs only: a quantised q_out is rejected (it once wrote doubles into
     // its 1-byte codes). Drawn more often with f64 data, so that a short run meets it.
     if (chance(rng, c.dtype == DType::f64 ? 0.5 : 0.1)) {
@@ -793,19 +798,7 @@ Case make_norm_case(uint32_t seed) {
     weight(c.q_weight, c.qw, hq, "q_weight");
     weight(c.k_weight, c.kw, hk, "k_weight");
     if (c.v_norm && !c.store && chance(rng, 0.8)) plan_v_out(c, rng);
-    if (chance(rng, 0.3)) {
-      c.q_out.set = true;
-      c.q_out.off = c.arena.add("q_out", static_cast<size_t>(c.tokens * hq * d * size_of(c.dtype)), c.dtype, rng);
-      c.q_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hq, d);
-    }
-    const int ko = static_cast<int>(rng() % 4);
-    if (ko == 0) {
-      c.k_out.set = true;
-      c.k_out.off = c.arena.add("k_out", static_cast<size_t>(c.tokens * hk * d * size_of(c.dtype)), c.dtype, rng);
-      c.k_out.v = TensorView::bshd(nullptr, c.dtype, c.batch, c.seq, hk, d);
-    } else if (ko == 1) {
-      c.k_out_in_place = true;
-    }
+    plan_outputs(c, rng, hq, hk, 4);
     c.text += fmt::format(" q_out={} k_out={} v_out={}", c.q_out.set, c.k_out_in_place ? "k" : c.k_out.set ? "own" : "none", c.v_out.set);
     if (c.store) plan_write(c, rng, hk, hv, with_v ? dv : 0, false, 0);
     plan_positions(c, rng, c.tokens, true);

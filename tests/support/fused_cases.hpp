@@ -122,6 +122,20 @@ struct StoreCase {
   }
 };
 
+/// DeepSeek-V3's MLA write: 16 query heads of the 64-channel rope part, one latent row [kv_c 512 |
+/// k_pe 64] per slot (k_pe rotated, interleaved), blocks of 64 slots.
+inline StoreCase deepseek_mla_case(int seed) {
+  StoreCase c;
+  c.schedule = make_schedule(Spec{.head_dim = 64, .pairing = Pairing::interleaved});
+  c.layout = Layout::mla;
+  c.heads_q = 16;
+  c.heads_k = 1;
+  c.pass_dim = 512;
+  c.block_size = 64;
+  c.seed = seed;
+  return c;
+}
+
 /// Buffers and views of one StoreCase.
 struct StoreSetup {
   StoreCase c;
