@@ -874,6 +874,16 @@ TEST(FusedEmulation, RopeStoreFastKernelRefusesWhatItDoesNotServe) {
   EXPECT_EQ(refusal(mla, {}, [](detail::FusedKernelArgs& f) { f.k_pass_cache.offset += 4; }), "k_pass_cache's rows");
   EXPECT_EQ(refusal(mla, [](RopeStoreArgs& a) { a.cache.k_pass.data = static_cast<unsigned char*>(a.cache.k_pass.data) + 2; }),
             "k_pass's rows");
+  // Sizes past the kernel's 32-bit row offsets and its grid (refused by their arguments alone:
+  // fast_store_refusal reads no data). One v head of 2^31 bytes; more heads than gridDim.y groups.
+  EXPECT_EQ(refusal(c, {}, [](detail::FusedKernelArgs& f) {
+              f.v.heads = 1;
+              f.v.dim = int64_t{1} << 30;  // bf16
+              f.v_cache.head_dim = f.v.dim;
+            }),
+            "v_cache's rows");
+  EXPECT_EQ(refusal(c, {}, [](detail::FusedKernelArgs& f) { f.v.heads = detail::cuda::kFastMaxGroups; }),
+            "more than 65535 heads a token");
 }
 
 // qk_norm_rope's fast kernel (the norm before the rotation, per head) over every launch shape:

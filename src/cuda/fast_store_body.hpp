@@ -105,8 +105,8 @@ inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int6
   const auto address = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(c.data) + c.offset * es);
   if (address % static_cast<uintptr_t>(width) != 0) return false;
   const int64_t head_bytes = (c.strides[2] < 0 ? -c.strides[2] : c.strides[2]) * es;
-  const int64_t room = (int64_t{1} << 31) - 1 - dim * es;
-  return heads <= (int64_t{1} << 29) && (heads <= 1 || head_bytes <= room / (heads - 1));
+  const int64_t room = (int64_t{1} << 31) - 1 - dim * es;  // a row's bytes and head offsets: int32
+  return room >= 0 && heads <= (int64_t{1} << 29) && (heads <= 1 || head_bytes <= room / (heads - 1));
 }
 
 /// The heads the fast store copies into a cache beside q and k: v into v_cache, or, in an MLA call (no
@@ -159,9 +159,14 @@ inline const char* fast_store_refusal(const FusedKernelArgs& f) {
       if (extent[d] > 1 && (v.strides[d] * es) % 16 != 0) return rows;
     }
     const int64_t head_bytes = (v.strides[2] < 0 ? -v.strides[2] : v.strides[2]) * es;
-    const int64_t room = (int64_t{1} << 31) - 1 - v.dim * es;
-    if (v.heads > (int64_t{1} << 29) || (v.heads > 1 && head_bytes > room / (v.heads - 1))) return rows;
+    const int64_t room = (int64_t{1} << 31) - 1 - v.dim * es;  // a row's bytes and head offsets: int32
+    if (room < 0 || v.heads > (int64_t{1} << 29) || (v.heads > 1 && head_bytes > room / (v.heads - 1))) return rows;
   }
+  // A token's heads in at most kFastMaxGroups groups, however fast_store_launch_shape splits them
+  // for shared memory (one head a group at the least).
+  const FastCopied copied = fast_store_copied(f);
+  const int64_t heads = f.rope.operands[0].heads + f.rope.operands[1].heads + (copied.flat ? copied.flat->heads : 0);
+  if (heads > kFastMaxGroups) return "more than 65535 heads a token";
   return nullptr;
 }
 
