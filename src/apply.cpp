@@ -337,13 +337,16 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     throw Error(fmt::format("backend={} is not automatic, reference or cpu", static_cast<int>(args.backend)));
   }
 
-  // Effective outputs: the input itself when in place.
+  // Effective outputs: the input itself when in place (unset, or given as the input's own view: named
+  // so, as the caller sees it).
   const TensorView q_out = args.q_out.is_set() ? args.q_out : args.q;
-  check_output(q_out, args.q_out.is_set() ? "q_out" : "q (in place)", args.q, "q", schedule);
+  const char* q_out_name = args.q_out.is_set() && !same_view(args.q_out, args.q) ? "q_out" : "q (in place)";
+  check_output(q_out, q_out_name, args.q, "q", schedule);
   TensorView k_out{};
+  const char* k_out_name = args.k_out.is_set() && !same_view(args.k_out, args.k) ? "k_out" : "k (in place)";
   if (has_k) {
     k_out = args.k_out.is_set() ? args.k_out : args.k;
-    check_output(k_out, args.k_out.is_set() ? "k_out" : "k (in place)", args.k, "k", schedule);
+    check_output(k_out, k_out_name, args.k, "k", schedule);
   }
   // Aliasing: an output may coincide exactly with its own input (in place); otherwise it must not
   // share an element with any input or with the other output.
@@ -351,8 +354,7 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     const TensorView* view;
     const char* name;
   };
-  const Named outputs[2] = {{&q_out, args.q_out.is_set() ? "q_out" : "q (in place)"},
-                            {&k_out, args.k_out.is_set() ? "k_out" : "k (in place)"}};
+  const Named outputs[2] = {{&q_out, q_out_name}, {&k_out, k_out_name}};
   const Named inputs[2] = {{&args.q, "q"}, {&args.k, "k"}};
   const int count = has_k ? 2 : 1;
   // In place, output o is input o: (k_out, q) is the pair (q_out, k) again, and (q_out, k_out) too,

@@ -408,6 +408,90 @@ TEST(FusedQkNormRope, TheNormIsWithinAFewUlpsOfAPlainFloat32RmsNorm) {
   }
 }
 
+// An output may be its own input exactly (in place), never another input: a k cache that is k
+// itself, a v that is q, a k_out that is v, a v normed in place that is k. Each such call has no
+// single right answer (the composition reads what the fused pass has already written), so each is
+// refused, naming both, with nothing written. They were accepted once, with wrong values.
+TEST(FusedAliasing, AnOutputThatIsAnotherInputIsRefused) {
+  test::StoreCase c;
+  c.schedule = schedule_of(64, 64, Pairing::half);
+  c.heads_q = 2;  // q, k and v of one shape: any may stand for another
+  c.tokens = 5;
+  c.seed = 811;
+  static std::vector<int64_t> identity_slots;
+  const auto store_cases = std::vector<std::pair<std::string, std::function<void(test::StoreSetup&, RopeStoreArgs&)>>>{
+      {"k_cache overlaps k", [](test::StoreSetup& s, RopeStoreArgs& a) {
+         // A one-block cache whose rows are k's own: [1, tokens, heads, d] at k's address.
+         a.cache.k_cache = CacheView::nhd(a.rope.k.data, s.c.cache_dtype, 1, s.c.tokens, s.c.heads_k, s.d);
+         identity_slots.resize(static_cast<size_t>(s.c.tokens));
+         std::iota(identity_slots.begin(), identity_slots.end(), 0);
+         a.cache.slots = Slots::of(std::span<const int64_t>(identity_slots)); }},
+      {"v_cache overlaps v", [](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.cache.v_cache = CacheView::nhd(a.cache.v.data, s.c.cache_dtype, 1, s.c.tokens, s.c.heads_k, s.d);
+         identity_slots.resize(static_cast<size_t>(s.c.tokens));
+         std::iota(identity_slots.begin(), identity_slots.end(), 0);
+         a.cache.slots = Slots::of(std::span<const int64_t>(identity_slots)); }},
+      {"q (in place) overlaps v", [](test::StoreSetup&, RopeStoreArgs& a) { a.cache.v = a.rope.q; }},
+      {"k_out overlaps v", [](test::StoreSetup&, RopeStoreArgs& a) { a.rope.k_out = a.cache.v; }},
+  };
+  for (const auto& [message, edit] : store_cases) {
+    test::StoreSetup s(c);
+    RopeStoreArgs args = s.store_args();
+    edit(s, args);
+    const Buffer q = s.q, k = s.k, v = s.v, kc = s.k_cache_bytes, vc = s.v_cache_bytes;
+    try {
+      rope_store(c.schedule, args);
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.q == q && s.k == k && s.v == v && s.k_cache_bytes == kc && s.v_cache_bytes == vc)
+        << message << ": something was written";
+  }
+  // q_out that is q, k_out that is k: in place, taken.
+  {
+    test::StoreSetup s(c);
+    RopeStoreArgs args = s.store_args();
+    args.rope.q_out = args.rope.q;
+    args.rope.k_out = args.rope.k;
+    EXPECT_NO_THROW(rope_store(c.schedule, args));
+  }
+  test::NormCase n{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::bf16, .seed = 812};
+  n.heads_q = n.heads_k;
+  const auto norm_cases = std::vector<std::pair<std::string, std::function<void(test::NormSetup&, QkNormRopeArgs&)>>>{
+      {"k_cache overlaps k", [](test::NormSetup& s, QkNormRopeArgs& a) {  // k written in place and cached
+         s.write = CacheWrite{.slots = Slots::of(std::span<const int64_t>(s.slots)),
+                              .k_cache = CacheView::nhd(a.rope.k.data, s.c.dtype, 1, s.c.tokens, s.c.heads_k, s.d)};
+         identity_slots.resize(static_cast<size_t>(s.c.tokens));
+         std::iota(identity_slots.begin(), identity_slots.end(), 0);
+         s.write.slots = Slots::of(std::span<const int64_t>(identity_slots));
+         a.rope.k_out = a.rope.k;
+         a.store = &s.write; }},
+      {"v (in place) overlaps k", [](test::NormSetup&, QkNormRopeArgs& a) {  // v normed in place is k
+         a.v = a.rope.k;
+         a.v_norm = true; }},
+      {"v (in place) overlaps q", [](test::NormSetup&, QkNormRopeArgs& a) {
+         a.v = a.rope.q;
+         a.v_norm = true; }},
+  };
+  for (const auto& [message, edit] : norm_cases) {
+    test::NormSetup s(n);
+    QkNormRopeArgs args = s.norm_args();
+    edit(s, args);
+    const Buffer q = s.q, k = s.k, v = s.v;
+    try {
+      qk_norm_rope(n.schedule, args);
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const Error& e) {
+      // Either order names the pair: the check meets it from whichever side comes first.
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find(message) != std::string::npos || what.find("overlaps v (in place)") != std::string::npos)
+          << what;
+    }
+    EXPECT_TRUE(s.q == q && s.k == k && s.v == v) << message << ": something was written";
+  }
+}
+
 TEST(FusedQkNormRope, BadArgumentsThrowAndWriteNothing) {
   test::NormCase c{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::bf16, .seed = 990};
   test::NormSetup s(c);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -197,11 +198,13 @@ void check_flat(const TensorView& v, const char* name, const TensorView& like, D
   }
 }
 
-// Every output and input pair that must not share memory.
+// Every output and input pair that must not share memory. An output written in place names its
+// input (in_place_of): it may be that input's view exactly, and no other region's.
 struct Region {
   TensorView view;
   const char* name;
   bool output;
+  const char* in_place_of = nullptr;
 };
 
 // Every region passed a span check first (apply's validate_shapes for q, k and their outputs,
@@ -212,8 +215,11 @@ void check_disjoint(const std::vector<Region>& regions) {
     for (size_t j = 0; j < regions.size(); ++j) {
       if (i == j || !regions[i].output || (regions[j].output && j < i)) continue;
       if (regions[i].view.is_empty() || regions[j].view.is_empty()) continue;
-      // In place: an output may be its own input exactly; two outputs never coincide.
-      if (!regions[j].output && same_view(regions[i].view, regions[j].view)) continue;
+      // In place: an output may be its own input exactly (not another input: a cache that is k
+      // itself, a v that is q); two outputs never coincide.
+      const bool own_input = !regions[j].output && regions[i].in_place_of != nullptr &&
+                             std::strcmp(regions[i].in_place_of, regions[j].name) == 0;
+      if (own_input && same_view(regions[i].view, regions[j].view)) continue;
       if (may_overlap_checked(regions[i].view, regions[j].view)) {
         throw Error(fmt::format("{} overlaps {} (caches and outputs must be disjoint from each other and from the "
                                 "inputs)", regions[i].name, regions[j].name));
@@ -264,12 +270,20 @@ void check_common_rope(const ApplyArgs& rope) {
   if (!rope.copy_tail) throw Error("copy_tail=false is not supported by the fused operations (they write whole heads)");
 }
 
-// The rope's views for the aliasing checks: q, k (inputs), q's and k's outputs.
-void rope_regions(const ApplyArgs& rope, bool write_q, bool write_k, std::vector<Region>& regions) {
+// The rope's views for the aliasing checks: q, k (inputs), and what is written of them: q_out, or q
+// in place (write_q), k_out, or k in place (write_k; k_in_place: an unset k_out writes k).
+void rope_regions(const ApplyArgs& rope, bool write_q, bool write_k, bool k_in_place, std::vector<Region>& regions) {
   regions.push_back({rope.q, "q", false});
   if (rope.k.is_set()) regions.push_back({rope.k, "k", false});
-  if (write_q && rope.q_out.is_set()) regions.push_back({rope.q_out, "q_out", true});
-  if (write_k && rope.k_out.is_set() && !same_view(rope.k_out, rope.k)) regions.push_back({rope.k_out, "k_out", true});
+  const auto written = [&](const TensorView& out, const TensorView& in, const char* name, const char* in_place,
+                           const char* input) {
+    const bool same = !out.is_set() || same_view(out, in);
+    regions.push_back({out.is_set() ? out : in, same ? in_place : name, true, input});
+  };
+  if (write_q) written(rope.q_out, rope.q, "q_out", "q (in place)", "q");
+  if (write_k && rope.k.is_set() && (rope.k_out.is_set() || k_in_place)) {
+    written(rope.k_out, rope.k, "k_out", "k (in place)", "k");
+  }
 }
 
 KernelCache kernel_cache(const CacheView& c, const CacheQuant& q) {
@@ -350,8 +364,7 @@ void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bo
     throw Error("q_quant.scale is set but q_quantized is not");
   }
   const bool write_q = !quantised_q || args.rope.q_out.is_set();
-  rope_regions(args.rope, write_q, args.rope.k_out.is_set(), regions);
-  if (write_q && !args.rope.q_out.is_set()) regions.push_back({args.rope.q, "q (in place)", true});
+  rope_regions(args.rope, write_q, args.rope.k_out.is_set(), false, regions);  // k itself is only read
   check_disjoint(regions);
 }
 
@@ -423,7 +436,10 @@ void validate_qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args,
     if (args.v_out.shape != args.v.shape) {
       throw Error(fmt::format("v_out shape {} differs from v shape {}", shape_text(args.v_out), shape_text(args.v)));
     }
-    if (!same_view(args.v_out, args.v)) regions.push_back({args.v_out, "v_out", true});
+  }
+  if (args.v_norm && args.store == nullptr) {  // v normed into v_out, or in place
+    const bool same = !args.v_out.is_set() || same_view(args.v_out, args.v);
+    regions.push_back({args.v_out.is_set() ? args.v_out : args.v, same ? "v (in place)" : "v_out", true, "v"});
   }
   if (args.store != nullptr) {
     CacheWrite w = *args.store;
@@ -431,8 +447,7 @@ void validate_qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args,
     check_cache_write(schedule, args.rope, w, host, regions);
   }
   const bool write_k = args.store == nullptr || args.rope.k_out.is_set();
-  rope_regions(args.rope, true, write_k, regions);
-  if (!args.rope.q_out.is_set()) regions.push_back({args.rope.q, "q (in place)", true});
+  rope_regions(args.rope, true, write_k, args.store == nullptr, regions);
   check_disjoint(regions);
 }
 
