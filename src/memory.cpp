@@ -198,6 +198,78 @@ bool self_overlaps_checked(const TensorView& v) {
   return false;
 }
 
+namespace {
+
+// A view as rows: its dimensions 0 and 1 (batch, seq) one arithmetic progression of `rows` row
+// starts `pitch` bytes apart, and dimensions 2 and 3 (heads, channels) within bytes [lo, hi) of each
+// row start. False when dimensions 0 and 1 do not form one progression (a batch stride that is not
+// seq times the seq stride), or a row's bytes reach the next row.
+struct Rows {
+  Address first = 0;  // the lowest byte of the first row
+  int64_t rows = 1;
+  int64_t pitch = 0;  // bytes, > 0 when rows > 1
+  int64_t width = 0;  // bytes each row's elements span
+};
+
+// Requires: non-empty and within max_view_bytes.
+bool as_rows(const TensorView& v, Rows& out) {
+  const int64_t es = size_of(v.dtype);
+  int64_t rows = 1;
+  int64_t pitch = 0;
+  int64_t base = 0;  // elements from data to the first row's start (a negative outer stride moves it)
+  for (int d = 1; d >= 0; --d) {
+    if (v.shape[d] <= 1) continue;
+    const int64_t stride = v.strides[d] < 0 ? -v.strides[d] : v.strides[d];
+    if (v.strides[d] < 0) base += v.strides[d] * (v.shape[d] - 1);
+    if (rows == 1) {
+      pitch = stride;
+    } else if (stride != pitch * rows) {
+      return false;
+    }
+    rows *= v.shape[d];
+  }
+  int64_t lo = 0;
+  int64_t hi = 0;
+  for (int d = 2; d < 4; ++d) {
+    if (v.shape[d] <= 1) continue;
+    const int64_t span = v.strides[d] * (v.shape[d] - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  out.rows = rows;
+  out.pitch = pitch * es;
+  out.width = (hi - lo + 1) * es;
+  out.first = static_cast<Address>(reinterpret_cast<uintptr_t>(v.data)) + Address{base + lo} * es;
+  return rows == 1 || (out.pitch > 0 && out.width <= out.pitch);
+}
+
+// Whether two views are disjoint as rows of one pitch: fused QKV's q, k and v column slices of the
+// same token rows, whatever their head counts and widths. Row n of a covers [A + nP, A + nP + wa),
+// row m of b [B + mP, B + mP + wb); they meet iff -wb < (B - A) + (m - n) P < wa, and with wa, wb
+// <= P at most two values of k = m - n do.
+bool disjoint_rows(const TensorView& a, const TensorView& b) {
+  Rows ra;
+  Rows rb;
+  if (!as_rows(a, ra) || !as_rows(b, rb)) return false;
+  const int64_t pitch = ra.rows > 1 ? ra.pitch : rb.pitch;
+  if ((ra.rows > 1 && ra.pitch != pitch) || (rb.rows > 1 && rb.pitch != pitch)) return false;
+  const Address delta = rb.first - ra.first;
+  if (pitch == 0) return delta <= -Address{rb.width} || delta >= Address{ra.width};  // one row each
+  if (ra.width > pitch || rb.width > pitch) return false;
+  // The smallest k with delta + k P > -wb: k0 = floor((-wb - delta) / P) + 1.
+  const Address num = -Address{rb.width} - delta;
+  Address k0 = num / pitch;
+  if (num % pitch != 0 && num < 0) --k0;
+  ++k0;
+  for (Address k = k0; k <= k0 + 1; ++k) {
+    if (k < -Address{ra.rows - 1} || k > Address{rb.rows - 1}) continue;
+    const Address x = delta + k * pitch;
+    if (x > -Address{rb.width} && x < Address{ra.width}) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 bool may_overlap(const TensorView& a, const TensorView& b) {
   if (a.is_empty() || b.is_empty()) return false;
   if (exceeds_max_view_bytes(a) || exceeds_max_view_bytes(b)) return true;
@@ -218,7 +290,7 @@ bool may_overlap_checked(const TensorView& a, const TensorView& b) {
   const Range ra = byte_range(a);
   const Range rb = byte_range(b);
   if (ra.hi <= rb.lo || rb.hi <= ra.lo) return false;
-  if (a.dtype != b.dtype || a.strides != b.strides) return true;
+  if (a.dtype != b.dtype || a.strides != b.strides) return !disjoint_rows(a, b);
   const int64_t es = size_of(a.dtype);
   // The ranges intersect and each spans < 2^60 bytes: |byte_delta| < 2^61.
   const auto byte_delta = static_cast<int64_t>(static_cast<Address>(reinterpret_cast<uintptr_t>(b.data)) -

@@ -172,6 +172,60 @@ TEST(Aliasing, DenseViewsAgainstBruteForceAndTheGeneralRule) {
                                                 .strides = {INT64_MAX, k31 * 2, 2, 1}}));
 }
 
+// Views of different strides over the same token rows (fused QKV's q, k and v column slices, with
+// their own head counts and widths, a cache's rows beside each other): when each view's rows are one
+// progression of a common pitch and fit in it, the answer is exact; otherwise it may only err
+// towards "overlap". Against the brute force, both ways round, with random batch/seq splits,
+// head strides, negative strides and offsets.
+TEST(Aliasing, RowsOfOnePitchAgainstBruteForce) {
+  std::vector<float> buffer(8192);
+  std::mt19937_64 rng(11);
+  int exact = 0, overlapping = 0, disjoint = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    std::uniform_int_distribution<int64_t> small(1, 4);
+    const int64_t tokens_a = small(rng) * small(rng), pitch = std::uniform_int_distribution<int64_t>(8, 48)(rng);
+    const auto rows_view = [&](int64_t tokens, int64_t column) {
+      TensorView v{.data = buffer.data() + 3000 + column, .dtype = DType::f32, .shape = {}, .strides = {}};
+      const int64_t seq = (tokens % 2 == 0 && (rng() & 1)) ? tokens / 2 : tokens;
+      const int64_t heads = small(rng), dim = small(rng);
+      const int64_t head_stride = dim + std::uniform_int_distribution<int64_t>(0, 2)(rng);
+      v.shape = {tokens / seq, seq, heads, dim};
+      v.strides = {seq * pitch, pitch, head_stride, 1};
+      if (rng() % 8 == 0) {  // rows in reverse: the same set of row starts
+        v.data = static_cast<float*>(v.data) + (v.shape[1] - 1) * pitch;
+        v.strides[1] = -pitch;
+        v.strides[0] = v.shape[0] > 1 ? seq * pitch : 0;
+      }
+      if (rng() % 16 == 0) v.strides[0] += 1;  // batch rows off the progression: conservative
+      return v;
+    };
+    const TensorView a = rows_view(tokens_a, std::uniform_int_distribution<int64_t>(0, pitch)(rng));
+    const int64_t tokens_b = (rng() & 3) == 0 ? small(rng) : tokens_a;
+    const TensorView b = rows_view(tokens_b, std::uniform_int_distribution<int64_t>(-pitch, 2 * pitch)(rng));
+    if (self_overlaps(a) || self_overlaps(b)) continue;
+    const bool truth = brute_overlap(a, b);
+    const bool said = may_overlap(a, b);
+    ASSERT_EQ(may_overlap(b, a), said) << "trial " << trial;
+    if (truth) {
+      ASSERT_TRUE(said) << "trial " << trial << ": an overlap reported disjoint";
+    }
+    (truth ? overlapping : disjoint)++;
+    if (said == truth) ++exact;
+  }
+  EXPECT_GT(overlapping, 300);
+  EXPECT_GT(disjoint, 300);
+  EXPECT_GT(exact, 3000);  // conservative only off the progression or past the pitch
+  // Fused QKV [tokens, 2 * 64 + 2 * 64 + 2 * 24] f32: q, k and v of another head_dim are disjoint.
+  const int64_t row = 2 * 64 + 2 * 64 + 2 * 24;
+  const auto slice = [&](int64_t column, int64_t heads, int64_t dim) {
+    return TensorView{.data = buffer.data() + column, .dtype = DType::f32, .shape = {1, 5, heads, dim},
+                      .strides = {5 * row, row, dim, 1}};
+  };
+  EXPECT_FALSE(may_overlap(slice(0, 2, 64), slice(256, 2, 24)));
+  EXPECT_FALSE(may_overlap(slice(128, 2, 64), slice(256, 2, 24)));
+  EXPECT_TRUE(may_overlap(slice(128, 2, 64), slice(255, 2, 24)));  // one channel into k's last head
+}
+
 TEST(Aliasing, ConservativeOtherwiseAndEmptyViews) {
   std::vector<float> buffer(256);
   const TensorView a = TensorView::bshd(buffer.data(), DType::f32, 1, 2, 2, 8);
