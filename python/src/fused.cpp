@@ -117,6 +117,9 @@ Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
 // Whether b's elements are its numel consecutive ones in row-major order (size-1 dimensions' strides
 // do not matter).
 bool row_major(const Borrowed& b) {
+  for (int64_t d = 0; d < b.ndim; ++d) {
+    if (b.shape[d] == 0) return true;  // no element: any strides address none of them
+  }
   int64_t expected = 1;
   for (int64_t d = b.ndim - 1; d >= 0; --d) {
     if (b.shape[d] != 1 && b.strides[d] != expected) return false;
@@ -174,11 +177,11 @@ Slots slots_of(const py::object& tensor) {
 }
 
 // A contiguous float32 scale of 1 or heads values; None: 1.0.
-CacheQuant quant_of(const py::object& scale, ScaleMode mode) {
+CacheQuant quant_of(const py::object& scale, ScaleMode mode, const char* name) {
   if (scale.is_none()) return CacheQuant{.mode = mode};
-  const Borrowed b = borrow(scale, "scale");
+  const Borrowed b = borrow(scale, name);
   if (b.dtype != DType::f32 || b.ndim > 1 || !row_major(b)) {
-    throw py::type_error("a scale must be a contiguous float32 tensor of 0 or 1 dimension");
+    throw py::type_error(std::string(name) + " must be a contiguous float32 tensor of 0 or 1 dimension");
   }
   return CacheQuant{.scale = static_cast<const float*>(b.data), .count = b.numel, .mode = mode};
 }
@@ -246,9 +249,12 @@ int64_t table_rows(const Positions& p, int64_t seq) {
 }
 
 // The Rope's table of `mode` for this call's positions (apply's angles, read instead of computing each
-// token's), or null: none needed, or beyond the Rope's cache (then computed on the fly: the same bits).
+// token's), or null: none needed, f64 data (which turns by double cos and sin, as Rope::apply turns
+// it: a float32 table would round them), or beyond the Rope's cache (then computed on the fly: the
+// same bits).
 std::shared_ptr<const Table> table_for(const FusedHooks& hooks, const py::object& rope, const Positions& p,
-                                       int64_t seq, AngleMode mode) {
+                                       int64_t seq, AngleMode mode, DType dtype) {
+  if (dtype == DType::f64) return nullptr;
   const int64_t rows = table_rows(p, seq);
   return rows > 0 ? hooks.table_of(rope, rows, mode) : nullptr;
 }
@@ -271,11 +277,13 @@ std::optional<int> cuda_device_of(const py::object& tensor) {
 #if ROTARY_PY_CUDA
 // The rows of the Rope's device table a CUDA call reads: sequential positions only (rows the host
 // knows without reading the device; per-token positions are computed on the device, the same bits,
-// so nothing is read back and the call stays capturable in a CUDA graph); 0: none.
+// so nothing is read back and the call stays capturable in a CUDA graph); 0: none (and for f64
+// data, which turns by double cos and sin: table_for).
 int64_t device_table_rows(const ApplyArgs& rope) {
   const Positions& p = rope.positions;
   const int64_t seq = rope.q.seq();
-  if (rope.caller_angles != nullptr || p.kind != Positions::Kind::sequential || rope.q.batch() <= 0 || seq <= 0) {
+  if (rope.caller_angles != nullptr || p.kind != Positions::Kind::sequential || rope.q.batch() <= 0 || seq <= 0 ||
+      rope.q.dtype == DType::f64) {
     return 0;
   }
   if (p.offset < 0 || p.offset >= max_position_limit || p.offset > max_position_limit - seq) return 0;
@@ -321,7 +329,8 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
                           .direction = inverse ? Direction::inverse : Direction::forward};
     args.cache = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
                             .v_cache = cache_of(v_cache, "v_cache"), .v = view_of(v, "v"),
-                            .k_quant = quant_of(k_scale, mode), .v_quant = quant_of(v_scale, mode)};
+                            .k_quant = quant_of(k_scale, mode, "k_scale"),
+                            .v_quant = quant_of(v_scale, mode, "v_scale")};
     // q_out: a quantised copy of q (q_quantized), or q's rotation out of place (q's dtype).
     const TensorView q_out = view_of(q_quantized, "q_out");
     if (!q_quantized.is_none() && !is_quantised_dtype(q_out.dtype)) {
@@ -330,10 +339,10 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
       args.q_quantized = q_out;
     }
     args.rope.k_out = view_of(k_out, "k_out");
-    args.q_quant = quant_of(q_scale, mode);
+    args.q_quant = quant_of(q_scale, mode, "q_scale");
     args.cache.k_pass = view_of(k_pass, "k_pass");
     args.cache.k_pass_cache = cache_of(k_pass_cache, "k_pass_cache");
-    args.cache.k_pass_quant = quant_of(k_pass_scale, mode);
+    args.cache.k_pass_quant = quant_of(k_pass_scale, mode, "k_pass_scale");
     const std::optional<CallerAngles> caller = caller_angles_of(cos_sin_cache, schedule);
     const AngleMode numerics = angle_mode_of(angles);
     if (numerics != AngleMode::exact) args.rope.numerics = numerics;
@@ -351,7 +360,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #endif
     }
     const std::shared_ptr<const Table> table =
-        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics, args.rope.q.dtype);
     args.rope.table = table.get();
     py::gil_scoped_release release;
     rope_store(schedule, args);
@@ -393,8 +402,9 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     if (!k_cache.is_none()) {
       const ScaleMode mode = scale_mode_of(scale_mode);
       store = CacheWrite{.slots = slots_of(slots), .k_cache = cache_of(k_cache, "k_cache"),
-                         .v_cache = cache_of(v_cache, "v_cache"), .v = args.v, .k_quant = quant_of(k_scale, mode),
-                         .v_quant = quant_of(v_scale, mode)};
+                         .v_cache = cache_of(v_cache, "v_cache"), .v = args.v,
+                         .k_quant = quant_of(k_scale, mode, "k_scale"),
+                         .v_quant = quant_of(v_scale, mode, "v_scale")};
       args.store = &store;
       args.rope.k_out = args.rope.k;
     }
@@ -417,7 +427,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #endif
     }
     const std::shared_ptr<const Table> table =
-        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics);
+        caller ? nullptr : table_for(hooks, rope, args.rope.positions, args.rope.q.seq(), numerics, args.rope.q.dtype);
     args.rope.table = table.get();
     py::gil_scoped_release release;
     qk_norm_rope(schedule, args);
@@ -441,7 +451,7 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
     }
     const AngleMode numerics = angle_mode_of(angles);
     if (numerics != AngleMode::exact) args.numerics = numerics;
-    args.quant = quant_of(k_scale, scale_mode_of(scale_mode));
+    args.quant = quant_of(k_scale, scale_mode_of(scale_mode), "k_scale");
     if (const std::optional<int> device = cuda_device_of(k_cache)) {
 #if ROTARY_PY_CUDA
       // Angles computed on the device, exact or in `numerics` (raw positions are per slot: no table's rows).
@@ -455,7 +465,9 @@ void bind_fused(py::module_& m, FusedHooks hooks) {
 #endif
     }
     const std::shared_ptr<const Table> table =
-        args.mode == RerotateMode::raw ? table_for(hooks, rope, args.positions, args.slots.count, numerics) : nullptr;
+        args.mode == RerotateMode::raw
+            ? table_for(hooks, rope, args.positions, args.slots.count, numerics, args.cache.dtype)
+            : nullptr;
     args.table = table.get();
     py::gil_scoped_release release;
     rerotate_cache(schedule, args);

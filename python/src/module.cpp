@@ -933,10 +933,12 @@ void validate_call(const Schedule& schedule, const ApplyArgs& args, const char* 
 // table's bits (exact: the same double-double reduction, rounded once; hf-float32: transformers'
 // float32 arithmetic replayed), so a call takes the Rope's device table only for sequential
 // positions, whose rows the host knows, and computes per-token ones on the device: nothing is read
-// back, and a call is always capturable in a CUDA graph.
+// back, and a call is always capturable in a CUDA graph. f64 data turns by double cos and sin, as on
+// the CPU (Rope::apply): no float32 table.
 const cuda::DeviceTable* device_angles(const PyRope& rope, const ApplyArgs& args, Angles angles, int device,
                                        cuda::Stream stream) {
-  if (angles == Angles::on_the_fly || args.caller_angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0) {
+  if (angles == Angles::on_the_fly || args.caller_angles != nullptr || args.q.batch() == 0 || args.q.seq() == 0 ||
+      args.q.dtype == DType::f64) {
     return nullptr;
   }
   const Positions& p = args.positions;

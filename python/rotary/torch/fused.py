@@ -83,12 +83,17 @@ def _flag(value: Any, name: str) -> bool:
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the largest float
+        raise ValueError(f"{name}={value} is beyond the range of a float") from None
 
 
 def _int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ValueError(f"{name}={value} is beyond int64")
     return value
 
 
@@ -789,6 +794,8 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
                              f"angles of their deltas")
         if not isinstance(delta, torch.Tensor):
             delta = torch.full(slots.shape, _int(delta, "delta"), dtype=torch.int64, device=slots.device)
+        elif delta.ndim == 0 and slots.ndim == 1:  # one delta for every slot, as an int is
+            delta = delta.reshape(1).expand(slots.shape).contiguous()
     _refuse_grad(k_cache=k_cache)
     args = (k_cache, slots, rope._handle, delta, positions, kv_layout, _scale(k_scale, "k_scale", k_cache), scale_mode,
             _flag(check_duplicate_slots, "check_duplicate_slots"), numerics)
