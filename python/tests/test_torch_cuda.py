@@ -152,6 +152,27 @@ def test_rope_apply_on_cuda_gives_the_cpu_bits(dtype, pairing, layout, inplace, 
 
 
 @gpu
+@pytest.mark.parametrize("positions_kind", ["offset", "int64"])
+def test_float64_turns_by_double_angles_as_on_the_cpu(positions_kind):
+    # f64 data turns by double cos and sin on the CPU (never the Rope's float32 table); sequential
+    # positions on the device once took the float32 device table (1e-7 off): the CPU's bits, plain
+    # and fused.
+    rope = Rope(64, rotary_dim=48, base=5e5, schedule="yarn", factor=4.0, original_max_position=4096)
+    q, k, positions = case_tensors(torch.float64, "thd", positions_kind, seed=5)
+    kwargs = dict(positions=positions) if positions is not None else dict(offset=70_000)
+    want = rope.apply(q.clone(), k.clone(), layout="thd", **kwargs)
+    on_device = dict(positions=cuda(positions)) if positions is not None else kwargs
+    got = rope.apply(q.cuda(), k.cuda(), layout="thd", **on_device)
+    assert_same_bits(got[0], want[0], "q")
+    assert_same_bits(got[1], want[1], "k")
+    slots = torch.randperm(16)[:q.shape[0]]
+    q_gpu, k_cache = q.cuda(), torch.zeros(16, 2, 64, dtype=torch.float64, device="cuda")
+    rtorch.rope_store(rope, q_gpu, k.cuda(), None, k_cache, None, slots.cuda(), **on_device)
+    assert_same_bits(q_gpu, want[0], "rope_store q")
+    assert_same_bits(k_cache.cpu()[slots], want[1], "rope_store k")
+
+
+@gpu
 @pytest.mark.parametrize("angles", ["exact", "on_the_fly", "hf-float32"])
 def test_every_angle_source_gives_the_cpu_bits(angles):
     # Sequential offsets inside the device table, beyond it (grown), beyond the cached rows (exact
