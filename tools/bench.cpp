@@ -16,6 +16,9 @@
 #include <tuple>
 
 #include "../src/math/half.hpp"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include "../src/text.hpp"
 #include "commands.hpp"
 #include "parse.hpp"
@@ -600,8 +603,9 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& o, std::ostre
 //   unfused: what an engine runs without the fusion, from the same primitives:
 //            rope_store:   apply(q, k in place), then a scatter loop copying each token's k and v
 //                          rows (8 x 128) to its slot (vLLM's reshape_and_cache)
-//            qk_norm_rope: a plain RMSNorm loop (float32, rounded to the dtype, times the weight)
-//                          over q's and k's heads in place, then apply(q, k in place)
+//            qk_norm_rope: an RMSNorm loop as a compiler vectorises it (float32 sums in vector
+//                          order, rounded to the dtype, times the weight; rmsnorm_loop) over q's
+//                          and k's heads in place, then apply(q, k in place)
 //            rerotate_cache: an eviction moving every cached key (prefill: the 4096 tokens' k rows,
 //                          in the cache) by one delta: gather the slots' rows, rerotate, scatter
 //                          back (what an engine without the in-place kernel runs); no decode row
@@ -640,26 +644,81 @@ void store_value(unsigned char* p, DType dtype, float v) {
   std::memcpy(p, &h, 2);
 }
 
-// Plain per-head RMSNorm in place over `heads` heads of every token: float32 sum of squares,
-// 1/sqrt(mean + eps), the product rounded to the dtype, times the weight, rounded again.
-void rmsnorm_loop(unsigned char* x, DType dtype, int64_t tokens, int64_t heads, const std::vector<float>& weight,
-                  int threads) {
-  const int64_t es = size_of(dtype);
-  const int64_t rows = tokens * heads;
+// The unfused composition's norm: per-head RMSNorm in place over every row of `rows` heads, as a
+// compiler vectorises it (a fair first call, not a scalar strawman): float32 sum of squares in
+// vector order, 1/sqrt(mean + eps), the product rounded to the dtype, times the weight, rounded
+// again. x86: one clone per instruction set (f16 through F16C); elsewhere what the compiler makes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ROTARY_BENCH_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ROTARY_BENCH_CLONES
+#endif
+
+template <class Bits, float (*kLoad)(Bits), Bits (*kStore)(float)>
+ROTARY_BENCH_CLONES void rmsnorm_rows(unsigned char* x, int64_t rows, const std::vector<float>& weight, int threads) {
 #pragma omp parallel for num_threads(threads) if (rows >= 64)
   for (int64_t r = 0; r < rows; ++r) {
-    unsigned char* row = x + r * kHeadDim * es;
+    Bits* row = reinterpret_cast<Bits*>(x) + r * kHeadDim;
+    float values[kHeadDim];
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t d = 0; d < kHeadDim; ++d) {
-      const float v = load_value(row + d * es, dtype);
-      sum += v * v;
+      values[d] = kLoad(row[d]);
+      sum += values[d] * values[d];
     }
     const float inv = 1.0f / std::sqrt(sum / static_cast<float>(kHeadDim) + 1e-6f);
+#pragma omp simd
     for (int64_t d = 0; d < kHeadDim; ++d) {
-      unsigned char* p = row + d * es;
-      store_value(p, dtype, load_value(p, dtype) * inv);
-      store_value(p, dtype, load_value(p, dtype) * weight[static_cast<size_t>(d)]);
+      row[d] = kStore(kLoad(kStore(values[d] * inv)) * weight[static_cast<size_t>(d)]);
     }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// f16 rows through F16C, eight values a step (compilers leave scalar f16 conversions unvectorised).
+__attribute__((target("avx2,fma,f16c"))) void rmsnorm_rows_f16c(unsigned char* x, int64_t rows,
+                                                                const std::vector<float>& weight, int threads) {
+#pragma omp parallel for num_threads(threads) if (rows >= 64)
+  for (int64_t r = 0; r < rows; ++r) {
+    auto* row = reinterpret_cast<__m128i*>(x + r * kHeadDim * 2);
+    __m256 values[kHeadDim / 8];
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < kHeadDim / 8; ++i) {
+      values[i] = _mm256_cvtph_ps(_mm_loadu_si128(row + i));
+      sum = _mm256_fmadd_ps(values[i], values[i], sum);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, sum);
+    const float total =
+        ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    const __m256 inv = _mm256_set1_ps(1.0f / std::sqrt(total / static_cast<float>(kHeadDim) + 1e-6f));
+    for (int64_t i = 0; i < kHeadDim / 8; ++i) {
+      const __m256 y = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(values[i], inv), _MM_FROUND_TO_NEAREST_INT));
+      const __m256 out = _mm256_mul_ps(y, _mm256_loadu_ps(weight.data() + 8 * i));
+      _mm_storeu_si128(row + i, _mm256_cvtps_ph(out, _MM_FROUND_TO_NEAREST_INT));
+    }
+  }
+}
+#endif
+
+float f32_load(float v) { return v; }
+float f32_store(float v) { return v; }
+
+void rmsnorm_loop(unsigned char* x, DType dtype, int64_t tokens, int64_t heads, const std::vector<float>& weight,
+                  int threads) {
+  const int64_t rows = tokens * heads;
+  if (dtype == DType::f32) {
+    rmsnorm_rows<float, f32_load, f32_store>(x, rows, weight, threads);
+  } else if (dtype == DType::bf16) {
+    rmsnorm_rows<uint16_t, detail::bf16_to_f32, detail::f32_to_bf16>(x, rows, weight, threads);
+  } else {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      rmsnorm_rows_f16c(x, rows, weight, threads);
+      return;
+    }
+#endif
+    rmsnorm_rows<uint16_t, detail::f16_to_f32, detail::f32_to_f16>(x, rows, weight, threads);
   }
 }
 
@@ -829,9 +888,9 @@ std::string json_fused_row(const FusedRow& r) {
 void print_fused_table(const std::vector<FusedRow>& rows, const BenchOptions& o, std::ostream& out) {
   out << fmt::format("rotary-dev bench — fused operations, Llama-3.1-8B (32 q / 8 kv heads, head_dim 128), paged NHD "
                      "cache of 16-slot blocks, shuffled block table; medians of {} interleaved repetitions; unfused: "
-                     "apply + a scatter loop (rope_store), an RMSNorm loop + apply (qk_norm_rope), gather + rerotate + "
-                     "scatter of every cached key by one delta (rerotate_cache); memcpy: the bytes the fused op must "
-                     "move; apply: decode's plain rotary call on the same q and k\n",
+                     "apply + a scatter loop (rope_store), a vectorised RMSNorm loop + apply (qk_norm_rope), gather + "
+                     "rerotate + scatter of every cached key by one delta (rerotate_cache); memcpy: the bytes the "
+                     "fused op must move; apply: decode's plain rotary call on the same q and k\n",
                      o.reps);
   out << fmt::format("{:<14} {:<8} {:<5} {:<10} {:>3} {:>7} {:>10} {:>8} {:>11} {:>9} {:>10} {:>8} {:>9} {:>7}\n", "case",
                      "shape", "dtype", "angles", "thr", "tokens", "median_us", "GB/s", "unfused_us", "/unfused", "memcpy_us",
