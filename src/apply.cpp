@@ -305,9 +305,11 @@ bool same_schedule(const Table& table, const Schedule& schedule) {
 namespace {
 
 // validate's body; read_entries false skips the per-token position entries' values.
-// rows_out: a list table's row per position entry (check_positions), when wanted.
+// rows_out: a list table's row per position entry (check_positions), when wanted. k_read_only: an
+// unset k_out leaves k unwritten (validate_reading_k), not rotated in place.
 std::optional<std::pair<double, double>> validate_call(const Schedule& schedule, const ApplyArgs& args,
-                                                      bool read_entries, std::vector<int64_t>* rows_out = nullptr) {
+                                                      bool read_entries, std::vector<int64_t>* rows_out = nullptr,
+                                                      bool k_read_only = false) {
   const bool table_matches = args.table != nullptr && same_schedule(*args.table, schedule);
   if (!table_matches) validate(schedule);
   if (!args.q.is_set()) throw Error("q is not set (q is TensorView{}: data null, shape all 0)");
@@ -344,7 +346,8 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
   check_output(q_out, q_out_name, args.q, "q", schedule);
   TensorView k_out{};
   const char* k_out_name = args.k_out.is_set() && !same_view(args.k_out, args.k) ? "k_out" : "k (in place)";
-  if (has_k) {
+  const bool k_written = has_k && (args.k_out.is_set() || !k_read_only);
+  if (k_written) {
     k_out = args.k_out.is_set() ? args.k_out : args.k;
     check_output(k_out, k_out_name, args.k, "k", schedule);
   }
@@ -357,11 +360,12 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
   const Named outputs[2] = {{&q_out, q_out_name}, {&k_out, k_out_name}};
   const Named inputs[2] = {{&args.q, "q"}, {&args.k, "k"}};
   const int count = has_k ? 2 : 1;
+  const int written = k_written ? 2 : 1;
   // In place, output o is input o: (k_out, q) is the pair (q_out, k) again, and (q_out, k_out) too,
   // so each distinct pair of views is checked once (a decode call's validation is most of its cost).
   const bool q_in_place = same_view(q_out, args.q);
-  const bool k_in_place = has_k && same_view(k_out, args.k);
-  for (int o = 0; o < count; ++o) {
+  const bool k_in_place = k_written && same_view(k_out, args.k);
+  for (int o = 0; o < written; ++o) {
     for (int i = 0; i < count; ++i) {
       const TensorView& out = *outputs[o].view;
       const TensorView& in = *inputs[i].view;
@@ -373,7 +377,7 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
       }
     }
   }
-  if (has_k && !(q_in_place && k_in_place) && may_overlap_checked(q_out, k_out)) {
+  if (k_written && !(q_in_place && k_in_place) && may_overlap_checked(q_out, k_out)) {
     throw Error(fmt::format("{} overlaps {}", outputs[0].name, outputs[1].name));
   }
   if (args.table != nullptr && !table_matches) {
@@ -384,7 +388,7 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     if (args.table != nullptr) throw Error("angles and table are both set (give one source of angles)");
     angle_rows = check_caller_angles(*args.caller_angles, schedule, args.q.batch(), args.q.seq());
     for (const Named& out : outputs) {
-      if (out.view == &k_out && !has_k) continue;
+      if (out.view == &k_out && !k_written) continue;
       for (const auto& [data, strides, name] :
            {std::tuple{args.caller_angles->cos, args.caller_angles->cos_strides, "angles.cos"},
             std::tuple{args.caller_angles->sin, args.caller_angles->sin_strides, "angles.sin"}}) {
@@ -460,6 +464,10 @@ void validate(const Schedule& schedule, const ApplyArgs& args) {
 
 std::optional<std::pair<double, double>> detail::validate_extent(const Schedule& schedule, const ApplyArgs& args) {
   return validate_call(schedule, args, /*read_entries=*/true);
+}
+
+void detail::validate_reading_k(const Schedule& schedule, const ApplyArgs& args, bool read_entries) {
+  validate_call(schedule, args, read_entries, nullptr, /*k_read_only=*/true);
 }
 
 namespace {

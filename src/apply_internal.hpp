@@ -13,6 +13,11 @@ namespace rotary::detail {
 /// highest position the call reads (whole or not), or nullopt for a call without tokens.
 std::optional<std::pair<double, double>> validate_extent(const Schedule& schedule, const ApplyArgs& args);
 
+/// validate (read_entries) or validate_shapes for args that do not use the old names, with k read
+/// only when k_out is unset (rope_store: the rotated k goes to the cache, k itself is not written),
+/// so k need not be a view that could be written (an expanded k is taken).
+void validate_reading_k(const Schedule& schedule, const ApplyArgs& args, bool read_entries);
+
 /// Whether args use the deprecated ApplyArgs::angles (caller_angles' old name). Inline and
 /// allocation-free: every public entry point taking ApplyArgs asks it first and, when true, calls
 /// itself again with folded(args), so that the library reads caller_angles alone.

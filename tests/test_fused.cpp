@@ -492,6 +492,41 @@ TEST(FusedAliasing, AnOutputThatIsAnotherInputIsRefused) {
   }
 }
 
+// rope_store reads k (its rotated rows go to the cache) unless k_out is set: a k whose tokens share
+// one row (stride 0 over seq, an expanded tensor) is taken, and gives the bits of the same call on k
+// written out token by token. Rotated in place (qk_norm_rope, or rope_store with k_out = k) it is
+// refused: each element would be written more than once.
+TEST(FusedAliasing, RopeStoreReadsAnExpandedK) {
+  test::StoreCase c;
+  c.schedule = schedule_of(64, 64, Pairing::half);
+  c.tokens = 6;
+  c.seed = 813;
+  test::StoreSetup expanded(c);
+  test::StoreSetup written_out(c);
+  const int64_t row = c.heads_k * expanded.d * static_cast<int64_t>(size_of(c.dtype));
+  for (int64_t t = 1; t < c.tokens; ++t) {  // every token's k is token 0's
+    std::memcpy(written_out.k.data() + t * row, written_out.k.data(), static_cast<size_t>(row));
+  }
+  RopeStoreArgs a = expanded.store_args();
+  a.rope.k.strides[1] = 0;
+  const Buffer k_before = expanded.k;
+  rope_store(c.schedule, a);
+  rope_store(c.schedule, written_out.store_args());
+  EXPECT_TRUE(expanded.q == written_out.q);
+  EXPECT_TRUE(expanded.k_cache_bytes == written_out.k_cache_bytes);
+  EXPECT_TRUE(expanded.v_cache_bytes == written_out.v_cache_bytes);
+  EXPECT_TRUE(expanded.k == k_before) << "k was written";
+  a.rope.k_out = a.rope.k;  // written in place: refused
+  try {
+    rope_store(c.schedule, a);
+    ADD_FAILURE() << "an expanded k written in place was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k (in place) strides [768, 0, 64, 1] make elements overlap"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(FusedQkNormRope, BadArgumentsThrowAndWriteNothing) {
   test::NormCase c{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::bf16, .seed = 990};
   test::NormSetup s(c);

@@ -1137,6 +1137,18 @@ def _alias_case(tokens=6, seed=0):
     return rope, q, k, v, positions, slots, q_rot, k_rot
 
 
+def test_rope_store_reads_an_expanded_k():
+    # rope_store only reads k (its rotated rows go to the cache): one k row for every token, expanded,
+    # is taken and gives what the same rows written out give; k itself is left alone.
+    rope, q, k, v, positions, slots, _, _ = _alias_case()
+    k_expanded = k[:1].expand(k.shape)
+    q_want, k_want = rope.apply(q.clone(), k_expanded.contiguous(), positions=positions)
+    q_got, k_cache = q.clone(), torch.zeros(6, 2, 64)
+    rope_store(rope, q_got, k_expanded, None, k_cache, None, slots, positions=positions)
+    assert torch.equal(q_got, q_want) and torch.equal(k_cache[slots], k_want)
+    assert torch.equal(k_expanded, k[:1].expand(k.shape))
+
+
 def test_rope_store_k_cache_that_is_k_itself():
     rope, q, k, v, positions, slots, q_rot, k_rot = _alias_case()
     k_mem = k.clone()

@@ -336,10 +336,11 @@ void add_cache_write(FusedKernelArgs& f, const CacheWrite& w) {
 
 void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bool host) {
   check_common_rope(args.rope);
-  if (host) {
-    rotary::validate(schedule, args.rope);
+  // k is read only (its rotated rows go to the cache) unless k_out is set.
+  if (detail::uses_old_names(args.rope)) {
+    detail::validate_reading_k(schedule, detail::folded(args.rope), host);
   } else {
-    rotary::validate_shapes(schedule, args.rope);
+    detail::validate_reading_k(schedule, args.rope, host);
   }
   std::vector<Region> regions;
   regions.reserve(16);  // a call has at most a dozen: one allocation
