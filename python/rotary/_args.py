@@ -42,10 +42,34 @@ def _is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _written(*tensors: Any) -> None:
+    """Tells autograd that these torch tensors were written in place, as torch's own in-place ops do
+    (their version counters move): a graph that saved one of them then raises at backward instead of
+    using the overwritten values. numpy arrays and None pass; torch leaves inference tensors (no version)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    written = [t for t in tensors if isinstance(t, torch.Tensor)]
+    if written:
+        torch.autograd.graph.increment_version(written)  # one call for all
+
+
 def _check_tensor(x: Any, name: str) -> None:
-    if isinstance(x, np.ndarray) or _is_torch(x):
+    if isinstance(x, np.ndarray):
+        return
+    if _is_torch(x):
+        _check_strided(x, name)
         return
     raise TypeError(f"{name} must be a numpy.ndarray or torch.Tensor, got {type(x).__name__}")
+
+
+def _check_strided(x: Any, name: str) -> None:
+    """A torch tensor of torch.strided layout (memory the library can address), else a ValueError naming
+    it (as the extension refuses one it cannot borrow): sparse (COO, CSR, ...) and MKL-DNN tensors."""
+    torch = sys.modules["torch"]
+    if x.layout is not torch.strided:
+        raise ValueError(f"{name} must be a dense (torch.strided) tensor, got layout {x.layout} (x.to_dense() makes "
+                        "one)")
 
 
 def _empty_like(x: Any) -> Any:
@@ -133,6 +157,8 @@ def _empty_reals(positions: Any) -> bool:
 def _positions_and_streams(positions: Any) -> tuple[np.ndarray, int]:
     """apply's positions: ``[S, batch, seq]`` or ``[S, 1, seq]`` (S streams, transformers' M-RoPE
     ``position_ids``), ``[batch, seq]`` or ``[seq]`` (one stream); ints or reals."""
+    if _is_torch(positions):
+        _check_strided(positions, "positions")
     try:
         shape = tuple(positions.shape) if _is_torch(positions) else np.shape(positions)
     except (TypeError, ValueError) as e:  # ragged lists

@@ -10,8 +10,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._args import (_bool_arg, _check_tensor, _config_source, _deltas, _empty_like, _empty_reals, _in_new_words,
-                    _is_torch, _positions_and_streams, _positions_array, _renamed, _show, _torch_tensor_type)
+from ._args import (_bool_arg, _check_strided, _check_tensor, _config_source, _deltas, _empty_like, _empty_reals,
+                    _in_new_words, _is_torch, _positions_and_streams, _positions_array, _renamed, _show,
+                    _torch_tensor_type, _written)
 
 
 # ---- Handles: a Rope named by an int, for torch operators (they cannot take Python objects) -----
@@ -447,6 +448,10 @@ class Rope:
                 _check_tensor(k, "k")
                 if isinstance(k, np.ndarray) != isinstance(q, np.ndarray):  # subclasses (memmap) are fine
                     raise TypeError(f"k must be the same kind as q ({type(q).__name__}), got {type(k).__name__}")
+        else:  # torch tensors both: memory the library can address
+            _check_strided(q, "q")
+            if k is not None:
+                _check_strided(k, "k")
         if cos is not None or sin is not None or cos_sin_cache is not None:
             for name, value in (("cos", cos), ("sin", sin), ("cos_sin_cache", cos_sin_cache)):
                 if value is not None:
@@ -479,6 +484,8 @@ class Rope:
         except (TypeError, ValueError) as e:  # the extension names them layout and angles
             _in_new_words(e)
             raise
+        if inplace or out is not None:
+            _written(q_out if out is not None else q, k_out if out is not None else k)
         rq = q if inplace else q_out
         if k is None:
             return rq
@@ -607,6 +614,8 @@ class Rope:
         except (TypeError, ValueError) as e:  # the extension names it layout
             _in_new_words(e)
             raise
+        if inplace:
+            _written(k)
         return k if inplace else out
 
     @staticmethod

@@ -47,6 +47,7 @@ struct Names {
   py::handle stride = py::str("stride").release();
   py::handle data_ptr = py::str("data_ptr").release();
   py::handle dtype = py::str("dtype").release();
+  py::handle is_neg = py::str("is_neg").release();
 };
 const Names& names() {
   static const Names n;
@@ -111,6 +112,10 @@ Borrowed borrow(py::handle tensor, const char* name, bool typed = true) {
   }
   b.data = reinterpret_cast<void*>(tensor.attr(n.data_ptr)().cast<uintptr_t>());
   if (typed) b.dtype = dtype_of(tensor, name);
+  if (tensor.attr(n.is_neg)().cast<bool>()) {  // its memory holds -values (x.conj().imag, torch._neg_view)
+    throw py::value_error(std::string(name) + " has torch's negative bit set (a lazily negated view): its memory "
+                          "holds the negated values (pass x.resolve_neg())");
+  }
   return b;
 }
 

@@ -609,6 +609,25 @@ class Borrowed {
                                           "(use inplace=False, or rotary.torch.apply_rope to differentiate)");
     }
     if (tracked) obj = obj.attr("detach")();  // same memory, read only
+    // An inference tensor is written in place only in inference mode, as torch's own ops refuse.
+    static const py::handle is_inference = py::str("is_inference").release();
+    if (access == Access::write && torch_to_dlpack(obj) && obj.attr(is_inference)().cast<bool>() &&
+        !py::module_::import("torch").attr("is_inference_mode_enabled")().cast<bool>()) {
+      throw py::value_error(name_ + " is an inference tensor (made under torch.inference_mode()) and would be "
+                                    "written outside inference mode, which torch forbids (write it inside "
+                                    "torch.inference_mode(), or pass a clone)");
+    }
+    // torch's lazily negated views (x.conj().imag, torch._neg_view) hold -values in memory, and
+    // DLPack hands over the memory: read, their values (a copy); written, refused.
+    static const py::handle is_neg = py::str("is_neg").release();
+    if ((torch_to_dlpack(obj) || py::hasattr(obj, is_neg)) && obj.attr(is_neg)().cast<bool>()) {
+      if (access == Access::write) {
+        throw py::value_error(name_ + " has torch's negative bit set (a lazily negated view, such as x.conj().imag): "
+                                      "its memory holds the negated values, so it cannot be written (pass "
+                                      "x.resolve_neg())");
+      }
+      obj = obj.attr("resolve_neg")();
+    }
     py::object capsule;
     try {
       const py::handle to_dlpack = torch_to_dlpack(obj);
@@ -783,7 +802,10 @@ PositionsArg positions_arg(py::handle v, py::handle streams_value) {
   const int s = static_cast<int>(streams);
   PositionsArg out;
   if (const py::handle to_dlpack = torch_to_dlpack(v)) {
-    std::shared_ptr<DLManagedTensor> exported = export_dlpack(v, to_dlpack);
+    static const py::handle is_neg = py::str("is_neg").release();
+    py::object values = py::reinterpret_borrow<py::object>(v);
+    if (values.attr(is_neg)().cast<bool>()) values = values.attr("resolve_neg")();  // memory holds -values
+    std::shared_ptr<DLManagedTensor> exported = export_dlpack(values, to_dlpack);
     const DLTensor& t = exported->dl_tensor;
     if (t.device.device_type == kDLCPU) {
       out.copied = copy_positions(t);

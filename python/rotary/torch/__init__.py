@@ -89,6 +89,9 @@ def _no_kernel(op: str, **tensors: Optional[Tensor]) -> ValueError:
             return ValueError(f"{name} is on {t.device}, but {_rotary.no_cuda_kernels}")
         kinds = "CPU and CUDA tensors" if _rotary.cuda else "CPU tensors"
         return ValueError(f"{name} is on {t.device}, but rotary::{op} has a kernel for {kinds} only")
+    for name, t in tensors.items():  # sparse, MKL-DNN: a layout no kernel addresses
+        if t is not None and t.layout is not torch.strided:
+            return ValueError(f"{name} must be a dense (torch.strided) tensor, got layout {t.layout}")
     return ValueError(f"rotary::{op} has no kernel for these tensors' device")
 
 

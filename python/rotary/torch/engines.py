@@ -132,7 +132,7 @@ def _engine_call(positions: Any, query: Any, key: Any, head_size: Any, cos_sin_c
         if t.requires_grad and torch.is_grad_enabled():
             raise ValueError(f"{name} requires grad, and an in-place rotation cannot be differentiated: use "
                              "rotary.torch.apply_rope (out of place, differentiable)")
-        if any(stride == 0 and extent > 1 for stride, extent in zip(t.stride(), t.shape)):
+        if 0 in t.stride() and any(stride == 0 and extent > 1 for stride, extent in zip(t.stride(), t.shape)):
             raise ValueError(f"{name} strides {tuple(t.stride())} repeat elements (an expanded tensor): rotated in "
                              f"place, each would be written more than once")
     lead = tuple(query.shape[:lead_dims])

@@ -39,7 +39,7 @@ from typing import Any, Optional, Union
 import torch
 
 from .. import _rotary
-from .._args import _renamed, _show
+from .._args import _renamed, _show, _written
 from .._rope import Rope, _rope_of_handle
 from . import _dispatch_modes, _is_compiling, _shapes_only
 
@@ -339,6 +339,7 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if k_out is None else (k_out.unsqueeze(0) if k_out.ndim == 3 else k_out))
     except ValueError as e:
         raise _in_call_words(e) from None
+    _written(q, q_out, k_out, k_cache, v_cache, k_pass_cache)  # (views share their base's version)
 
 
 @torch.library.custom_op("rotary::rope_store",  # k: written when k_out is k itself
@@ -469,6 +470,7 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
             _rotary.rope_store(rope._impl, qh, kh, vh, k_cache, v_cache, slots, positions, 1, offset,
                                rope.rotates_backward, k_scale, v_scale, scale_mode, None, None, None, None, None, None,
                                numerics, check_duplicate_slots, None)
+            _written(q, k_cache, v_cache)
             return q
         except (TypeError, ValueError):
             pass
@@ -534,6 +536,7 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              None if k_out is None else _activation(k_out, "k_out"))
     except ValueError as e:
         raise _in_call_words(e) from None
+    _written(q if q_out is None else q_out, k if k_out is None else k_out, v if v_norm else None, k_cache, v_cache)
 
 
 @torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k", "v", "k_cache", "v_cache", "q_out", "k_out"))
@@ -649,6 +652,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
                                  rope.rotates_backward, weight_offset, order, scope, rounding, vh, v_norm, k_cache,
                                  v_cache, slots, k_scale,
                                  v_scale, scale_mode, None, numerics, check_duplicate_slots, None, None)
+            _written(q, k, v if v_norm else None, k_cache, v_cache)
             return q, k
         except (TypeError, ValueError):
             pass
@@ -709,6 +713,7 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
                                streams, r.rotates_backward, k_scale, scale_mode, check_duplicate_slots, numerics)
     except ValueError as e:
         raise _in_call_words(e, cache="k_cache") from None
+    _written(k_cache)
 
 
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache",))
