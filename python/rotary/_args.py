@@ -130,6 +130,9 @@ def _positions_array(positions: Any, name: str = "positions", real: bool = False
         raise TypeError(f"{name} must be an array of integers, got {_show(positions)}") from e
     if arr.dtype == object:
         return _object_positions(arr, name)
+    if isinstance(positions, (list, tuple)) and arr.dtype.kind in "iu" and arr.size:
+        # numpy reads a bool among ints as 0 or 1 (an all-bool list is refused below, by its dtype)
+        return _object_positions(np.asarray(positions, dtype=object), name)
     if real and arr.dtype.kind == "f":
         return _float_positions(arr, name)
     if arr.dtype.kind not in "iu":

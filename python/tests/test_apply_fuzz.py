@@ -16,8 +16,7 @@ float32/float64 (fractional too), lists, strided or offset. Each accepted call i
 Each refused call must raise ValueError or TypeError naming the argument, every byte unchanged
 (a table of broken arguments, each through every entry point, in random layouts). Sharing memory
 (out= that is the input, q and k overlapping, cos/sin/positions inside an output) is either refused
-so or right. The end of the file holds the bugs this fuzz found, each a test of its own (one still
-xfail: a bool among int positions in a list is read as 1).
+so or right. The end of the file holds the bugs this fuzz found, each a test of its own.
 
 The seed: ``ROTARY_FUZZ_SEED`` (default below); a failure prints the seed, case and parameters.
 """
@@ -988,7 +987,7 @@ def test_angles_or_positions_inside_an_output(kind, where):
     assert got is out_view and same_bits(got, want)
 
 
-# ---- Bugs this fuzz found, fixed (one xfail) ----------------------------------------------------------
+# ---- Bugs this fuzz found, fixed ---------------------------------------------------------------------
 
 def _neg_bit(values):
     """A float tensor equal to ``values`` whose memory holds -values: the negative bit set (what
@@ -1149,8 +1148,6 @@ def test_mkldnn_tensors_in_place_are_refused_naming_them():
         rope.apply(torch.randn(1, 4, 2, 64), out=torch.zeros(1, 4, 2, 64).to_mkldnn())
 
 
-@pytest.mark.xfail(strict=True, reason="a list of positions with a bool among ints is taken (numpy reads True as 1), "
-                                       "while a list of bools, and a bool delta in rerotate, are refused")
 def test_a_bool_among_int_positions_is_refused():
     rope = rope_of("d64 half")
     q = np.zeros((1, 4, 2, 64), np.float32)
