@@ -516,6 +516,24 @@ TEST(FusedAliasing, RopeStoreReadsAnExpandedK) {
   EXPECT_TRUE(expanded.k_cache_bytes == written_out.k_cache_bytes);
   EXPECT_TRUE(expanded.v_cache_bytes == written_out.v_cache_bytes);
   EXPECT_TRUE(expanded.k == k_before) << "k was written";
+  // qk_norm_rope with a cache write reads k the same way (k_out unset).
+  test::NormCase n{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::bf16, .seed = 814};
+  n.store = true;
+  test::NormSetup norm_expanded(n);
+  test::NormSetup norm_written_out(n);
+  const int64_t norm_row = n.heads_k * norm_expanded.d * static_cast<int64_t>(size_of(n.dtype));
+  for (int64_t t = 1; t < n.tokens; ++t) {
+    std::memcpy(norm_written_out.k.data() + t * norm_row, norm_written_out.k.data(), static_cast<size_t>(norm_row));
+  }
+  QkNormRopeArgs na = norm_expanded.norm_args();
+  na.rope.k.strides[1] = 0;
+  const Buffer norm_k_before = norm_expanded.k;
+  qk_norm_rope(n.schedule, na);
+  qk_norm_rope(n.schedule, norm_written_out.norm_args());
+  EXPECT_TRUE(norm_expanded.q == norm_written_out.q);
+  EXPECT_TRUE(norm_expanded.k_cache_bytes == norm_written_out.k_cache_bytes);
+  EXPECT_TRUE(norm_expanded.v_cache_bytes == norm_written_out.v_cache_bytes);
+  EXPECT_TRUE(norm_expanded.k == norm_k_before) << "qk_norm_rope wrote k";
   a.rope.k_out = a.rope.k;  // written in place: refused
   try {
     rope_store(c.schedule, a);

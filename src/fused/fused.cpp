@@ -385,7 +385,10 @@ FusedKernelArgs make_rope_store_args(const Schedule& schedule, const RopeStoreAr
 
 void validate_qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args, bool host) {
   check_common_rope(args.rope);
-  if (host) {
+  if (args.store != nullptr) {  // k goes to the cache, and is written only through k_out (as rope_store)
+    detail::validate_reading_k(schedule, detail::uses_old_names(args.rope) ? detail::folded(args.rope) : args.rope,
+                               host);
+  } else if (host) {
     rotary::validate(schedule, args.rope);
   } else {
     rotary::validate_shapes(schedule, args.rope);
