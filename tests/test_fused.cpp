@@ -497,43 +497,43 @@ TEST(FusedAliasing, AnOutputThatIsAnotherInputIsRefused) {
 // written out token by token. Rotated in place (qk_norm_rope, or rope_store with k_out = k) it is
 // refused: each element would be written more than once.
 TEST(FusedAliasing, RopeStoreReadsAnExpandedK) {
+  // `run(setup, expand)` on an expanded k (every token's row is token 0's, stride 0 over seq) and on
+  // the same rows written out: the same bits, and k itself not written.
+  const auto same_as_written_out = [](auto& expanded, auto& written_out, const auto& run) {
+    const int64_t row = expanded.c.heads_k * expanded.d * static_cast<int64_t>(size_of(expanded.c.dtype));
+    for (int64_t t = 1; t < expanded.c.tokens; ++t) {
+      std::memcpy(written_out.k.data() + t * row, written_out.k.data(), static_cast<size_t>(row));
+    }
+    const Buffer k_before = expanded.k;
+    run(expanded, true);
+    run(written_out, false);
+    EXPECT_TRUE(expanded.q == written_out.q);
+    EXPECT_TRUE(expanded.k_cache_bytes == written_out.k_cache_bytes);
+    EXPECT_TRUE(expanded.v_cache_bytes == written_out.v_cache_bytes);
+    EXPECT_TRUE(expanded.k == k_before) << "k was written";
+  };
   test::StoreCase c;
   c.schedule = schedule_of(64, 64, Pairing::half);
   c.tokens = 6;
   c.seed = 813;
-  test::StoreSetup expanded(c);
-  test::StoreSetup written_out(c);
-  const int64_t row = c.heads_k * expanded.d * static_cast<int64_t>(size_of(c.dtype));
-  for (int64_t t = 1; t < c.tokens; ++t) {  // every token's k is token 0's
-    std::memcpy(written_out.k.data() + t * row, written_out.k.data(), static_cast<size_t>(row));
-  }
-  RopeStoreArgs a = expanded.store_args();
-  a.rope.k.strides[1] = 0;
-  const Buffer k_before = expanded.k;
-  rope_store(c.schedule, a);
-  rope_store(c.schedule, written_out.store_args());
-  EXPECT_TRUE(expanded.q == written_out.q);
-  EXPECT_TRUE(expanded.k_cache_bytes == written_out.k_cache_bytes);
-  EXPECT_TRUE(expanded.v_cache_bytes == written_out.v_cache_bytes);
-  EXPECT_TRUE(expanded.k == k_before) << "k was written";
+  test::StoreSetup store_expanded(c), store_written_out(c);
+  same_as_written_out(store_expanded, store_written_out, [&](test::StoreSetup& s, bool expand) {
+    RopeStoreArgs a = s.store_args();
+    if (expand) a.rope.k.strides[1] = 0;
+    rope_store(c.schedule, a);
+  });
   // qk_norm_rope with a cache write reads k the same way (k_out unset).
   test::NormCase n{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::bf16, .seed = 814};
   n.store = true;
-  test::NormSetup norm_expanded(n);
-  test::NormSetup norm_written_out(n);
-  const int64_t norm_row = n.heads_k * norm_expanded.d * static_cast<int64_t>(size_of(n.dtype));
-  for (int64_t t = 1; t < n.tokens; ++t) {
-    std::memcpy(norm_written_out.k.data() + t * norm_row, norm_written_out.k.data(), static_cast<size_t>(norm_row));
-  }
-  QkNormRopeArgs na = norm_expanded.norm_args();
-  na.rope.k.strides[1] = 0;
-  const Buffer norm_k_before = norm_expanded.k;
-  qk_norm_rope(n.schedule, na);
-  qk_norm_rope(n.schedule, norm_written_out.norm_args());
-  EXPECT_TRUE(norm_expanded.q == norm_written_out.q);
-  EXPECT_TRUE(norm_expanded.k_cache_bytes == norm_written_out.k_cache_bytes);
-  EXPECT_TRUE(norm_expanded.v_cache_bytes == norm_written_out.v_cache_bytes);
-  EXPECT_TRUE(norm_expanded.k == norm_k_before) << "qk_norm_rope wrote k";
+  test::NormSetup norm_expanded(n), norm_written_out(n);
+  same_as_written_out(norm_expanded, norm_written_out, [&](test::NormSetup& s, bool expand) {
+    QkNormRopeArgs a = s.norm_args();
+    if (expand) a.rope.k.strides[1] = 0;
+    qk_norm_rope(n.schedule, a);
+  });
+  test::StoreSetup s(c);
+  RopeStoreArgs a = s.store_args();
+  a.rope.k.strides[1] = 0;
   a.rope.k_out = a.rope.k;  // written in place: refused
   try {
     rope_store(c.schedule, a);

@@ -346,6 +346,18 @@ ENTRY_NP = ("apply", "apply inplace", "apply out")
 ENTRY_TORCH = ENTRY_NP + ("apply_rope", "apply_rope grad", "apply_rope_", "ops.rope", "ops.rope_")
 
 
+def refused(ref_error, error, ledger, where, failures):
+    """Whether the layout fuzz's call or its contiguous reference was refused; a failure unless both
+    were, alike, with nothing written."""
+    if ref_error is None and error is None:
+        return False
+    if ref_error is None or error is None or type(ref_error) is not type(error):
+        failures.append(f"{where}: reference {ref_error!r}, call {error!r}")
+    elif ledger.mismatches():
+        failures.append(f"{where}: refused ({error}) and wrote: {ledger.mismatches()}")
+    return True
+
+
 def run_entry(entry, rope, q, k, kw, outs=None):
     """Calls the entry point; returns (q result, k result or None)."""
     kw = dict(kw)
@@ -506,11 +518,7 @@ def test_apply_layouts_bit_for_bit(kind):
             error = None
         except (TypeError, ValueError) as e:
             error = e
-        if ref_error is not None or error is not None:
-            if ref_error is None or error is None or type(ref_error) is not type(error):
-                failures.append(f"case {case} {params}: reference {ref_error!r}, call {error!r}")
-            elif ledger.mismatches():
-                failures.append(f"case {case} {params}: refused ({error}) and wrote: {ledger.mismatches()}")
+        if refused(ref_error, error, ledger, f"case {case} {params}", failures):
             continue
         accepted += 1
         problems = []
@@ -611,11 +619,7 @@ def test_rerotate_and_switch_layouts_bit_for_bit(kind):
             error = None
         except (TypeError, ValueError) as e:
             error = e
-        if ref_error is not None or error is not None:
-            if ref_error is None or error is None or type(ref_error) is not type(error):
-                failures.append(f"case {case} {params}: reference {ref_error!r}, call {error!r}")
-            elif ledger.mismatches():
-                failures.append(f"case {case} {params}: refused and wrote: {ledger.mismatches()}")
+        if refused(ref_error, error, ledger, f"case {case} {params}", failures):
             continue
         accepted += 1
         problems = []

@@ -1137,6 +1137,37 @@ def _alias_case(tokens=6, seed=0):
     return rope, q, k, v, positions, slots, q_rot, k_rot
 
 
+@pytest.mark.parametrize("path", ["eager fast path", "eager general path", "operator"])
+def test_fused_writes_move_the_version_counters(path):
+    # As torch's own in-place ops: a graph that saved q or a cache then raises at backward instead of
+    # using the overwritten values. (An HND cache is not the eager fast path's.)
+    rope, q, k, v, positions, slots, _, _ = _alias_case()
+    layout = "HND" if path == "eager general path" else "NHD"
+
+    def cache():
+        c = torch.zeros(6, 2, 64)
+        return c, (c if layout == "NHD" else c.unsqueeze(0).transpose(1, 2))
+
+    q = q.clone()
+    (k_cache, kc), (v_cache, vc) = cache(), cache()
+    before = (q._version, k_cache._version, v_cache._version)
+    if path == "operator":
+        torch.ops.rotary.rope_store(q, k, v, kc, vc, slots, rope._handle, positions, 0, layout, None, None, "divide",
+                                    None, None, None, None, None, None, "exact")
+    else:
+        rope_store(rope, q, k, v, kc, vc, slots, positions=positions, kv_layout=layout)
+    assert all(a > b for a, b in zip((q._version, k_cache._version, v_cache._version), before))
+    k_normed, (k_cache, kc) = k.clone(), cache()
+    before = (k_normed._version, k_cache._version)
+    qk_norm_rope(rope, q, k_normed, None, None, eps=1e-6, positions=positions, k_cache=kc, slots=slots,
+                 kv_layout=layout)
+    assert k_normed._version > before[0] and k_cache._version > before[1]
+    k_cache, kc = cache()
+    before = k_cache._version
+    rerotate_cache(rope, kc, slots, 3, kv_layout=layout)
+    assert k_cache._version > before
+
+
 def test_rope_store_reads_an_expanded_k():
     # rope_store only reads k (its rotated rows go to the cache): one k row for every token, expanded,
     # is taken and gives what the same rows written out give; k itself is left alone.

@@ -339,7 +339,6 @@ def _rope_store_kernel(q, k, v, k_cache, v_cache, slots, rope, positions, offset
                            None if k_out is None else (k_out.unsqueeze(0) if k_out.ndim == 3 else k_out))
     except ValueError as e:
         raise _in_call_words(e) from None
-    _written(q, q_out, k_out, k_cache, v_cache, k_pass_cache)  # (views share their base's version)
 
 
 @torch.library.custom_op("rotary::rope_store",  # k: written when k_out is k itself
@@ -495,6 +494,8 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
             _choice(numerics, "numerics", _NUMERICS), _flag(check_duplicate_slots, "check_duplicate_slots"), k_out)
     if _direct(q, k, v, k_cache, v_cache, slots, positions, q_out, k_pass, k_pass_cache, cos_sin_cache, k_out):
         _rope_store_kernel(*args)
+        # Eager, outside the dispatcher (the operator moves its mutated arguments' versions itself).
+        _written(q if q_out is None else q_out, k_out, k_cache, v_cache, k_pass_cache)
     else:
         torch.ops.rotary.rope_store(*args)
     return q if q_out is None else q_out
@@ -536,7 +537,6 @@ def _qk_norm_rope_kernel(q, k, q_weight, k_weight, rope, eps, positions, offset,
                              None if k_out is None else _activation(k_out, "k_out"))
     except ValueError as e:
         raise _in_call_words(e) from None
-    _written(q if q_out is None else q_out, k if k_out is None else k_out, v if v_norm else None, k_cache, v_cache)
 
 
 @torch.library.custom_op("rotary::qk_norm_rope", mutates_args=("q", "k", "v", "k_cache", "v_cache", "q_out", "k_out"))
@@ -683,6 +683,7 @@ def qk_norm_rope(rope: Rope, q: Tensor, k: Optional[Tensor], q_weight: Optional[
             k_out)
     if _direct(q, k, q_weight, k_weight, positions, v, k_cache, v_cache, slots, cos_sin_cache, q_out, k_out):
         _qk_norm_rope_kernel(*args)
+        _written(q if q_out is None else q_out, k if k_out is None else k_out, v if v_norm else None, k_cache, v_cache)
     else:
         torch.ops.rotary.qk_norm_rope(*args)
     return (q if q_out is None else q_out), (k if k_out is None else k_out)
@@ -713,7 +714,6 @@ def _rerotate_cache_kernel(k_cache, slots, rope, delta, positions, kv_layout, k_
                                streams, r.rotates_backward, k_scale, scale_mode, check_duplicate_slots, numerics)
     except ValueError as e:
         raise _in_call_words(e, cache="k_cache") from None
-    _written(k_cache)
 
 
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache",))
@@ -806,6 +806,7 @@ def rerotate_cache(rope: Rope, k_cache: Tensor, slots: Tensor, delta: Union[None
             _flag(check_duplicate_slots, "check_duplicate_slots"), numerics)
     if _direct(k_cache, slots, delta, positions):
         _rerotate_cache_kernel(*args)
+        _written(k_cache)
     else:
         torch.ops.rotary.rerotate_cache(*args)
     return k_cache
