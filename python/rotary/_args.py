@@ -198,11 +198,18 @@ def _device_positions(positions: Any) -> Any:
 
 
 def _deltas(delta: Any) -> list:
-    """rerotate's delta: an int, or a sequence of ints (one per stream), as a list."""
+    """rerotate's delta: an int (a 0-d integer array or tensor too), or a sequence of ints (one per
+    stream), as a list."""
     if isinstance(delta, (int, np.integer)) and not isinstance(delta, (bool, np.bool_)):
         return [int(delta)]
     if _is_torch(delta):
         delta = delta.detach().cpu().numpy()
+    if isinstance(delta, np.ndarray) and delta.ndim == 0:  # a 0-d array: one delta, as rerotate_cache takes it
+        delta = delta[()]
+        if isinstance(delta, np.integer) and not isinstance(delta, np.bool_):
+            return [int(delta)]
+        raise TypeError(f"delta must be an int or a sequence of ints (one per stream), got a 0-d array of "
+                        f"{np.dtype(type(delta)).name}")
     if isinstance(delta, (str, bytes)) or not isinstance(delta, (Sequence, np.ndarray)) or np.ndim(delta) != 1:
         raise TypeError(f"delta must be an int or a sequence of ints (one per stream), got {_show(delta)}")
     for i, d in enumerate(delta):

@@ -183,6 +183,20 @@ def test_switch_different_attention_factors():
     check_switch(b, a, [0, 3, 4096, 65535, 1 << 22])
 
 
+def test_a_0d_integer_delta_is_one_delta_as_rerotate_cache_takes_it():
+    rope = rotary.Rope(64)
+    stored = rope.apply(keys(rope, 4, "f32", 5), offset=3)
+    want = rope.rerotate(stored, 7, offset=3)
+    assert not np.array_equal(want, stored)
+    for delta in (np.array(7), np.array(7, np.int32), torch.tensor(7), torch.tensor(7, dtype=torch.int32)):
+        np.testing.assert_array_equal(rope.rerotate(stored, delta, offset=3), want)
+    before = stored.copy()
+    for delta, kind in ((np.array(7.0), "float64"), (np.array(True), "bool"), (torch.tensor(7.0), "float32")):
+        with pytest.raises(TypeError, match=f"delta must be an int .*got a 0-d array of {kind}"):
+            rope.rerotate(stored, delta, offset=3, inplace=True)
+    np.testing.assert_array_equal(stored, before)
+
+
 def test_bad_input_names_the_value_and_leaves_keys_untouched():
     rope = rotary.Rope(64)
     k = rope.apply(keys(rope, 4, "f32", 7), positions=[9, 5, 9, 12])
