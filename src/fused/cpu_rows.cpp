@@ -3,7 +3,8 @@
 // normalise each value as they load it (norm_then_rope on contiguous rows: RowNorm) or take rows
 // normalised into scratch before them (other layouts) or after them (rope_then_norm), then the cache
 // writes from the rows while they are in L1 (a copy when the cache has the data's dtype, else the
-// quantiser of math/quant.hpp). Every rounding point is the per-token body's
+// quantiser of math/quant.hpp; a k that is not written elsewhere is rotated straight into a cache of
+// its dtype). Every rounding point is the per-token body's
 // (body.hpp), which the reference backend and CUDA run: the two give the same bits
 // (tests/test_fused.cpp, FusedRows.*).
 #include <omp.h>
@@ -252,6 +253,12 @@ void run_rows(const FusedKernelArgs& f, int team) {
       mine.in_place = (one_pass || !norm_first) && direct[o] && op.in_place;
     }
     factors.resize(static_cast<size_t>(most_heads));
+    // k rotated straight into its cache row (no scratch row and copy): k not written to the caller,
+    // no norm after the rotation, a cache of the data's dtype. Its slot's row is k's output for the
+    // token (the bits the copy would have put there); a skipped slot's k goes to scratch as before.
+    const bool k_to_cache = a.operand_count > 1 && !direct[1] && !norm_after && f.slots != nullptr &&
+                            f.k_cache.dtype == a.dtype;
+    unsigned char* const k_scratch = k_to_cache ? post[1].get() : nullptr;
     uint32_t& bad_bits = *bits;
     for (int64_t token = first; token < last; ++token) {
       const uint32_t bad = token_error(a, token);
@@ -273,6 +280,13 @@ void run_rows(const FusedKernelArgs& f, int team) {
         norm_factors(a.dtype, in, op.in_strides[2], op.in_strides[3], op.heads, hd, f.all_heads, f.eps, factors.data());
         normalise_rows(f, a.dtype, weights[o], factors.data(), in, op.in_strides[2],
                           op.in_strides[3], pre[o].get(), hd, 1, op.heads, hd);
+      }
+      if (k_to_cache) {
+        KernelOperand& k_op = t.operands[1];
+        const KernelCache& c = f.k_cache;
+        k_op.out = slot >= 0 ? static_cast<unsigned char*>(c.data) + cache_index(c, slot, 0, 0) * es : k_scratch;
+        const int64_t row[4] = {0, 0, slot >= 0 ? c.strides[2] : hd, slot >= 0 ? c.strides[3] : 1};
+        std::copy(row, row + 4, k_op.out_strides);
       }
       cpu_apply_tokens(t, token, token + 1, std::min(prefetch_limit, last), one_pass ? norms : nullptr);
       for (int o = 0; o < a.operand_count; ++o) {
@@ -305,7 +319,9 @@ void run_rows(const FusedKernelArgs& f, int team) {
                        cache_scale(f.q_scale, h), f.q_scale.op, hd);
           }
         }
-        if (o == 1 && slot >= 0) put_cache_heads<T>(row, row_head, row_step, f.k_cache, a.dtype, slot, op.heads, hd);
+        if (o == 1 && slot >= 0 && !k_to_cache) {
+          put_cache_heads<T>(row, row_head, row_step, f.k_cache, a.dtype, slot, op.heads, hd);
+        }
       }
       if (f.v.in != nullptr && !f.v_norm) {
         const KernelFlat& v = f.v;
