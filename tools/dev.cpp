@@ -45,7 +45,7 @@ struct DevCommands {
     bench->add_option("--device", bench_options.device,
                       "cpu (default) or cuda (against a device-to-device copy; CUDA events, graph replay for decode)");
     bench->add_option("--cases", bench_cases,
-                      "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch, rope_store, qk_norm_rope; "
+                      "cpu: prefill_q,prefill_k,decode,batched_decode,mrope (default), rerotate, switch, rope_store, qk_norm_rope, rerotate_cache; "
                       "cuda: prefill,decode,batched_decode (default), mrope, partial_deepseek_v3, partial_phi, "
                       "rope_store, qk_norm_rope");
     bench->add_option("--dtypes", bench_dtypes, "f32,f16,bf16 (default all)");
