@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <optional>
 #include <tuple>
@@ -244,12 +245,6 @@ std::optional<std::pair<double, double>> check_positions(const Positions& positi
                           static_cast<int>(positions.kind)));
 }
 
-// The caller's cos/sin as two views the aliasing rules understand: [dim0, dim1, 1, dim2].
-TensorView angle_view(const CallerAngles& a, const void* data, const std::array<int64_t, 3>& strides) {
-  return TensorView{.data = const_cast<void*>(data), .dtype = a.dtype,
-                    .shape = {a.shape[0], a.shape[1], 1, a.shape[2]},
-                    .strides = {strides[0], strides[1], 0, strides[2]}};
-}
 
 // Shape rules of caller angles; returns the rows of a per_position tensor, else -1.
 int64_t check_caller_angles(const CallerAngles& a, const Schedule& schedule, int64_t batch,
@@ -263,8 +258,8 @@ int64_t check_caller_angles(const CallerAngles& a, const Schedule& schedule, int
     throw Error(fmt::format("angles.columns={} is not pairs, halves or repeated",
                             static_cast<int>(a.columns)));
   }
-  detail::check_view(angle_view(a, a.cos, a.cos_strides), "angles.cos");
-  detail::check_view(angle_view(a, a.sin, a.sin_strides), "angles.sin");
+  detail::check_view(detail::angle_view(a, a.cos, a.cos_strides), "angles.cos");
+  detail::check_view(detail::angle_view(a, a.sin, a.sin_strides), "angles.sin");
   const int64_t width = a.columns == Columns::pairs ? schedule.pairs() : schedule.rotary_dim;
   if (a.shape[2] != width) {
     throw Error(fmt::format("angles width={} must be {} (rotary_dim={}, columns {})", a.shape[2],
@@ -392,7 +387,7 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
       for (const auto& [data, strides, name] :
            {std::tuple{args.caller_angles->cos, args.caller_angles->cos_strides, "angles.cos"},
             std::tuple{args.caller_angles->sin, args.caller_angles->sin_strides, "angles.sin"}}) {
-        if (may_overlap(*out.view, angle_view(*args.caller_angles, data, strides))) {
+        if (may_overlap(*out.view, detail::angle_view(*args.caller_angles, data, strides))) {
           throw Error(fmt::format("{} overlaps {} (outputs must not share memory with inputs)",
                                   out.name, name));
         }
@@ -425,11 +420,44 @@ std::optional<std::pair<double, double>> validate_call(const Schedule& schedule,
     throw Error(fmt::format("undo with attention_factor={} needs exact angles (table=nullptr): a table holds "
                             "cos and sin times the factor", schedule.attention_factor));
   }
-  return check_positions(args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows,
-                         hf_on_the_fly, read_entries, rows_out);
+  const std::optional<std::pair<double, double>> extent = check_positions(
+      args.positions, schedule, args.q.batch(), args.q.seq(), args.table, angle_rows, hf_on_the_fly, read_entries,
+      rows_out);
+  // Per-token positions are read token by token as the kernels go: an output over them would turn
+  // later tokens by what earlier ones wrote.
+  const TensorView positions = detail::positions_view(args.positions);
+  for (const Named& out : outputs) {
+    if (out.view == &k_out && !k_written) continue;
+    if (may_overlap(*out.view, positions)) {
+      throw Error(fmt::format("{} overlaps positions (outputs must not share memory with inputs)", out.name));
+    }
+  }
+  return extent;
 }
 
 }  // namespace
+
+TensorView detail::angle_view(const CallerAngles& a, const void* data, const std::array<int64_t, 3>& strides) {
+  return TensorView{.data = const_cast<void*>(data), .dtype = a.dtype,
+                    .shape = {a.shape[0], a.shape[1], 1, a.shape[2]},
+                    .strides = {strides[0], strides[1], 0, strides[2]}};
+}
+
+TensorView detail::positions_view(const Positions& positions) {
+  int64_t bytes = 0;
+  switch (positions.kind) {
+    case Positions::Kind::per_token_i32:
+    case Positions::Kind::per_token_f32: bytes = 4; break;
+    case Positions::Kind::per_token_i64:
+    case Positions::Kind::per_token_f64: bytes = 8; break;
+    default: return TensorView{.dtype = DType::i8};  // sequential (or not a kind: refused elsewhere)
+  }
+  int64_t entries = 0;  // every stream's
+  if (__builtin_mul_overflow(positions.count, std::max(positions.streams, 1), &entries)) {
+    entries = std::numeric_limits<int64_t>::max();  // bytes_view answers it conservatively
+  }
+  return detail::bytes_view(positions.data, entries, bytes);
+}
 
 ApplyArgs detail::folded(const ApplyArgs& args) {
 #pragma GCC diagnostic push

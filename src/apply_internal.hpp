@@ -2,6 +2,7 @@
 // (rotary::Rope) without reading the positions again.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <utility>
 
@@ -36,6 +37,14 @@ Args folded_rope(const Args& args) {
   out.rope = folded(args.rope);
   return out;
 }
+
+/// The bytes of per-token positions (all streams) as a view for the aliasing rules (memory.hpp's
+/// bytes_view): the kernels read them token by token, so no output may overlap them. Sequential
+/// positions: an empty view.
+TensorView positions_view(const Positions& positions);
+/// The caller's cos or sin (ApplyArgs::caller_angles) as a view for the aliasing rules:
+/// [dim0, dim1, 1, dim2].
+TensorView angle_view(const CallerAngles& a, const void* data, const std::array<int64_t, 3>& strides);
 
 /// apply(schedule, args) after validate(schedule, args) passed for these args.
 void apply_validated(const Schedule& schedule, const ApplyArgs& args);

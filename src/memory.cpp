@@ -270,6 +270,14 @@ bool disjoint_rows(const TensorView& a, const TensorView& b) {
 
 }  // namespace
 
+TensorView bytes_view(const void* data, int64_t count, int64_t element_bytes) {
+  int64_t bytes = 0;
+  if (data == nullptr || count <= 0 || element_bytes <= 0) return TensorView{.dtype = DType::i8};  // empty
+  if (__builtin_mul_overflow(count, element_bytes, &bytes) || bytes > max_view_bytes) bytes = max_view_bytes;
+  return TensorView{.data = const_cast<void*>(data), .dtype = DType::i8, .shape = {1, 1, 1, bytes},
+                    .strides = {bytes, bytes, bytes, 1}};
+}
+
 bool may_overlap(const TensorView& a, const TensorView& b) {
   if (a.is_empty() || b.is_empty()) return false;
   if (exceeds_max_view_bytes(a) || exceeds_max_view_bytes(b)) return true;

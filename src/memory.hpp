@@ -33,6 +33,11 @@ bool may_overlap(const TensorView& a, const TensorView& b);
 /// >= 0): the same answers without checking the span again (apply's validation, per call).
 bool self_overlaps_checked(const TensorView& view);
 bool may_overlap_checked(const TensorView& a, const TensorView& b);
+/// An array of `count` elements of `element_bytes` each at `data` (what the kernels read besides the
+/// tensors: positions, slots, deltas, scales, norm weights) as a dense i8 view of its bytes, for
+/// may_overlap against the outputs. A byte count of max_view_bytes or more (or one that overflows)
+/// gives a view that may_overlap answers conservatively (overlapping). count <= 0 or null data: empty.
+TensorView bytes_view(const void* data, int64_t count, int64_t element_bytes);
 /// Same data pointer, dtype, shape and strides (inline, element by element: apply's validation
 /// asks this several times per call).
 inline bool same_view(const TensorView& a, const TensorView& b) {

@@ -609,8 +609,9 @@ TEST(CudaApi, ErrorsNameTheArgumentBeforeAnyCudaCall) {
                       "q.head_dim=64 differs from the schedule's head_dim=128");
   EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::sequential(max_position_limit - 2)}, nullptr),
                       "offset=2147483646 with seq=3 must keep positions in [0, 2^31)");
-  // Per-token positions in device memory: their count and streams are checked, never their values.
-  const auto* positions = static_cast<const int32_t*>(device);
+  // Per-token positions in device memory (apart from q: positions an output overlaps are refused):
+  // their count and streams are checked, never their values.
+  const auto* positions = reinterpret_cast<const int32_t*>(uintptr_t{0x7f0040000000});
   EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::per_token(std::span(positions, 5))}, nullptr),
                       "positions has 5 entries but batch*seq=6");
   EXPECT_ROTARY_ERROR(cuda::apply(s, {.q = q, .positions = Positions::per_token(std::span(positions, 6), 2)}, nullptr),

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -542,6 +543,114 @@ TEST(FusedAliasing, RopeStoreReadsAnExpandedK) {
     EXPECT_NE(std::string(e.what()).find("k (in place) strides [768, 0, 64, 1] make elements overlap"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// What the rows read as they go besides q, k and v (slots, positions, scales, norm weights, deltas)
+// may not lie in memory a call writes: a later token would read what an earlier one wrote (a slot
+// sending keys out of bounds, a position turning by another angle). Each call below places such an
+// array, with valid values, inside an output; each is refused naming both, nothing written.
+TEST(FusedAliasing, WhatTheRowsReadMayNotLieInAnOutput) {
+  test::StoreCase c;
+  c.schedule = schedule_of(64, 64, Pairing::half);
+  c.dtype = DType::f32;
+  c.cache_dtype = DType::fp8_e4m3;
+  c.scaled = true;
+  c.tokens = 5;
+  c.seed = 815;
+  // place(into, array): the array's bytes copied to the start of `into`, returning where they lie.
+  const auto place = [](Buffer& into, const auto& array) {
+    const size_t bytes = array.size() * sizeof(array[0]);
+    EXPECT_LE(bytes, into.size());
+    std::memcpy(into.data(), array.data(), bytes);
+    return reinterpret_cast<const std::remove_cvref_t<decltype(array[0])>*>(into.data());
+  };
+  const auto store_cases = std::vector<std::pair<std::string, std::function<void(test::StoreSetup&, RopeStoreArgs&)>>>{
+      {"k_cache overlaps slots", [&](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.cache.slots = Slots::of(std::span<const int64_t>(place(s.k_cache_bytes, s.slots), s.slots.size())); }},
+      {"v_cache overlaps v_quant.scale", [&](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.cache.v_quant.scale = place(s.v_cache_bytes, s.v_scales); }},
+      {"q (in place) overlaps k_quant.scale", [&](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.cache.k_quant.scale = place(s.q, s.k_scales); }},
+      {"q (in place) overlaps positions", [&](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.rope.positions = Positions::per_token(std::span<const int64_t>(place(s.q, s.positions), s.positions.size())); }},
+      {"k_cache overlaps positions", [&](test::StoreSetup& s, RopeStoreArgs& a) {
+         a.rope.positions =
+             Positions::per_token(std::span<const int64_t>(place(s.k_cache_bytes, s.positions), s.positions.size())); }},
+  };
+  for (const auto& [message, edit] : store_cases) {
+    test::StoreSetup s(c);
+    RopeStoreArgs args = s.store_args();
+    edit(s, args);
+    const Buffer q = s.q, k = s.k, v = s.v, kc = s.k_cache_bytes, vc = s.v_cache_bytes;
+    try {
+      rope_store(c.schedule, args);
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.q == q && s.k == k && s.v == v && s.k_cache_bytes == kc && s.v_cache_bytes == vc)
+        << message << ": something was written";
+  }
+  // qk_norm_rope: a weight inside k, written in place.
+  {
+    test::NormCase n{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::f32, .seed = 816};
+    n.rounding = NormRounding::gemma;  // f32 weights
+    test::NormSetup s(n);
+    QkNormRopeArgs a = s.norm_args();
+    std::vector<unsigned char> weight(s.q_weight.begin(), s.q_weight.end());
+    a.q_weight.data = place(s.k, weight);
+    const Buffer q = s.q, k = s.k;
+    try {
+      qk_norm_rope(n.schedule, a);
+      ADD_FAILURE() << "no error for a q_weight inside k";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("k (in place) overlaps q_weight"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.q == q && s.k == k) << "something was written";
+  }
+  // rerotate_cache: deltas inside the cache moved in place, raw positions inside `out`.
+  {
+    test::StoreSetup s(c);
+    std::vector<int64_t> deltas(s.slots.size(), 7);
+    RerotateCacheArgs r{.cache = s.k_cache, .slots = Slots::of(std::span<const int64_t>(s.slots)),
+                        .delta = place(s.k_cache_bytes, deltas), .quant = s.k_quant};
+    const Buffer kc = s.k_cache_bytes;
+    try {
+      rerotate_cache(c.schedule, r);
+      ADD_FAILURE() << "no error for deltas inside the cache";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cache (in place) overlaps delta"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.k_cache_bytes == kc) << "the cache was written";
+    Buffer out_bytes(s.k_cache_bytes.size(), 0x5a);
+    RerotateCacheArgs raw{.cache = s.k_cache, .slots = Slots::of(std::span<const int64_t>(s.slots)),
+                          .mode = RerotateMode::raw, .quant = s.k_quant};
+    raw.out = s.k_cache;
+    raw.out.data = out_bytes.data();
+    raw.positions = Positions::per_token(std::span<const int64_t>(place(out_bytes, s.positions), s.positions.size()));
+    const Buffer out_before = out_bytes;
+    try {
+      rerotate_cache(c.schedule, raw);
+      ADD_FAILURE() << "no error for raw positions inside out";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out overlaps positions"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(out_bytes == out_before && s.k_cache_bytes == kc) << "something was written";
+  }
+  // apply itself: per-token positions inside k, rotated in place.
+  {
+    test::StoreSetup s(c);
+    ApplyArgs a = s.rope_args();
+    a.positions = Positions::per_token(std::span<const int64_t>(place(s.k, s.positions), s.positions.size()));
+    const Buffer q = s.q, k = s.k;
+    try {
+      apply(c.schedule, a);
+      ADD_FAILURE() << "no error for positions inside k";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("k (in place) overlaps positions"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.q == q && s.k == k) << "something was written";
   }
 }
 

@@ -132,7 +132,8 @@ struct ApplyArgs {
 /// and dtypes consistent (all four share q's dtype); batch and seq agree; head_dim matches; no
 /// negative extents; a non-empty view has non-null data and spans < max_view_bytes (checked
 /// without overflow for any extents and strides); outputs do not overlap themselves, each other,
-/// or an input they do not alias exactly (in place means the same data pointer and strides);
+/// or an input they do not alias exactly (in place means the same data pointer and strides), nor
+/// per-token positions (read token by token as the outputs are written);
 /// positions: streams equal to the schedule's or 1 (one stream serving all), per-token count ==
 /// batch*seq or seq (one row broadcast over the batch; an empty batch takes either), and with a
 /// shape (Positions::with_shape) each stream [batch, seq] or [1, seq]; every position in [0, 2^31) (a whole number

@@ -56,6 +56,7 @@ struct CacheView {
 
   /// [num_blocks, block_size, heads, row_width] contiguous (vLLM, FlashInfer NHD, SGLang with
   /// block_size 1); the view covers columns [offset, offset + head_dim) of row_width (0: head_dim).
+  /// Throws rotary::Error for block_size < 1, columns that do not fit, or strides leaving int64.
   static CacheView nhd(void* data, DType dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
                        int64_t head_dim, int64_t offset = 0, int64_t row_width = 0);
   /// [num_blocks, heads, block_size, row_width] contiguous (FlashInfer HND, BNSH with block =
@@ -159,7 +160,9 @@ struct RopeStoreArgs {
 /// strides and spans (a non-empty cache spans < max_view_bytes), block_size >= 1, num_blocks >= 0;
 /// slots' count = batch * seq, every non-negative slot below each cache's capacity and no slot
 /// twice; scales (count 1 or heads, finite and > 0; only for fp8/i8); no cache overlapping another
-/// output or an input (two views on one MLA row: disjoint column ranges); q_quantized's shape and
+/// output or an input (two views on one MLA row: disjoint column ranges), and no output (a cache
+/// included) overlapping what the rows read as they go: slots, positions, caller angles, scales
+/// (qk_norm_rope: and the norm weights); q_quantized's shape and
 /// dtype. Errors name the argument and value, e.g. "slots[7]=4096 is beyond k_cache's capacity 4096
 /// (num_blocks=256 * block_size=16)", "slots[9]=12 repeats slots[3]".
 void validate(const Schedule& schedule, const RopeStoreArgs& args);
@@ -267,9 +270,9 @@ struct RerotateCacheArgs {
   CacheView out{};                ///< optional: written here at the same slots (unset: in place)
   Slots slots{};
   RerotateMode mode = RerotateMode::delta;
-  const int64_t* delta = nullptr;  ///< delta mode
+  const int64_t* delta = nullptr;  ///< delta mode (raw mode refuses it)
   int delta_streams = 1;
-  Positions positions{};           ///< raw mode
+  Positions positions{};           ///< raw mode (delta mode refuses per-token or offset positions)
   const Table* table = nullptr;    ///< raw mode: angles from this table (else exact)
   std::optional<AngleMode> numerics{};  ///< raw mode, as ApplyArgs::numerics
   Direction rotated = Direction::forward;  ///< how the keys are (delta) or are to be (raw) rotated
@@ -281,7 +284,8 @@ struct RerotateCacheArgs {
 /// Checks everything rerotate_cache checks, writes nothing: the schedule (no xPos: use rerotate for
 /// xPos keys), the cache view (head_dim = the schedule's), out (same dtype, heads, head_dim and
 /// capacity; disjoint from cache unless it is the same view), slots (range and duplicates), deltas
-/// (count, range), raw positions (apply's rules), the scale.
+/// (count, range), raw positions (apply's rules), the scale; the cache written (out, or cache in
+/// place) shares no byte with slots, deltas, positions or the scale.
 void validate(const Schedule& schedule, const RerotateCacheArgs& args);
 
 /// Moves cached keys in place by per-slot deltas (delta), or rotates raw keys once (raw). Bit-

@@ -391,7 +391,8 @@ typedef struct rotary_cache_view {
 
 /** *out = a [num_blocks, block_size, heads, row_width] contiguous cache (vLLM, FlashInfer NHD,
  *  SGLang with block_size 1), covering columns [offset, offset + head_dim) (row_width 0: head_dim).
- *  On failure *out is zeroed. */
+ *  block_size >= 1 here (the struct's 0-means-1 is for a struct filled by hand); strides that leave
+ *  int64 are an error. On failure *out is zeroed. */
 int rotary_cache_view_nhd(void* data, rotary_dtype dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
                           int64_t head_dim, int64_t offset, int64_t row_width, rotary_cache_view* out);
 /** *out = a [num_blocks, heads, block_size, row_width] contiguous cache (FlashInfer HND). */
@@ -525,7 +526,9 @@ typedef struct rotary_rerotate_cache_args {
   rotary_angle_mode numerics;        /**< raw mode without a table: ROTARY_ANGLES_EXACT (0) or _HF_FLOAT32 */
 } rotary_rerotate_cache_args;
 
-/** Moves cached keys by per-slot deltas, or rotates raw keys once. On failure nothing was written. */
+/** Moves cached keys by per-slot deltas, or rotates raw keys once. Positions in delta mode and a
+ *  delta in raw mode are refused; the cache written (out, or cache in place) may not overlap slots,
+ *  delta, positions or the scale. On failure nothing was written. */
 int rotary_rerotate_cache(const rotary_schedule* schedule, const rotary_rerotate_cache_args* args);
 
 /** FlashInfer's page table as slots (rotary::slots_from_page_table): writes `tokens` slots to

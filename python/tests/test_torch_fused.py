@@ -192,6 +192,33 @@ def run_store(rope, q, k, v, k_cache, v_cache, slots, **kw):
     return q2, kc, vc
 
 
+def test_what_the_rows_read_may_not_lie_in_what_they_write():
+    """Slots inside the k cache, positions inside q (rotated in place), deltas inside the cache they
+    move: a later token would read what an earlier one wrote (a slot sending keys elsewhere, a
+    position turning by another angle). Each is refused naming both; nothing is written."""
+    rope = Rope(64)
+    q, k, v, k_cache, v_cache, slots, positions = make_store_case(rope, 5, 2, 2, torch.bfloat16, torch.bfloat16, 16,
+                                                                  "NHD", seed=7)
+    in_cache = k_cache.view(-1).view(torch.int64)[:slots.numel()]
+    in_cache.copy_(slots)
+    in_q = q.view(-1).view(torch.int64)[:positions.numel()]
+    in_q.copy_(positions)
+    before = [bits(t).clone() for t in (q, k, v, k_cache, v_cache)]
+    with pytest.raises(ValueError, match="k_cache overlaps slots"):
+        rope_store(rope, q, k, v, k_cache, v_cache, in_cache, positions=positions)
+    with pytest.raises(ValueError, match=r"q \(in place\) overlaps positions"):
+        rope_store(rope, q, k, v, k_cache, v_cache, slots, positions=in_q)
+    deltas = k_cache.view(-1).view(torch.int64)[slots.numel():2 * slots.numel()]
+    deltas.fill_(3)
+    before[3] = bits(k_cache).clone()
+    with pytest.raises(ValueError, match=r"cache \(in place\) overlaps delta"):
+        rerotate_cache(rope, k_cache, slots, deltas)
+    for got, want in zip((q, k, v, k_cache, v_cache), before):
+        assert torch.equal(bits(got), want)
+    # The same arrays apart from what is written are taken.
+    rope_store(rope, q.clone(), k, v, k_cache.clone(), v_cache.clone(), in_cache.clone(), positions=in_q.clone())
+
+
 # (rope, heads, kv_heads), tagged with the models they stand for; head_dims 64 .. 512.
 STORE_ROPES = {
     "llama-3.1-8b d128 gqa4": (lambda: Rope.from_preset("llama-3.1-8b"), 8, 2),

@@ -77,10 +77,12 @@ void start(T** out) {
 
 // ---- enums: C may store any integer in them; C++ must not load an out-of-range enum value ----
 
-// The integer a C enum object holds, read as its underlying type (no enum load, so no UB).
+// The integer a C enum object holds, read as the signed type of its size (no enum load, so no UB):
+// C stores an int there, and a C enum without negative constants has an unsigned underlying type
+// in C++, which would show -1 as 4294967295.
 template <class E>
 int64_t raw(const E& value) {
-  std::underlying_type_t<E> integer;
+  std::make_signed_t<std::underlying_type_t<E>> integer;
   static_assert(sizeof integer == sizeof value);
   std::memcpy(&integer, &value, sizeof integer);
   return static_cast<int64_t>(integer);
@@ -401,12 +403,13 @@ rotary::CacheQuant to_quant(const rotary_cache_quant& c, const char* name) {
   return quant;
 }
 
-rotary::CacheWrite to_cache_write(const rotary_cache_write& c) {
+// with_v: the write's own v is read (rope_store); qk_norm_rope ignores it (its v is the call's).
+rotary::CacheWrite to_cache_write(const rotary_cache_write& c, bool with_v) {
   rotary::CacheWrite w;
   w.slots = to_slots(c.slots);
   w.k_cache = to_cache(c.k_cache, "k_cache");
   w.v_cache = to_cache(c.v_cache, "v_cache");
-  w.v = to_view(c.v, "v");
+  if (with_v) w.v = to_view(c.v, "v");
   w.k_quant = to_quant(c.k_quant, "k_quant");
   w.v_quant = to_quant(c.v_quant, "v_quant");
   w.k_pass = to_view(c.k_pass, "k_pass");
@@ -469,7 +472,7 @@ rotary::ApplyArgs rotary::detail::c_abi::apply_args(bool rotates_backward, const
 rotary::RopeStoreArgs rotary::detail::c_abi::rope_store_args(const rotary_schedule& s, const rotary_rope_store_args& a) {
   RopeStoreArgs store;
   store.rope = apply_args(s.rotates_backward, a.rope, a.positions);
-  store.cache = to_cache_write(a.cache);
+  store.cache = to_cache_write(a.cache, /*with_v=*/true);
   store.q_quantized = to_view(a.q_quantized, "q_quantized");
   store.q_quant = to_quant(a.q_quant, "q_quant");
   return store;
@@ -493,7 +496,7 @@ rotary::QkNormRopeArgs rotary::detail::c_abi::qk_norm_rope_args(const rotary_sch
   norm.v = to_view(a.v, "v");
   norm.v_out = to_view(a.v_out, "v_out");
   if (a.store != nullptr) {
-    write = to_cache_write(*a.store);
+    write = to_cache_write(*a.store, /*with_v=*/false);
     norm.store = &write;
   }
   return norm;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +26,25 @@ namespace rotary {
 
 namespace {
 
+// a * b, or an Error naming the product when it leaves int64.
+int64_t checked_product(int64_t a, int64_t b, const char* what) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    throw Error(fmt::format("CacheView: {} = {} * {} leaves int64", what, a, b));
+  }
+  return product;
+}
+
+void check_block_size(int64_t block_size) {
+  if (block_size < 1) throw Error(fmt::format("CacheView: block_size={} must be >= 1", block_size));
+}
+
 int64_t row_width_or(int64_t row_width, int64_t head_dim, int64_t offset) {
+  if (head_dim < 0 || offset < 0 || offset > max_view_bytes || head_dim > max_view_bytes) {
+    throw Error(fmt::format("CacheView: offset={} and head_dim={} must be in [0, 2^60]", offset, head_dim));
+  }
   const int64_t width = row_width == 0 ? head_dim + offset : row_width;
-  if (head_dim < 0 || offset < 0 || offset + head_dim > width) {
+  if (offset + head_dim > width) {
     throw Error(fmt::format("CacheView: columns [offset={}, offset + head_dim={}) do not fit row_width={}", offset,
                             offset + head_dim, width));
   }
@@ -38,18 +55,24 @@ int64_t row_width_or(int64_t row_width, int64_t head_dim, int64_t offset) {
 
 CacheView CacheView::nhd(void* data, DType dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
                          int64_t head_dim, int64_t offset, int64_t row_width) {
+  check_block_size(block_size);
   const int64_t w = row_width_or(row_width, head_dim, offset);
+  const int64_t token = checked_product(heads, w, "heads * row_width");
   return CacheView{.data = data, .dtype = dtype, .block_size = block_size, .num_blocks = num_blocks,
                    .heads = heads, .head_dim = head_dim,
-                   .strides = {block_size * heads * w, heads * w, w, 1}, .offset = offset};
+                   .strides = {checked_product(block_size, token, "block_size * heads * row_width"), token, w, 1},
+                   .offset = offset};
 }
 
 CacheView CacheView::hnd(void* data, DType dtype, int64_t num_blocks, int64_t block_size, int64_t heads,
                          int64_t head_dim, int64_t offset, int64_t row_width) {
+  check_block_size(block_size);
   const int64_t w = row_width_or(row_width, head_dim, offset);
+  const int64_t head = checked_product(block_size, w, "block_size * row_width");
   return CacheView{.data = data, .dtype = dtype, .block_size = block_size, .num_blocks = num_blocks,
                    .heads = heads, .head_dim = head_dim,
-                   .strides = {heads * block_size * w, w, block_size * w, 1}, .offset = offset};
+                   .strides = {checked_product(heads, head, "heads * block_size * row_width"), w, head, 1},
+                   .offset = offset};
 }
 
 std::vector<int64_t> slots_from_page_table(std::span<const int32_t> kv_indices, std::span<const int32_t> kv_indptr,
@@ -87,7 +110,12 @@ std::vector<int64_t> slots_from_page_table(std::span<const int32_t> kv_indices, 
     }
     const int64_t physical = kv_indices[static_cast<size_t>(page)];
     if (physical < 0) throw Error(fmt::format("kv_indices[{}]={} must be >= 0", page, physical));
-    slots[i] = physical * block_size + p % block_size;
+    int64_t slot = 0;
+    if (__builtin_mul_overflow(physical, block_size, &slot) || __builtin_add_overflow(slot, p % block_size, &slot)) {
+      throw Error(fmt::format("kv_indices[{}]={} * block_size={} leaves int64 (the slot of token {})", page, physical,
+                              block_size, i));
+    }
+    slots[i] = slot;
   }
   return slots;
 }
@@ -108,6 +136,11 @@ void check_cache(const CacheView& c, const char* name, int64_t heads, int64_t he
   if (c.block_size < 1) throw Error(fmt::format("{}.block_size={} must be >= 1", name, c.block_size));
   if (c.num_blocks < 0) throw Error(fmt::format("{}.num_blocks={} must be >= 0", name, c.num_blocks));
   if (c.offset < 0) throw Error(fmt::format("{}.offset={} must be >= 0", name, c.offset));
+  int64_t offset_bytes = 0;  // as_view's first channel: offset * strides[3] elements on
+  if (c.offset > max_view_bytes || __builtin_mul_overflow(c.offset, c.strides[3], &offset_bytes) ||
+      __builtin_mul_overflow(offset_bytes, size_of(c.dtype), &offset_bytes)) {
+    throw Error(fmt::format("{}.offset={} * strides[3]={} leaves int64", name, c.offset, c.strides[3]));
+  }
   if (c.heads != heads) throw Error(fmt::format("{}.heads={} differs from the data's heads={}", name, c.heads, heads));
   if (c.head_dim != head_dim) {
     throw Error(fmt::format("{}.head_dim={} differs from the data's head_dim={}", name, c.head_dim, head_dim));
@@ -163,6 +196,9 @@ void check_slots(const Slots& slots, int64_t tokens, std::initializer_list<std::
     throw Error(fmt::format("slots has {} entries but the call has batch*seq={} tokens", slots.count, tokens));
   }
   if (tokens > 0 && slots.data == nullptr) throw Error("slots data is null");
+  if (tokens > max_view_bytes / 8) {  // no array of them fits in memory
+    throw Error(fmt::format("slots.count={} is more entries than an array can hold", tokens));
+  }
   std::vector<std::pair<int64_t, int64_t>> used;
   used.reserve(static_cast<size_t>(tokens));
   for (int64_t i = 0; i < tokens; ++i) {
@@ -205,7 +241,13 @@ struct Region {
   const char* name;
   bool output;
   const char* in_place_of = nullptr;
+  bool checked = true;  ///< passed a span check (else an array's bytes_view: may_overlap decides)
 };
+
+// An array the kernels read as they go (slots, positions, scales, weights): an input region.
+Region array_region(const void* data, int64_t count, int64_t element_bytes, const char* name) {
+  return Region{bytes_view(data, count, element_bytes), name, false, nullptr, false};
+}
 
 // Every region passed a span check first (apply's validate_shapes for q, k and their outputs,
 // check_flat, check_cache, q_quantized's check_view): may_overlap_checked's precondition.
@@ -220,7 +262,10 @@ void check_disjoint(const std::vector<Region>& regions) {
       const bool own_input = !regions[j].output && regions[i].in_place_of != nullptr &&
                              std::strcmp(regions[i].in_place_of, regions[j].name) == 0;
       if (own_input && same_view(regions[i].view, regions[j].view)) continue;
-      if (may_overlap_checked(regions[i].view, regions[j].view)) {
+      const bool overlap = regions[i].checked && regions[j].checked
+                               ? may_overlap_checked(regions[i].view, regions[j].view)
+                               : may_overlap(regions[i].view, regions[j].view);
+      if (overlap) {
         throw Error(fmt::format("{} overlaps {} (caches and outputs must be disjoint from each other and from the "
                                 "inputs)", regions[i].name, regions[j].name));
       }
@@ -237,6 +282,8 @@ void check_cache_write(const Schedule& schedule, const ApplyArgs& rope, const Ca
   check_cache(w.k_cache, "k_cache", rope.k.heads(), schedule.head_dim, dtype);
   check_quant(w.k_quant, "k_quant", w.k_cache.dtype, w.k_cache.heads, host);
   regions.push_back({as_view(w.k_cache), "k_cache", true});
+  regions.push_back(array_region(w.slots.data, w.slots.count, w.slots.is_i64 ? 8 : 4, "slots"));
+  regions.push_back(array_region(w.k_quant.scale, w.k_quant.count, 4, "k_quant.scale"));
   if (w.v_cache.is_set() != w.v.is_set()) {
     throw Error(w.v.is_set() ? "v is set but v_cache is not" : "v_cache is set but v is not");
   }
@@ -246,6 +293,7 @@ void check_cache_write(const Schedule& schedule, const ApplyArgs& rope, const Ca
     check_quant(w.v_quant, "v_quant", w.v_cache.dtype, w.v_cache.heads, host);
     regions.push_back({w.v, "v", false});
     regions.push_back({as_view(w.v_cache), "v_cache", true});
+    regions.push_back(array_region(w.v_quant.scale, w.v_quant.count, 4, "v_quant.scale"));
   }
   if (w.k_pass_cache.is_set() != w.k_pass.is_set()) {
     throw Error(w.k_pass.is_set() ? "k_pass is set but k_pass_cache is not" : "k_pass_cache is set but k_pass is not");
@@ -256,18 +304,25 @@ void check_cache_write(const Schedule& schedule, const ApplyArgs& rope, const Ca
     check_quant(w.k_pass_quant, "k_pass_quant", w.k_pass_cache.dtype, w.k_pass_cache.heads, host);
     regions.push_back({w.k_pass, "k_pass", false});
     regions.push_back({as_view(w.k_pass_cache), "k_pass_cache", true});
+    regions.push_back(array_region(w.k_pass_quant.scale, w.k_pass_quant.count, 4, "k_pass_quant.scale"));
+  }
+  int64_t tokens = 0;
+  if (__builtin_mul_overflow(rope.q.batch(), rope.q.seq(), &tokens)) {
+    throw Error(fmt::format("q shape {}: batch * seq leaves int64 (slots holds one entry per token)",
+                            shape_text(rope.q)));
   }
   if (host) {
-    check_slots(w.slots, rope.q.batch() * rope.q.seq(),
-                {{&w.k_cache, "k_cache"}, {&w.v_cache, "v_cache"}, {&w.k_pass_cache, "k_pass_cache"}});
-  } else if (w.slots.count != rope.q.batch() * rope.q.seq()) {
-    throw Error(fmt::format("slots has {} entries but the call has batch*seq={} tokens", w.slots.count,
-                            rope.q.batch() * rope.q.seq()));
+    check_slots(w.slots, tokens, {{&w.k_cache, "k_cache"}, {&w.v_cache, "v_cache"}, {&w.k_pass_cache, "k_pass_cache"}});
+  } else if (w.slots.count != tokens) {
+    throw Error(fmt::format("slots has {} entries but the call has batch*seq={} tokens", w.slots.count, tokens));
   }
 }
 
 void check_common_rope(const ApplyArgs& rope) {
-  if (!rope.copy_tail) throw Error("copy_tail=false is not supported by the fused operations (they write whole heads)");
+  if (!rope.copy_tail) {
+    throw Error("copy_tail=false (C: skip_tail_copy=1) is not supported by the fused operations (they write whole "
+                "heads)");
+  }
 }
 
 // The rope's views for the aliasing checks: q, k (inputs), and what is written of them: q_out, or q
@@ -275,6 +330,13 @@ void check_common_rope(const ApplyArgs& rope) {
 void rope_regions(const ApplyArgs& rope, bool write_q, bool write_k, bool k_in_place, std::vector<Region>& regions) {
   regions.push_back({rope.q, "q", false});
   if (rope.k.is_set()) regions.push_back({rope.k, "k", false});
+  // What the rows read besides q and k, token by token: no output (a cache included) may overlap it.
+  regions.push_back({positions_view(rope.positions), "positions", false, nullptr, false});
+  const CallerAngles* angles = uses_old_names(rope) ? folded(rope).caller_angles : rope.caller_angles;
+  if (angles != nullptr) {
+    regions.push_back({angle_view(*angles, angles->cos, angles->cos_strides), "angles.cos", false, nullptr, false});
+    regions.push_back({angle_view(*angles, angles->sin, angles->sin_strides), "angles.sin", false, nullptr, false});
+  }
   const auto written = [&](const TensorView& out, const TensorView& in, const char* name, const char* in_place,
                            const char* input) {
     const bool same = !out.is_set() || same_view(out, in);
@@ -343,7 +405,7 @@ void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bo
     detail::validate_reading_k(schedule, args.rope, host);
   }
   std::vector<Region> regions;
-  regions.reserve(16);  // a call has at most a dozen: one allocation
+  regions.reserve(24);  // a call has at most about twenty: one allocation
   check_cache_write(schedule, args.rope, args.cache, host, regions);
   const bool quantised_q = args.q_quantized.is_set();
   if (quantised_q) {
@@ -361,6 +423,7 @@ void validate_rope_store(const Schedule& schedule, const RopeStoreArgs& args, bo
     }
     check_quant(args.q_quant, "q_quant", qq.dtype, qq.heads(), host);
     regions.push_back({qq, "q_quantized", true});
+    regions.push_back(array_region(args.q_quant.scale, args.q_quant.count, 4, "q_quant.scale"));
   } else if (args.q_quant.scale != nullptr) {
     throw Error("q_quant.scale is set but q_quantized is not");
   }
@@ -424,7 +487,9 @@ void validate_qk_norm_rope(const Schedule& schedule, const QkNormRopeArgs& args,
   if (args.k_weight.data != nullptr && !args.rope.k.is_set()) throw Error("k_weight is set but k is not");
   if (args.rope.k.is_set()) check_weight(args.k_weight, "k_weight", args.rope.k.heads());
   std::vector<Region> regions;
-  regions.reserve(16);  // a call has at most a dozen: one allocation
+  regions.reserve(24);  // a call has at most about twenty: one allocation
+  regions.push_back(array_region(args.q_weight.data, args.q_weight.count, size_of(args.q_weight.dtype), "q_weight"));
+  regions.push_back(array_region(args.k_weight.data, args.k_weight.count, size_of(args.k_weight.dtype), "k_weight"));
   const bool has_v = args.v.is_set();
   if ((args.v_norm || args.store != nullptr) == false && has_v) {
     throw Error("v is set but neither v_norm nor store is (v is read only to be normed or stored)");
@@ -522,6 +587,9 @@ void validate_rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& 
       throw Error("numerics=hf_float32 is for raw mode (delta mode turns keys by exact angles of their deltas)");
     }
     if (args.table != nullptr) throw Error("table is for raw mode (delta mode turns keys by exact angles of their deltas)");
+    if (args.positions.kind != Positions::Kind::sequential || args.positions.offset != 0) {
+      throw Error("positions is for raw mode (delta mode moves each slot's keys by its delta)");
+    }
     if (args.delta_streams != 1 && args.delta_streams != schedule.streams) {
       throw Error(fmt::format("delta_streams={} must be 1 (every stream) or the schedule's streams={}",
                               args.delta_streams, schedule.streams));
@@ -538,6 +606,7 @@ void validate_rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& 
       }
     }
   } else {
+    if (args.delta != nullptr) throw Error("delta is for delta mode (raw mode rotates stored keys to positions)");
     // apply's rules for the positions (and table, numerics): keys [1, count, heads, head_dim].
     const TensorView keys{.data = c.data, .dtype = DType::f32, .shape = {1, count, 0, schedule.head_dim},
                           .strides = {0, 0, 0, 1}};
@@ -546,6 +615,25 @@ void validate_rerotate_cache(const Schedule& schedule, const RerotateCacheArgs& 
       rotary::validate(schedule, raw);
     } else {
       rotary::validate_shapes(schedule, raw);
+    }
+  }
+  // What the rows read as they go (slots, deltas or positions, the scale): the cache they write may
+  // not overlap it (a slot rewritten by an earlier slot's keys would send later keys elsewhere).
+  const bool to_out = args.out.is_set();
+  const TensorView written = as_view(to_out ? args.out : c);
+  int64_t deltas = 0;
+  if (args.mode == RerotateMode::delta && __builtin_mul_overflow(count, std::max(args.delta_streams, 1), &deltas)) {
+    deltas = std::numeric_limits<int64_t>::max();  // bytes_view answers it conservatively
+  }
+  const std::pair<TensorView, const char*> read[] = {
+      {bytes_view(args.slots.data, count, args.slots.is_i64 ? 8 : 4), "slots"},
+      {bytes_view(args.delta, deltas, 8), "delta"},
+      {args.mode == RerotateMode::raw ? positions_view(args.positions) : TensorView{.dtype = DType::i8}, "positions"},
+      {bytes_view(args.quant.scale, args.quant.count, 4), "quant.scale"}};
+  for (const auto& [view, name] : read) {
+    if (may_overlap(written, view)) {
+      throw Error(fmt::format("{} overlaps {} (the cache written must not share memory with what is read)",
+                              to_out ? "out" : "cache (in place)", name));
     }
   }
 }
