@@ -270,6 +270,20 @@ bool disjoint_rows(const TensorView& a, const TensorView& b) {
 
 }  // namespace
 
+constexpr __int128 kAll = __int128{1} << 100;  // beyond any address and span
+
+ByteSpan byte_span(const TensorView& view) {
+  if (view.is_empty() || exceeds_max_view_bytes(view)) return ByteSpan{-kAll, kAll};
+  const Range r = byte_range(view);
+  return ByteSpan{r.lo, r.hi};
+}
+
+ByteSpan byte_span_checked(const TensorView& view) {
+  if (view.is_empty()) return ByteSpan{2 * kAll, 2 * kAll};  // meets nothing: lo is above every hi
+  const Range r = byte_range(view);
+  return ByteSpan{r.lo, r.hi};
+}
+
 TensorView bytes_view(const void* data, int64_t count, int64_t element_bytes) {
   int64_t bytes = 0;
   if (data == nullptr || count <= 0 || element_bytes <= 0) return TensorView{.dtype = DType::i8};  // empty

@@ -38,6 +38,20 @@ bool may_overlap_checked(const TensorView& a, const TensorView& b);
 /// may_overlap against the outputs. A byte count of max_view_bytes or more (or one that overflows)
 /// gives a view that may_overlap answers conservatively (overlapping). count <= 0 or null data: empty.
 TensorView bytes_view(const void* data, int64_t count, int64_t element_bytes);
+/// [lo, hi): the addresses from a view's lowest byte to one past its highest. For a non-empty view
+/// within max_view_bytes (check_view passed, or a bytes_view below it); any other view (empty, or
+/// beyond max_view_bytes) gives the widest span, which intersects every other. Views whose spans do
+/// not intersect share nothing: a check of many pairs forms each view's span once and calls
+/// may_overlap only for pairs whose spans meet.
+struct ByteSpan {
+  __int128 lo;
+  __int128 hi;
+};
+ByteSpan byte_span(const TensorView& view);
+/// byte_span of a view known to be within max_view_bytes (check_view passed): no span check again.
+/// Empty views give a span that meets no other.
+ByteSpan byte_span_checked(const TensorView& view);
+inline bool spans_meet(const ByteSpan& a, const ByteSpan& b) { return a.lo < b.hi && b.lo < a.hi; }
 /// Same data pointer, dtype, shape and strides (inline, element by element: apply's validation
 /// asks this several times per call).
 inline bool same_view(const TensorView& a, const TensorView& b) {

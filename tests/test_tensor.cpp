@@ -8,6 +8,10 @@ namespace {
 
 using detail::may_overlap;
 using detail::self_overlaps;
+using detail::byte_span;
+using detail::byte_span_checked;
+using detail::bytes_view;
+using detail::spans_meet;
 
 TEST(TensorView, Factories) {
   float x[1];
@@ -208,6 +212,9 @@ TEST(Aliasing, RowsOfOnePitchAgainstBruteForce) {
     ASSERT_EQ(may_overlap(b, a), said) << "trial " << trial;
     if (truth) {
       ASSERT_TRUE(said) << "trial " << trial << ": an overlap reported disjoint";
+      // The fused ops' prefilter: spans that do not meet are never taken for an overlap's.
+      ASSERT_TRUE(spans_meet(byte_span_checked(a), byte_span_checked(b))) << "trial " << trial;
+      ASSERT_TRUE(spans_meet(byte_span(a), byte_span(b))) << "trial " << trial;
     }
     (truth ? overlapping : disjoint)++;
     if (said == truth) ++exact;
@@ -236,6 +243,16 @@ TEST(Aliasing, ConservativeOtherwiseAndEmptyViews) {
   TensorView empty = a;
   empty.shape[1] = 0;
   EXPECT_FALSE(may_overlap(a, empty));
+  EXPECT_FALSE(spans_meet(byte_span_checked(a), byte_span_checked(empty)));
+  EXPECT_FALSE(spans_meet(byte_span_checked(empty), byte_span(a)));  // empty meets even the widest span
+  // An array's bytes (bytes_view) beyond max_view_bytes: the widest span, and may_overlap conservative.
+  const TensorView huge = bytes_view(buffer.data() + 200, int64_t{1} << 62, 4);
+  EXPECT_TRUE(spans_meet(byte_span(huge), byte_span_checked(a)));
+  EXPECT_TRUE(may_overlap(huge, a));
+  EXPECT_FALSE(may_overlap(bytes_view(buffer.data() + 100, 4, 4), a));  // dense bytes beside a
+  EXPECT_TRUE(may_overlap(bytes_view(buffer.data() + 31, 4, 4), a));    // its last element's bytes
+  EXPECT_TRUE(bytes_view(nullptr, 4, 4).is_empty());
+  EXPECT_TRUE(bytes_view(buffer.data(), 0, 4).is_empty());
   EXPECT_FALSE(self_overlaps(empty));
   TensorView zero_stride = a;
   zero_stride.strides[2] = 0;
