@@ -454,7 +454,9 @@ def rope_store(rope: Rope, q: Tensor, k: Tensor, v: Optional[Tensor], k_cache: T
         An argument of the wrong kind or dtype, naming it.
     ValueError
         A value that breaks a rule, naming it (shapes, a slot beyond a cache's capacity or used
-        twice, a scale, positions, a tensor on a device without a kernel); then nothing is written.
+        twice, a scale, positions, a tensor on a device without a kernel, memory shared between a
+        cache or output and another tensor the call reads: slots, positions, scales included);
+        then nothing is written.
     """
     if (type(rope) is Rope and q is not None and k is not None and k_cache is not None and slots is not None
             and q_out is None and q_scale is None and k_pass is None and k_pass_cache is None and k_out is None
