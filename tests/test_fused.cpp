@@ -1377,6 +1377,62 @@ TEST(FusedRows, QkNormRopeOutsideTheOnePassLayoutsEqualsTheBody) {
   }
 }
 
+// A k cache of the data's dtype whose channels are not contiguous (strides[3] 2, or -1: each row
+// reversed): the rows rotate k into scratch and copy it channel by channel, and a one-pass norm
+// stays in apply's contiguous rows. Bit for bit against the body, rope_store and qk_norm_rope with a
+// store (k then written only to the cache: the path that rotates k straight into its cache row when
+// the channels are contiguous). Rotating into such a row once skipped the norm.
+TEST(FusedRows, AKCacheWithStridedChannelsEqualsTheBody) {
+  int seed = 5950;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (const int64_t step : {int64_t{2}, int64_t{-1}}) {
+      // `bytes` holding a [4 blocks, 16, heads, d] cache with channel stride `step`.
+      const auto strided = [&](Buffer& bytes, int64_t heads, int64_t d) {
+        const int64_t pitch = d * std::abs(step);
+        bytes.assign(static_cast<size_t>(4 * 16 * heads * pitch * size_of(dtype)), 0xa5);
+        return CacheView{.data = bytes.data() + (step < 0 ? (d - 1) * size_of(dtype) : 0), .dtype = dtype,
+                         .block_size = 16, .num_blocks = 4, .heads = heads, .head_dim = d,
+                         .strides = {16 * heads * pitch, heads * pitch, pitch, step}};
+      };
+      const auto norm_run = [&](Backend backend, int threads) {
+        test::NormCase c{.schedule = schedule_of(96, 64, Pairing::half, 8), .dtype = dtype, .seed = seed};
+        c.store = true;
+        c.tokens = 7;
+        test::NormSetup s(c);
+        s.k_cache = strided(s.k_cache_bytes, c.heads_k, s.d);
+        QkNormRopeArgs a = s.norm_args();
+        a.rope.backend = backend;
+        a.rope.threads = threads;
+        qk_norm_rope(c.schedule, a);
+        return std::tuple{s.q, s.k_cache_bytes, s.v_cache_bytes};
+      };
+      const auto store_run = [&](Backend backend, int threads) {
+        test::StoreCase c;
+        c.schedule = schedule_of(96, 64, Pairing::interleaved, 16);
+        c.dtype = c.cache_dtype = dtype;
+        c.tokens = 7;
+        c.seed = seed;
+        test::StoreSetup s(c);
+        s.k_cache = strided(s.k_cache_bytes, c.heads_k, s.d);
+        RopeStoreArgs a = s.store_args();
+        a.rope.backend = backend;
+        a.rope.threads = threads;
+        rope_store(c.schedule, a);
+        return std::tuple{s.q, s.k_cache_bytes, s.v_cache_bytes};
+      };
+      ++seed;
+      const auto norm_body = norm_run(Backend::reference, 1);
+      const auto store_body = store_run(Backend::reference, 1);
+      for (const int threads : {1, 2}) {
+        EXPECT_TRUE(norm_run(Backend::automatic, threads) == norm_body)
+            << "qk_norm_rope " << to_string(dtype) << " channel stride " << step << " threads " << threads;
+        EXPECT_TRUE(store_run(Backend::automatic, threads) == store_body)
+            << "rope_store " << to_string(dtype) << " channel stride " << step << " threads " << threads;
+      }
+    }
+  }
+}
+
 // rerotate_cache's rows (f32, f16 and bf16 caches: apply's row kernel, angles formed once per run of
 // equal deltas) against the body (Backend::reference), bit for bit: runs of equal and of different
 // deltas (per stream for M-RoPE), skipped slots, both pairings, a rotated slice at an offset, raw

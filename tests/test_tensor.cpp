@@ -244,10 +244,11 @@ TEST(Aliasing, ConservativeOtherwiseAndEmptyViews) {
   empty.shape[1] = 0;
   EXPECT_FALSE(may_overlap(a, empty));
   EXPECT_FALSE(spans_meet(byte_span_checked(a), byte_span_checked(empty)));
-  EXPECT_FALSE(spans_meet(byte_span_checked(empty), byte_span(a)));  // empty meets even the widest span
+  EXPECT_FALSE(spans_meet(byte_span_checked(empty), byte_span(a)));  // empty meets nothing
   // An array's bytes (bytes_view) beyond max_view_bytes: the widest span, and may_overlap conservative.
   const TensorView huge = bytes_view(buffer.data() + 200, int64_t{1} << 62, 4);
-  EXPECT_TRUE(spans_meet(byte_span(huge), byte_span_checked(a)));
+  EXPECT_TRUE(spans_meet(byte_span(huge), byte_span_checked(a)));  // the widest span meets every view
+  EXPECT_FALSE(spans_meet(byte_span(huge), byte_span_checked(empty)));  // but an empty one
   EXPECT_TRUE(may_overlap(huge, a));
   EXPECT_FALSE(may_overlap(bytes_view(buffer.data() + 100, 4, 4), a));  // dense bytes beside a
   EXPECT_TRUE(may_overlap(bytes_view(buffer.data() + 31, 4, 4), a));    // its last element's bytes

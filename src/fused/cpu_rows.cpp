@@ -254,10 +254,11 @@ void run_rows(const FusedKernelArgs& f, int team) {
     }
     factors.resize(static_cast<size_t>(most_heads));
     // k rotated straight into its cache row (no scratch row and copy): k not written to the caller,
-    // no norm after the rotation, a cache of the data's dtype. Its slot's row is k's output for the
-    // token (the bits the copy would have put there); a skipped slot's k goes to scratch as before.
+    // no norm after the rotation, a cache of the data's dtype with contiguous channels (apply's rows,
+    // which alone take the one-pass norm). Its slot's row is k's output for the token (the bits the
+    // copy would have put there); a skipped slot's k goes to scratch as before.
     const bool k_to_cache = a.operand_count > 1 && !direct[1] && !norm_after && f.slots != nullptr &&
-                            f.k_cache.dtype == a.dtype;
+                            f.k_cache.dtype == a.dtype && f.k_cache.strides[3] == 1;
     unsigned char* const k_scratch = k_to_cache ? post[1].get() : nullptr;
     uint32_t& bad_bits = *bits;
     for (int64_t token = first; token < last; ++token) {

@@ -137,8 +137,9 @@ void check_cache(const CacheView& c, const char* name, int64_t heads, int64_t he
   if (c.block_size < 1) throw Error(fmt::format("{}.block_size={} must be >= 1", name, c.block_size));
   if (c.num_blocks < 0) throw Error(fmt::format("{}.num_blocks={} must be >= 0", name, c.num_blocks));
   if (c.offset < 0) throw Error(fmt::format("{}.offset={} must be >= 0", name, c.offset));
+  if (c.offset > max_view_bytes) throw Error(fmt::format("{}.offset={} must be at most 2^60", name, c.offset));
   int64_t offset_bytes = 0;  // as_view's first channel: offset * strides[3] elements on
-  if (c.offset > max_view_bytes || __builtin_mul_overflow(c.offset, c.strides[3], &offset_bytes) ||
+  if (__builtin_mul_overflow(c.offset, c.strides[3], &offset_bytes) ||
       __builtin_mul_overflow(offset_bytes, size_of(c.dtype), &offset_bytes)) {
     throw Error(fmt::format("{}.offset={} * strides[3]={} leaves int64", name, c.offset, c.strides[3]));
   }
