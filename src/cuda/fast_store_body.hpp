@@ -102,6 +102,10 @@ inline bool fast_cache_ok(const KernelCache& c, DType dtype, int64_t heads, int6
   for (int d = 0; d < 3; ++d) {
     if (extent[d] > 1 && (c.strides[d] * es) % width != 0) return false;
   }
+  // A slot's row lies at a byte offset >= 0 from data: the kernel marks "no cache write" by a
+  // negative offset (fast_cache_row), so rows below data (a negative block or token stride) take
+  // the general kernel.
+  if ((blocks > 1 && c.strides[0] < 0) || (c.block_size > 1 && c.strides[1] < 0)) return false;
   const auto address = reinterpret_cast<uintptr_t>(static_cast<const unsigned char*>(c.data) + c.offset * es);
   if (address % static_cast<uintptr_t>(width) != 0) return false;
   const int64_t head_bytes = (c.strides[2] < 0 ? -c.strides[2] : c.strides[2]) * es;
