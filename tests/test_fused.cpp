@@ -409,6 +409,27 @@ TEST(FusedQkNormRope, TheNormIsWithinAFewUlpsOfAPlainFloat32RmsNorm) {
   }
 }
 
+using StoreEdit = std::function<void(test::StoreSetup&, RopeStoreArgs&)>;
+
+// Each (message, edit): rope_store on fresh buffers of `c`, its arguments edited, is refused with an
+// error containing `message`, and writes nothing.
+void expect_store_refused(const test::StoreCase& c, const std::vector<std::pair<std::string, StoreEdit>>& cases) {
+  for (const auto& [message, edit] : cases) {
+    test::StoreSetup s(c);
+    RopeStoreArgs args = s.store_args();
+    edit(s, args);
+    const Buffer q = s.q, k = s.k, v = s.v, kc = s.k_cache_bytes, vc = s.v_cache_bytes;
+    try {
+      rope_store(c.schedule, args);
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(s.q == q && s.k == k && s.v == v && s.k_cache_bytes == kc && s.v_cache_bytes == vc)
+        << message << ": something was written";
+  }
+}
+
 // An output may be its own input exactly (in place), never another input: a k cache that is k
 // itself, a v that is q, a k_out that is v, a v normed in place that is k. Each such call has no
 // single right answer (the composition reads what the fused pass has already written), so each is
@@ -420,7 +441,7 @@ TEST(FusedAliasing, AnOutputThatIsAnotherInputIsRefused) {
   c.tokens = 5;
   c.seed = 811;
   static std::vector<int64_t> identity_slots;
-  const auto store_cases = std::vector<std::pair<std::string, std::function<void(test::StoreSetup&, RopeStoreArgs&)>>>{
+  const auto store_cases = std::vector<std::pair<std::string, StoreEdit>>{
       {"k_cache overlaps k", [](test::StoreSetup& s, RopeStoreArgs& a) {
          // A one-block cache whose rows are k's own: [1, tokens, heads, d] at k's address.
          a.cache.k_cache = CacheView::nhd(a.rope.k.data, s.c.cache_dtype, 1, s.c.tokens, s.c.heads_k, s.d);
@@ -435,20 +456,7 @@ TEST(FusedAliasing, AnOutputThatIsAnotherInputIsRefused) {
       {"q (in place) overlaps v", [](test::StoreSetup&, RopeStoreArgs& a) { a.cache.v = a.rope.q; }},
       {"k_out overlaps v", [](test::StoreSetup&, RopeStoreArgs& a) { a.rope.k_out = a.cache.v; }},
   };
-  for (const auto& [message, edit] : store_cases) {
-    test::StoreSetup s(c);
-    RopeStoreArgs args = s.store_args();
-    edit(s, args);
-    const Buffer q = s.q, k = s.k, v = s.v, kc = s.k_cache_bytes, vc = s.v_cache_bytes;
-    try {
-      rope_store(c.schedule, args);
-      ADD_FAILURE() << "no error for " << message;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(s.q == q && s.k == k && s.v == v && s.k_cache_bytes == kc && s.v_cache_bytes == vc)
-        << message << ": something was written";
-  }
+  expect_store_refused(c, store_cases);
   // q_out that is q, k_out that is k: in place, taken.
   {
     test::StoreSetup s(c);
@@ -565,7 +573,7 @@ TEST(FusedAliasing, WhatTheRowsReadMayNotLieInAnOutput) {
     std::memcpy(into.data(), array.data(), bytes);
     return reinterpret_cast<const std::remove_cvref_t<decltype(array[0])>*>(into.data());
   };
-  const auto store_cases = std::vector<std::pair<std::string, std::function<void(test::StoreSetup&, RopeStoreArgs&)>>>{
+  const auto store_cases = std::vector<std::pair<std::string, StoreEdit>>{
       {"k_cache overlaps slots", [&](test::StoreSetup& s, RopeStoreArgs& a) {
          a.cache.slots = Slots::of(std::span<const int64_t>(place(s.k_cache_bytes, s.slots), s.slots.size())); }},
       {"v_cache overlaps v_quant.scale", [&](test::StoreSetup& s, RopeStoreArgs& a) {
@@ -578,20 +586,7 @@ TEST(FusedAliasing, WhatTheRowsReadMayNotLieInAnOutput) {
          a.rope.positions =
              Positions::per_token(std::span<const int64_t>(place(s.k_cache_bytes, s.positions), s.positions.size())); }},
   };
-  for (const auto& [message, edit] : store_cases) {
-    test::StoreSetup s(c);
-    RopeStoreArgs args = s.store_args();
-    edit(s, args);
-    const Buffer q = s.q, k = s.k, v = s.v, kc = s.k_cache_bytes, vc = s.v_cache_bytes;
-    try {
-      rope_store(c.schedule, args);
-      ADD_FAILURE() << "no error for " << message;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(s.q == q && s.k == k && s.v == v && s.k_cache_bytes == kc && s.v_cache_bytes == vc)
-        << message << ": something was written";
-  }
+  expect_store_refused(c, store_cases);
   // qk_norm_rope: a weight inside k, written in place.
   {
     test::NormCase n{.schedule = schedule_of(64, 64, Pairing::half), .dtype = DType::f32, .seed = 816};
